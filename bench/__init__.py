@@ -1,0 +1,1 @@
+"""Benchmarks and the model zoo: torch architectures exported with pnnx."""

@@ -1,0 +1,197 @@
+"""Convert torch modules to ``.pnnx.param`` / ``.pnnx.bin`` with pnnx, cached.
+
+    from bench.pnnx_export import export_pnnx, export_zoo
+    param = export_zoo("resnet18")                  # cached; .pnnx.bin beside it
+    param = export_pnnx(module, x, out_dir, "net")  # one-off, no cache
+
+pnnx traces the module, then runs its C++ converter, which prints a lot and
+writes many files (TorchScript, ncnn, onnx, python). Only the ``.pnnx.param`` and
+``.pnnx.bin`` are kept; the converter's output is captured at the file-descriptor
+level and shown only when the export fails.
+
+The zoo cache lives in ``$PNNX_ZOO_CACHE`` (default: ``<tmp>/pnnx_zoo_cache``),
+one directory per (model, batch, hash of bench/zoo.py, torch version, pnnx
+version). A file lock serialises concurrent exports of the same model, and each
+export is written to a temporary directory that is renamed into place, so a
+reader never sees half-written files.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import importlib.metadata
+import os
+import shutil
+import sys
+import tempfile
+import threading
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from bench import zoo
+
+_CWD_LOCK = threading.Lock()  # export changes the process cwd and fds 1/2
+_TAIL_CHARS = 4000
+
+
+@contextlib.contextmanager
+def _captured_fds(out: list[str]) -> Iterator[None]:
+    """Redirect fds 1 and 2 (C++ writes there too) to a temp file; append the
+    captured text to ``out`` when the block exits."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    with tempfile.TemporaryFile(mode="w+b") as tmp:
+        saved = [os.dup(1), os.dup(2)]
+        try:
+            os.dup2(tmp.fileno(), 1)
+            os.dup2(tmp.fileno(), 2)
+            yield
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os.dup2(saved[0], 1)
+            os.dup2(saved[1], 2)
+            os.close(saved[0])
+            os.close(saved[1])
+            tmp.seek(0)
+            out.append(tmp.read().decode("utf-8", errors="replace"))
+
+
+@contextlib.contextmanager
+def _chdir(path: Path) -> Iterator[None]:
+    old = os.getcwd()
+    os.chdir(path)
+    try:
+        yield
+    finally:
+        os.chdir(old)
+
+
+def _as_tensors(example_input) -> tuple[torch.Tensor, ...]:
+    items = example_input if isinstance(example_input, (tuple, list)) else (example_input,)
+    return tuple(
+        t if isinstance(t, torch.Tensor) else torch.from_numpy(np.ascontiguousarray(t))
+        for t in items
+    )
+
+
+def export_pnnx(module: torch.nn.Module, example_input, out_dir, name: str) -> Path:
+    """Export ``module`` with pnnx; return ``out_dir/<name>.pnnx.param``.
+
+    ``example_input`` is a numpy array (or torch tensor) or a tuple of them, one per
+    model input. Every other file pnnx writes is deleted. Raises RuntimeError with
+    the tail of pnnx's output if the conversion fails.
+    """
+    out_dir = Path(out_dir).resolve()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    param = out_dir / f"{name}.pnnx.param"
+    binf = out_dir / f"{name}.pnnx.bin"
+    inputs = _as_tensors(example_input)
+    inputs_arg = inputs[0] if len(inputs) == 1 else inputs
+
+    import pnnx  # imported lazily: slow, and only needed to export
+
+    module = module.eval()
+    error: BaseException | None = None
+    log: list[str] = []
+    with _CWD_LOCK:
+        before = set(os.listdir(out_dir))
+        for f in (param, binf):  # never report stale files as a fresh export
+            f.unlink(missing_ok=True)
+        pyfile = out_dir / f"{name.replace('-', '_')}_pnnx.py"
+        try:
+            with _captured_fds(log), _chdir(out_dir), torch.no_grad(), \
+                    warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # jit.trace deprecation, TracerWarning
+                try:
+                    pnnx.export(module, str(out_dir / f"{name}.pt"), inputs_arg)
+                except BaseException as e:  # noqa: BLE001 - re-raised below with the log
+                    error = e
+        finally:
+            sys.modules.pop(str(pyfile.with_suffix("")), None)  # pnnx registers it
+            keep = {param.name, binf.name}
+            stem = name.replace("-", "_")
+            pnnx_outputs = {
+                f"{name}.pt", f"{name}.pnnx.onnx", f"{name}.ncnn.param",
+                f"{name}.ncnn.bin", f"{stem}_pnnx.py", f"{stem}_ncnn.py",
+            }
+            for entry in os.listdir(out_dir):
+                if entry in keep or (entry in before and entry not in pnnx_outputs):
+                    continue
+                p = out_dir / entry
+                if p.is_dir() and not p.is_symlink():
+                    shutil.rmtree(p, ignore_errors=True)
+                else:
+                    p.unlink(missing_ok=True)
+
+    if isinstance(error, KeyboardInterrupt):
+        raise error
+    if error is not None or not param.is_file() or not binf.is_file():
+        what = f"{type(error).__name__}: {error}" if error else "no .pnnx.param/.pnnx.bin"
+        tail = log[0][-_TAIL_CHARS:] if log else ""
+        raise RuntimeError(
+            f"pnnx export of {name!r} failed ({what}).\n--- pnnx output (tail) ---\n{tail}"
+        ) from error
+    return param
+
+
+# ----------------------------------------------------------------------------
+# Zoo cache
+# ----------------------------------------------------------------------------
+
+
+def default_cache_dir() -> Path:
+    env = os.environ.get("PNNX_ZOO_CACHE")
+    return Path(env) if env else Path(tempfile.gettempdir()) / "pnnx_zoo_cache"
+
+
+def _zoo_key(name: str, batch: int) -> str:
+    src = Path(zoo.__file__).read_bytes()
+    h = hashlib.sha256()
+    for part in (
+        name,
+        str(batch),
+        hashlib.sha256(src).hexdigest(),
+        torch.__version__,
+        importlib.metadata.version("pnnx"),
+    ):
+        h.update(part.encode() + b"\0")
+    return f"{name}-b{batch}-{h.hexdigest()[:16]}"
+
+
+def export_zoo(name: str, batch: int = 1, cache_dir=None) -> Path:
+    """Export zoo model ``name`` at ``batch``; return its cached ``.pnnx.param``.
+
+    A cache hit returns at once without importing pnnx or building the model.
+    """
+    import filelock
+
+    entry = zoo.get(name)
+    root = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+    key = _zoo_key(name, batch)
+    final = root / key
+    param = final / f"{name}.pnnx.param"
+    if param.is_file() and param.with_suffix(".bin").is_file():
+        return param
+
+    root.mkdir(parents=True, exist_ok=True)
+    with filelock.FileLock(str(root / f"{key}.lock")):
+        if param.is_file() and param.with_suffix(".bin").is_file():
+            return param  # another process finished it while we waited
+        tmp = Path(tempfile.mkdtemp(prefix=f".{key}-", dir=root))
+        try:
+            x = zoo.make_input(entry, batch=batch)
+            export_pnnx(entry.build(), x, tmp, name)
+            os.chmod(tmp, 0o755)  # mkdtemp makes it private
+            if final.exists():  # incomplete leftover (e.g. a killed process)
+                shutil.rmtree(final)
+            os.rename(tmp, final)
+        finally:
+            if tmp.exists():
+                shutil.rmtree(tmp, ignore_errors=True)
+    return param

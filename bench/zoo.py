@@ -1,0 +1,528 @@
+"""Model zoo: torch architectures with deterministic random weights.
+
+Every entry builds an eval-mode ``torch.nn.Module`` whose weights depend only on
+the entry's seed. BatchNorm layers get non-trivial statistics: running stats are
+first calibrated on one seeded random batch (so activations stay O(1) even in
+deep nets) and then perturbed per channel, and the affine weight/bias of every
+BatchNorm/LayerNorm is randomised, so a wrong BatchNorm folding shows up in the
+numbers.
+
+    from bench import zoo
+    entry = zoo.get("resnet18")
+    model = entry.build()
+    x = zoo.make_input(entry)                       # numpy float32, batch 1
+    y = model(torch.from_numpy(x))
+
+The architectures are written here (no torchvision) and follow the reference
+layouts: torchvision's ResNet-18/50 and MobileNetV2, and Ultralytics' YOLOv5s
+(v6.0 stem, v7.0 inference decode).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+from torch import nn
+
+# ----------------------------------------------------------------------------
+# ResNet (torchvision layout, v1.5: stride on the 3x3 conv of Bottleneck)
+# ----------------------------------------------------------------------------
+
+
+def _conv_bn(cin: int, cout: int, k: int, stride: int = 1, groups: int = 1):
+    """Conv (no bias, 'same' padding for odd k) followed by BatchNorm."""
+    return [
+        nn.Conv2d(cin, cout, k, stride, k // 2, groups=groups, bias=False),
+        nn.BatchNorm2d(cout),
+    ]
+
+
+class BasicBlock(nn.Module):
+    expansion = 1
+
+    def __init__(self, cin: int, planes: int, stride: int = 1, downsample=None):
+        super().__init__()
+        self.conv1 = nn.Conv2d(cin, planes, 3, stride, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(planes)
+        self.relu = nn.ReLU(inplace=True)
+        self.conv2 = nn.Conv2d(planes, planes, 3, 1, 1, bias=False)
+        self.bn2 = nn.BatchNorm2d(planes)
+        self.downsample = downsample
+
+    def forward(self, x):
+        identity = x if self.downsample is None else self.downsample(x)
+        out = self.relu(self.bn1(self.conv1(x)))
+        out = self.bn2(self.conv2(out))
+        return self.relu(out + identity)
+
+
+class Bottleneck(nn.Module):
+    expansion = 4
+
+    def __init__(self, cin: int, planes: int, stride: int = 1, downsample=None):
+        super().__init__()
+        width = planes
+        self.conv1 = nn.Conv2d(cin, width, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(width)
+        self.conv2 = nn.Conv2d(width, width, 3, stride, 1, bias=False)
+        self.bn2 = nn.BatchNorm2d(width)
+        self.conv3 = nn.Conv2d(width, planes * self.expansion, 1, bias=False)
+        self.bn3 = nn.BatchNorm2d(planes * self.expansion)
+        self.relu = nn.ReLU(inplace=True)
+        self.downsample = downsample
+
+    def forward(self, x):
+        identity = x if self.downsample is None else self.downsample(x)
+        out = self.relu(self.bn1(self.conv1(x)))
+        out = self.relu(self.bn2(self.conv2(out)))
+        out = self.bn3(self.conv3(out))
+        return self.relu(out + identity)
+
+
+class ResNet(nn.Module):
+    def __init__(self, block, layers: list[int], num_classes: int = 1000):
+        super().__init__()
+        self.inplanes = 64
+        self.conv1 = nn.Conv2d(3, 64, 7, 2, 3, bias=False)
+        self.bn1 = nn.BatchNorm2d(64)
+        self.relu = nn.ReLU(inplace=True)
+        self.maxpool = nn.MaxPool2d(3, 2, 1)
+        self.layer1 = self._make_layer(block, 64, layers[0])
+        self.layer2 = self._make_layer(block, 128, layers[1], stride=2)
+        self.layer3 = self._make_layer(block, 256, layers[2], stride=2)
+        self.layer4 = self._make_layer(block, 512, layers[3], stride=2)
+        self.avgpool = nn.AdaptiveAvgPool2d((1, 1))
+        self.fc = nn.Linear(512 * block.expansion, num_classes)
+        for m in self.modules():
+            if isinstance(m, nn.Conv2d):
+                nn.init.kaiming_normal_(m.weight, mode="fan_out", nonlinearity="relu")
+
+    def _make_layer(self, block, planes: int, blocks: int, stride: int = 1):
+        downsample = None
+        if stride != 1 or self.inplanes != planes * block.expansion:
+            downsample = nn.Sequential(
+                nn.Conv2d(self.inplanes, planes * block.expansion, 1, stride, bias=False),
+                nn.BatchNorm2d(planes * block.expansion),
+            )
+        layers = [block(self.inplanes, planes, stride, downsample)]
+        self.inplanes = planes * block.expansion
+        layers += [block(self.inplanes, planes) for _ in range(1, blocks)]
+        return nn.Sequential(*layers)
+
+    def forward(self, x):
+        x = self.maxpool(self.relu(self.bn1(self.conv1(x))))
+        x = self.layer4(self.layer3(self.layer2(self.layer1(x))))
+        x = torch.flatten(self.avgpool(x), 1)
+        return self.fc(x)
+
+
+# ----------------------------------------------------------------------------
+# MobileNetV2 (torchvision layout, width 1.0)
+# ----------------------------------------------------------------------------
+
+
+def _conv_bn_relu6(cin: int, cout: int, k: int = 3, stride: int = 1, groups: int = 1):
+    return nn.Sequential(*_conv_bn(cin, cout, k, stride, groups), nn.ReLU6(inplace=True))
+
+
+class InvertedResidual(nn.Module):
+    def __init__(self, cin: int, cout: int, stride: int, expand_ratio: int):
+        super().__init__()
+        hidden = cin * expand_ratio
+        self.use_res_connect = stride == 1 and cin == cout
+        layers: list[nn.Module] = []
+        if expand_ratio != 1:
+            layers.append(_conv_bn_relu6(cin, hidden, 1))  # pointwise expand
+        layers.append(_conv_bn_relu6(hidden, hidden, 3, stride, groups=hidden))  # dw
+        layers += _conv_bn(hidden, cout, 1)  # pointwise linear projection
+        self.conv = nn.Sequential(*layers)
+
+    def forward(self, x):
+        return x + self.conv(x) if self.use_res_connect else self.conv(x)
+
+
+class MobileNetV2(nn.Module):
+    # t (expansion), c (channels), n (repeats), s (stride of the first repeat)
+    SETTINGS = (
+        (1, 16, 1, 1), (6, 24, 2, 2), (6, 32, 3, 2), (6, 64, 4, 2),
+        (6, 96, 3, 1), (6, 160, 3, 2), (6, 320, 1, 1),
+    )
+
+    def __init__(self, num_classes: int = 1000):
+        super().__init__()
+        cin, last = 32, 1280
+        features: list[nn.Module] = [_conv_bn_relu6(3, cin, 3, 2)]
+        for t, c, n, s in self.SETTINGS:
+            for i in range(n):
+                features.append(InvertedResidual(cin, c, s if i == 0 else 1, t))
+                cin = c
+        features.append(_conv_bn_relu6(cin, last, 1))
+        self.features = nn.Sequential(*features)
+        self.classifier = nn.Sequential(nn.Dropout(0.2), nn.Linear(last, num_classes))
+
+    def forward(self, x):
+        x = self.features(x)
+        x = nn.functional.adaptive_avg_pool2d(x, (1, 1))
+        return self.classifier(torch.flatten(x, 1))
+
+
+# ----------------------------------------------------------------------------
+# YOLOv5s (Ultralytics v6.0 yaml, width 0.50 / depth 0.33)
+# ----------------------------------------------------------------------------
+
+
+class Conv(nn.Module):
+    """YOLOv5 Conv: conv (no bias, autopad) + BN + SiLU."""
+
+    def __init__(self, cin: int, cout: int, k: int = 1, s: int = 1, p: int | None = None):
+        super().__init__()
+        self.conv = nn.Conv2d(cin, cout, k, s, k // 2 if p is None else p, bias=False)
+        self.bn = nn.BatchNorm2d(cout, eps=1e-3, momentum=0.03)
+        self.act = nn.SiLU(inplace=True)
+
+    def forward(self, x):
+        return self.act(self.bn(self.conv(x)))
+
+
+class YoloBottleneck(nn.Module):
+    def __init__(self, cin: int, cout: int, shortcut: bool = True, e: float = 0.5):
+        super().__init__()
+        hidden = int(cout * e)
+        self.cv1 = Conv(cin, hidden, 1, 1)
+        self.cv2 = Conv(hidden, cout, 3, 1)
+        self.add = shortcut and cin == cout
+
+    def forward(self, x):
+        y = self.cv2(self.cv1(x))
+        return x + y if self.add else y
+
+
+class C3(nn.Module):
+    """CSP bottleneck with 3 convolutions."""
+
+    def __init__(self, cin: int, cout: int, n: int = 1, shortcut: bool = True):
+        super().__init__()
+        hidden = cout // 2
+        self.cv1 = Conv(cin, hidden, 1, 1)
+        self.cv2 = Conv(cin, hidden, 1, 1)
+        self.cv3 = Conv(2 * hidden, cout, 1)
+        self.m = nn.Sequential(
+            *(YoloBottleneck(hidden, hidden, shortcut, e=1.0) for _ in range(n))
+        )
+
+    def forward(self, x):
+        return self.cv3(torch.cat((self.m(self.cv1(x)), self.cv2(x)), 1))
+
+
+class SPPF(nn.Module):
+    """Spatial pyramid pooling, fast: three chained 5x5 max pools."""
+
+    def __init__(self, cin: int, cout: int, k: int = 5):
+        super().__init__()
+        hidden = cin // 2
+        self.cv1 = Conv(cin, hidden, 1, 1)
+        self.cv2 = Conv(hidden * 4, cout, 1, 1)
+        self.m = nn.MaxPool2d(k, 1, k // 2)
+
+    def forward(self, x):
+        x = self.cv1(x)
+        y1 = self.m(x)
+        y2 = self.m(y1)
+        return self.cv2(torch.cat((x, y1, y2, self.m(y2)), 1))
+
+
+class Detect(nn.Module):
+    """YOLOv5 inference head: per-scale 1x1 conv, sigmoid, grid/anchor decode.
+
+    Grids are precomputed buffers for the fixed ``img_size``; they broadcast over
+    batch (grid: 1x1xNYxNXx2) and anchors (anchor_grid: 1xNAx1x1x2, pixels).
+    """
+
+    ANCHORS = (
+        (10, 13, 16, 30, 33, 23),
+        (30, 61, 62, 45, 59, 119),
+        (116, 90, 156, 198, 373, 326),
+    )
+    STRIDES = (8, 16, 32)
+
+    def __init__(self, ch: tuple[int, ...], img_size: int, nc: int = 80):
+        super().__init__()
+        self.nc, self.no, self.na = nc, nc + 5, len(self.ANCHORS[0]) // 2
+        self.m = nn.ModuleList(nn.Conv2d(c, self.no * self.na, 1) for c in ch)
+        for i, (anchors, stride) in enumerate(zip(self.ANCHORS, self.STRIDES)):
+            ny = nx = img_size // stride
+            yv, xv = torch.meshgrid(torch.arange(ny), torch.arange(nx), indexing="ij")
+            grid = torch.stack((xv, yv), 2).view(1, 1, ny, nx, 2).float()
+            anchor_grid = torch.tensor(anchors, dtype=torch.float32).view(
+                1, self.na, 1, 1, 2
+            )
+            self.register_buffer(f"grid{i}", grid)
+            self.register_buffer(f"anchor_grid{i}", anchor_grid)
+            # YOLOv5 _initialize_biases: objectness and class priors
+            with torch.no_grad():
+                b = self.m[i].bias.view(self.na, -1)
+                b[:, 4] += math.log(8 / (640 / stride) ** 2)
+                b[:, 5:] += math.log(0.6 / (nc - 0.99))
+
+    def forward(self, feats: list[torch.Tensor]) -> torch.Tensor:
+        z = []
+        for i, conv in enumerate(self.m):
+            x = conv(feats[i])
+            bs, _, ny, nx = x.shape
+            x = x.view(bs, self.na, self.no, ny, nx).permute(0, 1, 3, 4, 2).contiguous()
+            xy, wh, conf = x.sigmoid().split((2, 2, self.nc + 1), 4)
+            xy = (xy * 2 - 0.5 + getattr(self, f"grid{i}")) * self.STRIDES[i]
+            wh = (wh * 2) ** 2 * getattr(self, f"anchor_grid{i}")
+            z.append(torch.cat((xy, wh, conf), 4).view(bs, -1, self.no))
+        return torch.cat(z, 1)
+
+
+class YOLOv5s(nn.Module):
+    def __init__(self, img_size: int = 640, nc: int = 80):
+        super().__init__()
+        # backbone; comments give the yaml layer index and output stride
+        self.b0 = Conv(3, 32, 6, 2, 2)  # 0  P1/2 (v6.0 stem)
+        self.b1 = Conv(32, 64, 3, 2)  # 1  P2/4
+        self.b2 = C3(64, 64, 1)  # 2
+        self.b3 = Conv(64, 128, 3, 2)  # 3  P3/8
+        self.b4 = C3(128, 128, 2)  # 4
+        self.b5 = Conv(128, 256, 3, 2)  # 5  P4/16
+        self.b6 = C3(256, 256, 3)  # 6
+        self.b7 = Conv(256, 512, 3, 2)  # 7  P5/32
+        self.b8 = C3(512, 512, 1)  # 8
+        self.b9 = SPPF(512, 512, 5)  # 9
+        # head (PANet)
+        self.h10 = Conv(512, 256, 1, 1)
+        self.up = nn.Upsample(scale_factor=2, mode="nearest")
+        self.h13 = C3(512, 256, 1, shortcut=False)
+        self.h14 = Conv(256, 128, 1, 1)
+        self.h17 = C3(256, 128, 1, shortcut=False)  # P3 out
+        self.h18 = Conv(128, 128, 3, 2)
+        self.h20 = C3(256, 256, 1, shortcut=False)  # P4 out
+        self.h21 = Conv(256, 256, 3, 2)
+        self.h23 = C3(512, 512, 1, shortcut=False)  # P5 out
+        self.detect = Detect((128, 256, 512), img_size, nc)
+
+    def forward(self, x):
+        x4 = self.b4(self.b3(self.b2(self.b1(self.b0(x)))))
+        x6 = self.b6(self.b5(x4))
+        x10 = self.h10(self.b9(self.b8(self.b7(x6))))
+        x14 = self.h14(self.h13(torch.cat((self.up(x10), x6), 1)))
+        p3 = self.h17(torch.cat((self.up(x14), x4), 1))
+        p4 = self.h20(torch.cat((self.h18(p3), x14), 1))
+        p5 = self.h23(torch.cat((self.h21(p4), x10), 1))
+        return self.detect([p3, p4, p5])
+
+
+# ----------------------------------------------------------------------------
+# Small models
+# ----------------------------------------------------------------------------
+
+
+class DoubleConv(nn.Sequential):
+    def __init__(self, cin: int, cout: int):
+        super().__init__(
+            *_conv_bn(cin, cout, 3), nn.ReLU(inplace=True),
+            *_conv_bn(cout, cout, 3), nn.ReLU(inplace=True),
+        )
+
+
+class UNetSmall(nn.Module):
+    """3-level U-Net: encoder 16/32/64, bottleneck 128, transposed-conv decoder."""
+
+    def __init__(self, cin: int = 3, num_classes: int = 2, widths=(16, 32, 64)):
+        super().__init__()
+        self.downs = nn.ModuleList()
+        c = cin
+        for w in widths:
+            self.downs.append(DoubleConv(c, w))
+            c = w
+        self.pool = nn.MaxPool2d(2)
+        self.bottleneck = DoubleConv(c, 2 * c)
+        c = 2 * c
+        self.ups = nn.ModuleList()
+        self.dec = nn.ModuleList()
+        for w in reversed(widths):
+            self.ups.append(nn.ConvTranspose2d(c, w, kernel_size=2, stride=2))
+            self.dec.append(DoubleConv(2 * w, w))
+            c = w
+        self.head = nn.Conv2d(c, num_classes, 1)
+
+    def forward(self, x):
+        skips = []
+        for down in self.downs:
+            x = down(x)
+            skips.append(x)
+            x = self.pool(x)
+        x = self.bottleneck(x)
+        for up, dec, skip in zip(self.ups, self.dec, reversed(skips)):
+            x = dec(torch.cat((skip, up(x)), 1))
+        return self.head(x)
+
+
+class MLP(nn.Module):
+    def __init__(self, din: int = 64, hidden: int = 128, dout: int = 10):
+        super().__init__()
+        self.fc1 = nn.Linear(din, hidden)
+        self.fc2 = nn.Linear(hidden, hidden)
+        self.norm = nn.LayerNorm(hidden)
+        self.fc3 = nn.Linear(hidden, dout)
+
+    def forward(self, x):
+        x = torch.relu(self.fc1(x))
+        x = nn.functional.gelu(self.fc2(x))
+        return self.fc3(self.norm(x))
+
+
+class TransformerBlock(nn.Module):
+    """Pre-norm encoder block with attention written out explicitly."""
+
+    def __init__(self, dim: int = 64, heads: int = 4, mlp_ratio: int = 2):
+        super().__init__()
+        self.heads, self.head_dim = heads, dim // heads
+        self.scale = self.head_dim ** -0.5
+        self.norm1 = nn.LayerNorm(dim)
+        self.q = nn.Linear(dim, dim)
+        self.k = nn.Linear(dim, dim)
+        self.v = nn.Linear(dim, dim)
+        self.proj = nn.Linear(dim, dim)
+        self.norm2 = nn.LayerNorm(dim)
+        self.fc1 = nn.Linear(dim, dim * mlp_ratio)
+        self.act = nn.GELU()
+        self.fc2 = nn.Linear(dim * mlp_ratio, dim)
+
+    def forward(self, x):
+        b, n, c = x.shape
+        h = self.norm1(x)
+        q = self.q(h).view(b, n, self.heads, self.head_dim).permute(0, 2, 1, 3)
+        k = self.k(h).view(b, n, self.heads, self.head_dim).transpose(1, 2)
+        v = self.v(h).view(b, n, self.heads, self.head_dim).permute(0, 2, 1, 3)
+        attn = torch.matmul(q, k.transpose(-2, -1)) * self.scale
+        attn = torch.softmax(attn, dim=-1)
+        out = torch.matmul(attn, v).transpose(1, 2).reshape(b, n, c)
+        x = x + self.proj(out)
+        return x + self.fc2(self.act(self.fc1(self.norm2(x))))
+
+
+class TinyCNN(nn.Module):
+    """Demo model shipped with the package (~25 KB of weights)."""
+
+    def __init__(self, num_classes: int = 10):
+        super().__init__()
+        self.stem = nn.Sequential(*_conv_bn(3, 8, 3), nn.ReLU(inplace=True), nn.MaxPool2d(2))
+        self.conv2 = nn.Sequential(*_conv_bn(8, 16, 3, 2), nn.ReLU(inplace=True))
+        self.res = nn.Sequential(*_conv_bn(16, 16, 3), nn.ReLU(inplace=True), *_conv_bn(16, 16, 3))
+        self.relu = nn.ReLU(inplace=True)
+        self.pool = nn.AdaptiveAvgPool2d(1)
+        self.fc = nn.Linear(16, num_classes)
+
+    def forward(self, x):
+        x = self.conv2(self.stem(x))
+        x = self.relu(x + self.res(x))
+        return self.fc(torch.flatten(self.pool(x), 1))
+
+
+# ----------------------------------------------------------------------------
+# Registry
+# ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ZooEntry:
+    name: str
+    build: Callable[[], nn.Module] = field(repr=False)
+    input_shape: tuple[int, ...]
+    description: str
+    input_kind: str = "normal"  # "normal": N(0, 1); "image": U[0, 1)
+    seed: int = 0
+
+
+def make_input(entry: ZooEntry, batch: int = 1, seed: int = 0) -> np.ndarray:
+    """A deterministic float32 input of ``entry.input_shape`` with batch ``batch``."""
+    return _sample(entry.input_shape, entry.input_kind, batch, seed)
+
+
+def _sample(input_shape, input_kind: str, batch: int, seed: int) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    shape = (batch, *input_shape[1:])
+    if input_kind == "image":
+        return rng.random(shape, dtype=np.float32)
+    return rng.standard_normal(shape, dtype=np.float32)
+
+
+def _randomize_norms(model: nn.Module, x: torch.Tensor, seed: int) -> None:
+    """Give BatchNorm/LayerNorm non-trivial, well-scaled, seeded parameters."""
+    g = torch.Generator().manual_seed(seed + 12345)
+    bns = [m for m in model.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)]
+    with torch.no_grad():
+        if bns:  # calibrate running stats on one batch (cumulative average)
+            saved = [m.momentum for m in bns]
+            for m in bns:
+                m.reset_running_stats()
+                m.momentum = None
+            model.train()
+            model(x)
+            for m, mom in zip(bns, saved):
+                m.momentum = mom
+        for m in bns:
+            c = m.num_features
+            m.running_mean += 0.2 * torch.randn(c, generator=g) * m.running_var.sqrt()
+            m.running_var *= 0.7 + 0.7 * torch.rand(c, generator=g)
+        for m in model.modules():
+            if isinstance(m, (nn.modules.batchnorm._BatchNorm, nn.LayerNorm)):
+                m.weight.copy_(0.5 + torch.rand(m.weight.shape, generator=g))
+                m.bias.copy_(0.1 * torch.randn(m.bias.shape, generator=g))
+    model.eval()
+
+
+def _builder(factory: Callable[[], nn.Module], input_shape, input_kind: str, seed: int):
+    def build() -> nn.Module:
+        with torch.random.fork_rng(devices=[]):  # leave the global RNG untouched
+            torch.manual_seed(seed)
+            model = factory()
+            x = torch.from_numpy(_sample(input_shape, input_kind, 1, seed + 1))
+            _randomize_norms(model, x, seed)
+        return model.eval()
+
+    return build
+
+
+def _entry(name, factory, input_shape, description, input_kind="normal", seed=0):
+    build = _builder(factory, tuple(input_shape), input_kind, seed)
+    return ZooEntry(name, build, tuple(input_shape), description, input_kind, seed)
+
+
+ZOO: dict[str, ZooEntry] = {
+    e.name: e
+    for e in [
+        _entry("resnet18", lambda: ResNet(BasicBlock, [2, 2, 2, 2]), (1, 3, 224, 224),
+               "ResNet-18 (torchvision layout), 1000 classes"),
+        _entry("resnet50", lambda: ResNet(Bottleneck, [3, 4, 6, 3]), (1, 3, 224, 224),
+               "ResNet-50 v1.5 (torchvision layout), 1000 classes"),
+        _entry("mobilenet_v2", MobileNetV2, (1, 3, 224, 224),
+               "MobileNetV2 1.0: inverted residuals, ReLU6, depthwise convs"),
+        _entry("yolov5s", lambda: YOLOv5s(640), (1, 3, 640, 640),
+               "YOLOv5s v6.0 with inference decode; output (1, 25200, 85)", "image"),
+        _entry("yolov5s_320", lambda: YOLOv5s(320), (1, 3, 320, 320),
+               "YOLOv5s at 320x320 (same weights as yolov5s); output (1, 6300, 85)",
+               "image"),
+        _entry("unet_small", UNetSmall, (1, 3, 64, 64),
+               "3-level U-Net (16/32/64, bottleneck 128), ConvTranspose up, 2 classes"),
+        _entry("mlp", MLP, (1, 64), "Linear-ReLU-Linear-GELU-LayerNorm-Linear, 64->10"),
+        _entry("transformer_block", TransformerBlock, (1, 16, 64),
+               "pre-norm encoder block, 4 heads, explicit matmul/softmax attention"),
+        _entry("tiny_cnn", TinyCNN, (1, 3, 32, 32),
+               "tiny conv/bn/relu/pool net with a residual add, 10 classes (demo)"),
+    ]
+}
+
+
+def get(name: str) -> ZooEntry:
+    try:
+        return ZOO[name]
+    except KeyError:
+        raise KeyError(f"unknown zoo model {name!r}; known: {', '.join(ZOO)}") from None

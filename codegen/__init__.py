@@ -1,0 +1,1 @@
+"""Numba kernel library and the emitter that writes the forward module."""

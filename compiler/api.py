@@ -1,0 +1,64 @@
+"""compile(): from a .pnnx.param path to a callable model."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+from compiler.errors import ModelFormatError
+from compiler.interpreter import Interpreter
+from compiler.lowering import lower_model
+from compiler.model import CompiledModel
+from compiler.pnnx_format import load_pnnx
+from ir.graph import Graph
+from ir.verifier import verify
+
+BACKENDS = ("interpreter",)
+
+
+def model_paths(path: str | os.PathLike) -> tuple[Path, Path]:
+    """The .pnnx.param and .pnnx.bin of a model given either file's path."""
+    p = Path(path)
+    if p.name.endswith(".bin"):
+        p = p.with_name(p.name[: -len(".bin")] + ".param")
+    if not p.name.endswith(".param"):
+        raise ModelFormatError("expected a .pnnx.param (or .pnnx.bin) path", str(path))
+    if not p.is_file():
+        raise ModelFormatError("no such file", str(p))
+    return p, p.with_name(p.name[: -len(".param")] + ".bin")
+
+
+def model_name(param_path: Path) -> str:
+    name = param_path.name
+    for suffix in (".param", ".pnnx"):
+        name = name.removesuffix(suffix)
+    return name
+
+
+def load_graph(path: str | os.PathLike, input_shapes: dict[str, Sequence[int]] | None = None) -> Graph:
+    """Read a pnnx model and lower it to verified IR (no optimisation)."""
+    param, bin_ = model_paths(path)
+    model = load_pnnx(param, bin_ if bin_.exists() else None)
+    graph = lower_model(model, input_shapes, name=model_name(param))
+    verify(graph)
+    return graph
+
+
+def compile(  # noqa: A001 - the public name is the point
+    path: str | os.PathLike,
+    *,
+    backend: str = "interpreter",
+    input_shapes: dict[str, Sequence[int]] | None = None,
+    profile: bool = False,
+) -> CompiledModel:
+    """Compile a pnnx model into a callable on numpy arrays.
+
+    backend: "interpreter" (op-by-op reference). input_shapes fills dims that
+    pnnx left dynamic ('?'), by input name (in0, in1, ...). profile: record
+    per-node times of each run in `m.last_profile`.
+    """
+    if backend not in BACKENDS:
+        raise ValueError(f"unknown backend {backend!r}; choose one of {BACKENDS}")
+    graph = load_graph(path, input_shapes)
+    return Interpreter(graph, profile=profile)

@@ -1,0 +1,324 @@
+"""Lower a parsed pnnx model (compiler.pnnx_format.PnnxModel) into an IR Graph.
+
+Each pnnx op type maps to a *rule*: a function registered with `@lowers(...)` that
+reads the op's params, attrs and inputs through an `OpContext` and emits IR nodes.
+Rules live beside their op family (compiler/lowering/<family>.py).
+
+The driver:
+- names graph inputs in0, in1, ... and outputs out0, out1, ... (pnnx's own names);
+- checks every output shape against pnnx's `#` annotation (ShapeMismatchError);
+- collects every unsupported op type (no rule, or a rule that refuses the op's
+  params) and reports them all at once (UnsupportedOperatorError).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from compiler.errors import InputError, ModelFormatError, ShapeMismatchError, UnsupportedOperatorError
+from compiler.pnnx_format import PnnxModel, PnnxOperator
+from ir.graph import Graph, Node, Value, make_node
+from ir.types import DTYPES, TensorType
+
+Rule = Callable[["OpContext"], None]
+_RULES: dict[str, Rule] = {}
+
+# Ops the driver handles itself.
+_STRUCTURAL = {"pnnx.Input", "pnnx.Output", "prim::TupleConstruct", "prim::ListConstruct"}
+
+
+class Unsupported(Exception):
+    """Raised by a rule for params it cannot lower (reported with every other unsupported op)."""
+
+
+def lowers(*pnnx_types: str) -> Callable[[Rule], Rule]:
+    """Register a rule for the given pnnx op types."""
+
+    def decorate(rule: Rule) -> Rule:
+        for t in pnnx_types:
+            if t in _RULES:
+                raise ValueError(f"pnnx op {t} has two lowering rules")
+            _RULES[t] = rule
+        return rule
+
+    return decorate
+
+
+def supported_pnnx_types() -> set[str]:
+    _load_rules()
+    return set(_RULES) | _STRUCTURAL
+
+
+class OpContext:
+    """What a rule sees of one pnnx op, and how it emits IR."""
+
+    def __init__(self, lowerer: _Lowerer, op: PnnxOperator):
+        self._lowerer = lowerer
+        self.op = op
+        self._emitted = 0
+
+    # -- reading the pnnx op -------------------------------------------------------
+
+    @property
+    def inputs(self) -> list[Value]:
+        return [self._lowerer.lookup(name, self.op) for name in self.op.inputs]
+
+    def input(self, i: int) -> Value:
+        return self.inputs[i]
+
+    def input_named(self, arg: str) -> Value | None:
+        """The input bound to `$arg=` (e.g. 'weight'), or None if the op has none by that name."""
+        for name, arg_name in zip(self.op.inputs, self.op.input_names):
+            if arg_name == arg:
+                return self._lowerer.lookup(name, self.op)
+        return None
+
+    def param(self, key: str, default: Any = ...) -> Any:
+        if key in self.op.params:
+            return self.op.params[key]
+        if default is ...:
+            raise self.format_error(f"missing param {key!r}")
+        return default
+
+    def attr(self, key: str) -> np.ndarray:
+        if key not in self.op.attrs:
+            raise self.format_error(f"missing attribute @{key}")
+        return self.op.attrs[key]
+
+    def has_attr(self, key: str) -> bool:
+        return key in self.op.attrs
+
+    def annotated_shape(self, operand: str) -> tuple[int | None, ...] | None:
+        info = self._lowerer.model.operands.get(operand)
+        return info.shape if info else None
+
+    def format_error(self, message: str) -> ModelFormatError:
+        return ModelFormatError(
+            f"{self.op.type} {self.op.name}: {message}", self._lowerer.model.param_path, self.op.line
+        )
+
+    # -- emitting IR -----------------------------------------------------------------
+
+    def const(self, suffix: str, array: np.ndarray) -> Value:
+        """A constant named '<op name>.<suffix>' holding `array` (kept read-only)."""
+        array = np.asarray(array)
+        if array.flags.writeable:
+            array = array.copy()
+            array.flags.writeable = False
+        return self._lowerer.add_constant(f"{self.op.name}.{suffix}", array)
+
+    def attr_const(self, key: str, dtype: str | None = None) -> Value:
+        """The pnnx attr `@key` as a constant (optionally cast)."""
+        data = self.attr(key)
+        if dtype is not None and data.dtype != np.dtype(dtype):
+            data = data.astype(dtype)
+        return self.const(key, data)
+
+    def emit(
+        self,
+        ir_op: str,
+        inputs: Sequence[Value],
+        attrs: dict[str, Any] | None = None,
+        outputs: Sequence[str] | None = None,
+    ) -> list[Value]:
+        """Append an IR node and return its output values.
+
+        `outputs` names the node's outputs (default: the pnnx op's outputs); names
+        that are outputs of the pnnx op get bound to them, others (made with
+        `temp`) are intermediates of a multi-node rule."""
+        names = list(self.op.outputs) if outputs is None else list(outputs)
+        node_name = self.op.name if self._emitted == 0 else f"{self.op.name}.{self._emitted}"
+        self._emitted += 1
+        value_names = [self._lowerer.fresh_value_name(n) for n in names]
+        node = make_node(ir_op, self._lowerer.fresh_node_name(node_name), inputs, value_names, attrs)
+        self._lowerer.nodes.append(node)
+        for pnnx_name, v in zip(names, node.outputs):
+            if pnnx_name in self.op.outputs:
+                self._lowerer.bind(pnnx_name, v, self.op)
+        return node.outputs
+
+    def temp(self, suffix: str) -> str:
+        """A name for an intermediate value that no pnnx operand refers to."""
+        return f"{self.op.name}.{suffix}"
+
+    def alias(self, pnnx_output: str, value: Value) -> None:
+        """Bind a pnnx output to an existing value (identity ops such as Dropout)."""
+        self._lowerer.bind(pnnx_output, value, self.op)
+
+
+class _Lowerer:
+    def __init__(self, model: PnnxModel, input_shapes: dict[str, Sequence[int]] | None):
+        self.model = model
+        self.input_shapes = dict(input_shapes or {})
+        self.values: dict[str, Value | list[Value]] = {}
+        self.nodes: list[Node] = []
+        self.constants: dict[str, Value] = {}
+        self.inputs: list[Value] = []
+        self.outputs: list[Value] = []
+        self.taken_values: set[str] = set()
+        self.taken_nodes: set[str] = set()
+
+    # -- naming ------------------------------------------------------------------------
+
+    def fresh_value_name(self, base: str) -> str:
+        name, k = base, 1
+        while name in self.taken_values:
+            name, k = f"{base}_{k}", k + 1
+        self.taken_values.add(name)
+        return name
+
+    def fresh_node_name(self, base: str) -> str:
+        name, k = base, 1
+        while name in self.taken_nodes:
+            name, k = f"{base}_{k}", k + 1
+        self.taken_nodes.add(name)
+        return name
+
+    # -- values ------------------------------------------------------------------------
+
+    def lookup(self, name: str, op: PnnxOperator) -> Value:
+        if name not in self.values:
+            raise ModelFormatError(f"{op.type} {op.name}: operand {name} is used before it is defined",
+                                   self.model.param_path, op.line)
+        v = self.values[name]
+        if isinstance(v, list):
+            raise ModelFormatError(f"{op.type} {op.name}: operand {name} is a tuple, not a tensor",
+                                   self.model.param_path, op.line)
+        return v
+
+    def bind(self, name: str, value: Value | list[Value], op: PnnxOperator) -> None:
+        if name in self.values:
+            raise ModelFormatError(f"{op.type} {op.name}: operand {name} is defined twice",
+                                   self.model.param_path, op.line)
+        self.values[name] = value
+        if isinstance(value, Value):
+            self.check_annotation(name, value, op)
+
+    def add_constant(self, name: str, array: np.ndarray) -> Value:
+        v = Value(self.fresh_value_name(name), TensorType.of(array), array)
+        self.constants[v.name] = v
+        return v
+
+    def check_annotation(self, name: str, value: Value, op: PnnxOperator) -> None:
+        info = self.model.operands.get(name)
+        if info is None:
+            return
+        ours = value.type
+        problems = []
+        if info.shape is not None:
+            same = len(info.shape) == len(ours.shape) and all(
+                a is None or a == b for a, b in zip(info.shape, ours.shape))
+            if not same:
+                theirs = "(" + ",".join("?" if d is None else str(d) for d in info.shape) + ")"
+                problems.append(f"shape {theirs} per pnnx, {ours.shape} per our shape rule")
+        if info.dtype is not None and info.dtype in DTYPES and DTYPES[info.dtype] != ours.dtype:
+            problems.append(f"dtype {info.dtype} per pnnx, {ours.dtype} per our shape rule")
+        if problems:
+            raise ShapeMismatchError(
+                f"{self.model.param_path}:{op.line}: {op.type} {op.name}, operand {name}: " + "; ".join(problems))
+
+    # -- driver --------------------------------------------------------------------------
+
+    def run(self, graph_name: str) -> Graph:
+        unsupported: dict[str, list[str]] = {}
+        poisoned: set[str] = set()
+        for op in self.model.operators:
+            if op.type in _STRUCTURAL:
+                if any(i in poisoned for i in op.inputs):
+                    poisoned.update(op.outputs)
+                    continue
+                self.lower_structural(op)
+                continue
+            rule = _RULES.get(op.type)
+            if rule is None:
+                unsupported.setdefault(op.type, []).append(op.name)
+                poisoned.update(op.outputs)
+                continue
+            if any(i in poisoned for i in op.inputs):
+                poisoned.update(op.outputs)  # cannot lower past an unsupported op; its type was checked
+                continue
+            try:
+                rule(OpContext(self, op))
+            except Unsupported as exc:
+                unsupported.setdefault(f"{op.type} ({exc})", []).append(op.name)
+                poisoned.update(op.outputs)
+                continue
+            missing = [o for o in op.outputs if o not in self.values]
+            if missing:
+                raise AssertionError(f"lowering rule for {op.type} left outputs {missing} of {op.name} unbound")
+        if unsupported:
+            raise UnsupportedOperatorError(unsupported, self.model.param_path)
+        if not self.outputs:
+            raise ModelFormatError("model has no pnnx.Output", self.model.param_path)
+        return Graph(graph_name, self.inputs, self.name_outputs(), self.nodes, self.constants.values())
+
+    def lower_structural(self, op: PnnxOperator) -> None:
+        if op.type == "pnnx.Input":
+            for name in op.outputs:
+                self.bind(name, self.make_input(name, op), op)
+        elif op.type in ("prim::TupleConstruct", "prim::ListConstruct"):
+            items: list[Value] = []
+            for name in op.inputs:
+                v = self.values.get(name)
+                items.extend(v if isinstance(v, list) else [self.lookup(name, op)])
+            self.bind(op.outputs[0], items, op)
+        elif op.type == "pnnx.Output":
+            for name in op.inputs:
+                if name not in self.values:
+                    self.lookup(name, op)
+                v = self.values[name]
+                self.outputs.extend(v if isinstance(v, list) else [v])
+
+    def make_input(self, name: str, op: PnnxOperator) -> Value:
+        in_name = f"in{len(self.inputs)}"
+        info = self.model.operands.get(name)
+        if info is None or info.shape is None:
+            raise ModelFormatError(f"input operand {name} has no shape annotation", self.model.param_path, op.line)
+        given = self.input_shapes.get(in_name)
+        if given is None and any(d is None for d in info.shape):
+            raise InputError(
+                f"input {in_name} has dynamic shape {_fmt_shape(info.shape)}; pass input_shapes={{'{in_name}': (...)}}")
+        shape = tuple(given) if given is not None else tuple(info.shape)
+        if len(shape) != len(info.shape) or any(a is not None and a != b for a, b in zip(info.shape, shape)):
+            raise InputError(f"input_shapes gives {in_name} shape {shape}, the model declares {_fmt_shape(info.shape)}")
+        dtype = DTYPES.get(info.dtype or "f32")
+        if dtype is None:
+            raise ModelFormatError(f"input {name} has unsupported dtype {info.dtype}", self.model.param_path, op.line)
+        v = Value(self.fresh_value_name(in_name), TensorType(shape, dtype))
+        self.inputs.append(v)
+        return v
+
+    def name_outputs(self) -> list[Value]:
+        """Rename the values the graph returns to out0, out1, ...; a returned input,
+        constant or repeated value gets a copy node so each output has its own name."""
+        outputs = []
+        for i, v in enumerate(self.outputs):
+            name = f"out{i}"
+            if v.producer is None or v in outputs:
+                node = make_node("copy", self.fresh_node_name(f"output_{i}"), [v], [self.fresh_value_name(name)])
+                self.nodes.append(node)
+                v = node.outputs[0]
+            elif name not in self.taken_values:
+                self.taken_values.discard(v.name)
+                v.name = name
+                self.taken_values.add(name)
+            outputs.append(v)
+        return outputs
+
+
+def _fmt_shape(shape: Sequence[int | None]) -> str:
+    return "(" + ",".join("?" if d is None else str(d) for d in shape) + ")"
+
+
+def lower_model(model: PnnxModel, input_shapes: dict[str, Sequence[int]] | None = None,
+                name: str = "model") -> Graph:
+    """Lower a pnnx model to an IR graph (not yet optimised)."""
+    _load_rules()
+    return _Lowerer(model, input_shapes).run(name)
+
+
+def _load_rules() -> None:
+    import compiler.lowering.rules  # noqa: F401 - importing registers every rule family

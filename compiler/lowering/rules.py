@@ -1,0 +1,3 @@
+"""Import every rule family so their @lowers registrations run."""
+
+from compiler.lowering import activation, conv  # noqa: F401

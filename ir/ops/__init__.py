@@ -1,0 +1,3 @@
+"""Every op family; importing this package registers all IR ops."""
+
+from ir.ops import activation, conv, elementwise  # noqa: F401
