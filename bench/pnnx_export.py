@@ -134,6 +134,8 @@ def export_pnnx(module: torch.nn.Module, example_input, out_dir, name: str) -> P
     if error is not None or not param.is_file() or not binf.is_file():
         what = f"{type(error).__name__}: {error}" if error else "no .pnnx.param/.pnnx.bin"
         tail = log[0][-_TAIL_CHARS:] if log else ""
+        for f in (param, binf):  # don't leave a half-converted model behind
+            f.unlink(missing_ok=True)
         raise RuntimeError(
             f"pnnx export of {name!r} failed ({what}).\n--- pnnx output (tail) ---\n{tail}"
         ) from error

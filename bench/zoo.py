@@ -253,7 +253,7 @@ class Detect(nn.Module):
         super().__init__()
         self.nc, self.no, self.na = nc, nc + 5, len(self.ANCHORS[0]) // 2
         self.m = nn.ModuleList(nn.Conv2d(c, self.no * self.na, 1) for c in ch)
-        for i, (anchors, stride) in enumerate(zip(self.ANCHORS, self.STRIDES)):
+        for i, (anchors, stride) in enumerate(zip(self.ANCHORS, self.STRIDES, strict=True)):
             ny = nx = img_size // stride
             yv, xv = torch.meshgrid(torch.arange(ny), torch.arange(nx), indexing="ij")
             grid = torch.stack((xv, yv), 2).view(1, 1, ny, nx, 2).float()
@@ -359,7 +359,7 @@ class UNetSmall(nn.Module):
             skips.append(x)
             x = self.pool(x)
         x = self.bottleneck(x)
-        for up, dec, skip in zip(self.ups, self.dec, reversed(skips)):
+        for up, dec, skip in zip(self.ups, self.dec, reversed(skips), strict=True):
             x = dec(torch.cat((skip, up(x)), 1))
         return self.head(x)
 
@@ -466,7 +466,7 @@ def _randomize_norms(model: nn.Module, x: torch.Tensor, seed: int) -> None:
                 m.momentum = None
             model.train()
             model(x)
-            for m, mom in zip(bns, saved):
+            for m, mom in zip(bns, saved, strict=True):
                 m.momentum = mom
         for m in bns:
             c = m.num_features

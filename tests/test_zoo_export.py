@@ -51,7 +51,7 @@ def test_build_is_deterministic_and_bn_stats_nontrivial():
     state = torch.get_rng_state()
     a, b = entry.build(), entry.build()
     assert torch.equal(state, torch.get_rng_state())  # global RNG untouched
-    for (ka, va), (kb, vb) in zip(a.state_dict().items(), b.state_dict().items()):
+    for (ka, va), (kb, vb) in zip(a.state_dict().items(), b.state_dict().items(), strict=True):
         assert ka == kb and torch.equal(va, vb)
     bns = [m for m in a.modules() if isinstance(m, torch.nn.BatchNorm2d)]
     assert bns

@@ -1,3 +1,13 @@
 """Import every rule family so their @lowers registrations run."""
 
-from compiler.lowering import activation, conv  # noqa: F401
+from compiler.lowering import (  # noqa: F401
+    activation,
+    conv,
+    expression,
+    linear,
+    norm,
+    pool,
+    reduce,
+    resize,
+    shape,
+)

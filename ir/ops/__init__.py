@@ -1,3 +1,14 @@
 """Every op family; importing this package registers all IR ops."""
 
-from ir.ops import activation, conv, elementwise  # noqa: F401
+from ir.ops import (  # noqa: F401
+    activation,
+    conv,
+    elementwise,
+    expression,
+    linear,
+    norm,
+    pool,
+    reduce,
+    resize,
+    shape,
+)
