@@ -27,7 +27,7 @@ Rule = Callable[["OpContext"], None]
 _RULES: dict[str, Rule] = {}
 
 # Ops the driver handles itself.
-_STRUCTURAL = {"pnnx.Input", "pnnx.Output", "prim::TupleConstruct", "prim::ListConstruct"}
+_STRUCTURAL = {"pnnx.Input", "pnnx.Output", "prim::TupleConstruct", "prim::ListConstruct", "prim::TupleUnpack"}
 
 
 class Unsupported(Exception):
@@ -95,6 +95,11 @@ class OpContext:
         info = self._lowerer.model.operands.get(operand)
         return info.shape if info else None
 
+    def annotated_dtype(self, operand: str) -> str | None:
+        """pnnx's dtype annotation of an operand ('f32', 'i64', ...), if any."""
+        info = self._lowerer.model.operands.get(operand)
+        return info.dtype if info else None
+
     def format_error(self, message: str) -> ModelFormatError:
         return ModelFormatError(
             f"{self.op.type} {self.op.name}: {message}", self._lowerer.model.param_path, self.op.line
@@ -133,7 +138,10 @@ class OpContext:
         node_name = self.op.name if self._emitted == 0 else f"{self.op.name}.{self._emitted}"
         self._emitted += 1
         value_names = [self._lowerer.fresh_value_name(n) for n in names]
-        node = make_node(ir_op, self._lowerer.fresh_node_name(node_name), inputs, value_names, attrs)
+        try:
+            node = make_node(ir_op, self._lowerer.fresh_node_name(node_name), inputs, value_names, attrs)
+        except ValueError as exc:
+            raise self.format_error(f"cannot lower to {ir_op}: {exc}") from None
         self._lowerer.nodes.append(node)
         for pnnx_name, v in zip(names, node.outputs):
             if pnnx_name in self.op.outputs:
@@ -144,7 +152,7 @@ class OpContext:
         """A name for an intermediate value that no pnnx operand refers to."""
         return f"{self.op.name}.{suffix}"
 
-    def alias(self, pnnx_output: str, value: Value) -> None:
+    def alias(self, pnnx_output: str, value: Value | list[Value]) -> None:
         """Bind a pnnx output to an existing value (identity ops such as Dropout)."""
         self._lowerer.bind(pnnx_output, value, self.op)
 
@@ -265,6 +273,13 @@ class _Lowerer:
                 v = self.values.get(name)
                 items.extend(v if isinstance(v, list) else [self.lookup(name, op)])
             self.bind(op.outputs[0], items, op)
+        elif op.type == "prim::TupleUnpack":
+            items = self.values.get(op.inputs[0]) if op.inputs else None
+            if not isinstance(items, list) or len(items) != len(op.outputs):
+                raise ModelFormatError(f"{op.type} {op.name}: input is not a tuple of {len(op.outputs)} values",
+                                       self.model.param_path, op.line)
+            for name, v in zip(op.outputs, items):
+                self.bind(name, v, op)
         elif op.type == "pnnx.Output":
             for name in op.inputs:
                 if name not in self.values:

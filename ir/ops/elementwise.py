@@ -1,115 +1,206 @@
-"""Elementwise arithmetic and math: what pnnx.Expression lowers to.
+"""Elementwise arithmetic, math, comparison and logic: what pnnx.Expression lowers to.
 
-Binary ops broadcast numpy-style; the result dtype is numpy's promotion of the
-inputs (constants from expressions are typed to match, as torch's scalars are).
+Binary ops broadcast numpy-style. Dtypes follow torch, not numpy: operands are
+promoted with `promote_types` (int64 + float32 is float32, where numpy says
+float64), cast to one compute dtype, and the op's `Kind` derives the result:
+
+    PROMOTE  the promoted dtype              add, maximum, floor, neg, ...
+    FLOAT    promoted, ints and bools -> f32 div, exp, sqrt, atan2, ...
+    COMPARE  computed promoted, result bool  eq, lt, isnan, ...
+    BITWISE  promoted, ints and bools only   bitwise_and, lshift, ...
+    LOGICAL  operands cast to bool           logical_and, logical_not
+
+Reference kernels ignore floating-point warnings: inf and nan are results here,
+as in torch.
 """
 
 from __future__ import annotations
 
+import enum
+from collections.abc import Callable, Iterable
+
 import numpy as np
 from scipy import special
 
-from ir.ops.common import broadcast_shapes, promote, same_as_first
+from ir.ops.common import broadcast_shapes
 from ir.registry import STR, Trait, register
 from ir.types import TensorType
 
 _EW = [Trait.ELEMENTWISE]
 
 
-def _binary_type(types: list[TensorType], attrs: dict) -> TensorType:
-    return TensorType(broadcast_shapes(types[0].shape, types[1].shape), promote(types))
+class Kind(enum.Enum):
+    PROMOTE = "promote"
+    FLOAT = "float"
+    COMPARE = "compare"
+    BITWISE = "bitwise"
+    LOGICAL = "logical"
 
 
-def _float_binary_type(types: list[TensorType], attrs: dict) -> TensorType:
-    t = _binary_type(types, attrs)
-    return t if np.issubdtype(np.dtype(t.dtype), np.floating) else TensorType(t.shape, "float32")
+def _category(dtype: np.dtype) -> int:
+    """torch's promotion categories: bool < integer < floating."""
+    return 0 if dtype == np.bool_ else 2 if np.issubdtype(dtype, np.floating) else 1
 
 
-def _compare_type(types: list[TensorType], attrs: dict) -> TensorType:
-    return TensorType(broadcast_shapes(types[0].shape, types[1].shape), "bool")
+def promote_types(dtypes: Iterable) -> np.dtype:
+    """torch.promote_types over several dtypes: a higher category wins outright
+    (int64 with float16 is float16); within a category numpy's rule agrees with torch."""
+    result = None
+    for d in map(np.dtype, dtypes):
+        if result is None or _category(d) > _category(result):
+            result = d
+        elif _category(d) == _category(result):
+            result = np.result_type(result, d)
+    if result is None:
+        raise ValueError("no dtypes to promote")
+    return result
 
 
-def _binary(name: str, fn, infer=_binary_type) -> None:
-    def compute(a, b):
+def kind_dtypes(kind: Kind, promoted: np.dtype) -> tuple[np.dtype, np.dtype]:
+    """(compute dtype the operands are cast to, result dtype) of an op of `kind`."""
+    promoted = np.dtype(promoted)
+    if kind is Kind.FLOAT:
+        out = promoted if _category(promoted) == 2 else np.dtype(np.float32)
+        return out, out
+    if kind is Kind.COMPARE:
+        return promoted, np.dtype(np.bool_)
+    if kind is Kind.LOGICAL:
+        return np.dtype(np.bool_), np.dtype(np.bool_)
+    if kind is Kind.BITWISE and _category(promoted) == 2:
+        raise ValueError(f"bitwise op on {promoted.name}; it needs integer or bool operands")
+    return promoted, promoted
+
+
+#: IR op name -> its Kind, for every unary and binary op registered here.
+KINDS: dict[str, Kind] = {}
+
+
+def _register(name: str, arity: int, fn: Callable, kind: Kind) -> None:
+    def infer(types: list[TensorType], attrs: dict) -> TensorType:
+        shape = broadcast_shapes(*[t.shape for t in types])
+        return TensorType(shape, kind_dtypes(kind, promote_types(t.dtype for t in types))[1])
+
+    def compute(*arrays):
+        compute_dtype, result_dtype = kind_dtypes(kind, promote_types(a.dtype for a in arrays))
         with np.errstate(all="ignore"):
-            out = fn(a, b)
-        return np.asarray(out, dtype=np.result_type(a, b)) if infer is _binary_type else out
+            out = fn(*[a.astype(compute_dtype, copy=False) for a in arrays])
+        return np.asarray(out, dtype=result_dtype)
 
-    register(name, ["a", "b"], infer=infer, traits=_EW)(compute)
-
-
-def _unary(name: str, fn) -> None:
-    def compute(x):
-        with np.errstate(all="ignore"):
-            return np.asarray(fn(x), dtype=x.dtype)
-
-    register(name, ["x"], infer=same_as_first, traits=_EW)(compute)
+    compute.__name__ = name
+    KINDS[name] = kind
+    register(name, ["a", "b"] if arity == 2 else ["x"], infer=infer, traits=_EW)(compute)
 
 
-def _torch_div(a, b):
-    if np.issubdtype(np.result_type(a, b), np.integer):
-        return np.true_divide(a, b).astype(np.float32)
-    return np.divide(a, b)
+def _rsqrt(x):
+    return 1 / np.sqrt(x)
 
 
-_binary("add", np.add)
-_binary("sub", np.subtract)
-_binary("mul", np.multiply)
-_binary("div", _torch_div, infer=_float_binary_type)
-_binary("pow", np.power)
-_binary("maximum", np.maximum)
-_binary("minimum", np.minimum)
-_binary("floor_divide", np.floor_divide)
-_binary("fmod", np.fmod)
-_binary("remainder", np.remainder)  # python-style sign, as torch.remainder
-_binary("atan2", np.arctan2)
-_binary("equal", np.equal, infer=_compare_type)
-_binary("less", np.less, infer=_compare_type)
+def _torch_sign(x):
+    """torch.sign(nan) is 0; numpy's is nan."""
+    out = np.sign(x)
+    return np.where(np.isnan(out), 0, out) if out.dtype.kind == "f" else out
 
-_UNARY = {
-    "neg": np.negative,
-    "abs": np.abs,
-    "exp": np.exp,
-    "log": np.log,
-    "log10": np.log10,
-    "sqrt": np.sqrt,
-    "rsqrt": lambda x: 1 / np.sqrt(x),
-    "reciprocal": np.reciprocal,
-    "square": np.square,
-    "sin": np.sin,
-    "cos": np.cos,
-    "tan": np.tan,
-    "asin": np.arcsin,
-    "acos": np.arccos,
-    "atan": np.arctan,
-    "sinh": np.sinh,
-    "cosh": np.cosh,
-    "asinh": np.arcsinh,
-    "acosh": np.arccosh,
-    "atanh": np.arctanh,
-    "floor": np.floor,
-    "ceil": np.ceil,
-    "round": np.round,  # round half to even, as torch.round
-    "trunc": np.trunc,
-    "sign": np.sign,
-    "erf": special.erf,
+
+def _frac(x):
+    return x - np.trunc(x)
+
+
+_BINARY: dict[str, tuple[Callable, Kind]] = {
+    "add": (np.add, Kind.PROMOTE),
+    "sub": (np.subtract, Kind.PROMOTE),
+    "mul": (np.multiply, Kind.PROMOTE),
+    "div": (np.true_divide, Kind.FLOAT),
+    "floor_divide": (np.floor_divide, Kind.PROMOTE),  # floor rounding, as torch >= 1.13
+    "fmod": (np.fmod, Kind.PROMOTE),  # sign of the dividend
+    "remainder": (np.remainder, Kind.PROMOTE),  # sign of the divisor
+    "pow": (np.power, Kind.PROMOTE),
+    "maximum": (np.maximum, Kind.PROMOTE),  # propagates nan
+    "minimum": (np.minimum, Kind.PROMOTE),
+    "fmax": (np.fmax, Kind.PROMOTE),  # ignores nan
+    "fmin": (np.fmin, Kind.PROMOTE),
+    "atan2": (np.arctan2, Kind.FLOAT),
+    "logaddexp": (np.logaddexp, Kind.FLOAT),
+    "hypot": (np.hypot, Kind.FLOAT),
+    "copysign": (np.copysign, Kind.FLOAT),
+    "eq": (np.equal, Kind.COMPARE),
+    "ne": (np.not_equal, Kind.COMPARE),
+    "lt": (np.less, Kind.COMPARE),
+    "le": (np.less_equal, Kind.COMPARE),
+    "gt": (np.greater, Kind.COMPARE),
+    "ge": (np.greater_equal, Kind.COMPARE),
+    "bitwise_and": (np.bitwise_and, Kind.BITWISE),
+    "bitwise_or": (np.bitwise_or, Kind.BITWISE),
+    "bitwise_xor": (np.bitwise_xor, Kind.BITWISE),
+    "lshift": (np.left_shift, Kind.BITWISE),
+    "rshift": (np.right_shift, Kind.BITWISE),
+    "logical_and": (np.logical_and, Kind.LOGICAL),
+    "logical_or": (np.logical_or, Kind.LOGICAL),
+    "logical_xor": (np.logical_xor, Kind.LOGICAL),
 }
-for _name, _fn in _UNARY.items():
-    _unary(_name, _fn)
+
+_UNARY: dict[str, tuple[Callable, Kind]] = {
+    "neg": (np.negative, Kind.PROMOTE),
+    "abs": (np.abs, Kind.PROMOTE),
+    "sign": (_torch_sign, Kind.PROMOTE),
+    "square": (np.square, Kind.PROMOTE),
+    "floor": (np.floor, Kind.PROMOTE),  # on integers: the integers, as torch
+    "ceil": (np.ceil, Kind.PROMOTE),
+    "round": (np.round, Kind.PROMOTE),  # half to even, as torch.round
+    "trunc": (np.trunc, Kind.PROMOTE),
+    "frac": (_frac, Kind.PROMOTE),
+    "exp": (np.exp, Kind.FLOAT),
+    "exp2": (np.exp2, Kind.FLOAT),
+    "expm1": (np.expm1, Kind.FLOAT),
+    "log": (np.log, Kind.FLOAT),
+    "log2": (np.log2, Kind.FLOAT),
+    "log10": (np.log10, Kind.FLOAT),
+    "log1p": (np.log1p, Kind.FLOAT),
+    "sqrt": (np.sqrt, Kind.FLOAT),
+    "rsqrt": (_rsqrt, Kind.FLOAT),
+    "reciprocal": (np.reciprocal, Kind.FLOAT),
+    "sin": (np.sin, Kind.FLOAT),
+    "cos": (np.cos, Kind.FLOAT),
+    "tan": (np.tan, Kind.FLOAT),
+    "asin": (np.arcsin, Kind.FLOAT),
+    "acos": (np.arccos, Kind.FLOAT),
+    "atan": (np.arctan, Kind.FLOAT),
+    "sinh": (np.sinh, Kind.FLOAT),
+    "cosh": (np.cosh, Kind.FLOAT),
+    "tanh": (np.tanh, Kind.FLOAT),
+    "asinh": (np.arcsinh, Kind.FLOAT),
+    "acosh": (np.arccosh, Kind.FLOAT),
+    "atanh": (np.arctanh, Kind.FLOAT),
+    "erf": (special.erf, Kind.FLOAT),
+    "erfc": (special.erfc, Kind.FLOAT),
+    "isnan": (np.isnan, Kind.COMPARE),
+    "signbit": (np.signbit, Kind.COMPARE),
+    "bitwise_not": (np.invert, Kind.BITWISE),
+    "logical_not": (np.logical_not, Kind.LOGICAL),
+}
+
+for _name, (_fn, _kind) in _BINARY.items():
+    _register(_name, 2, _fn, _kind)
+for _name, (_fn, _kind) in _UNARY.items():
+    _register(_name, 1, _fn, _kind)
 
 
-@register("copy", ["x"], infer=same_as_first, traits=_EW)
+def _where_type(types: list[TensorType], attrs: dict) -> TensorType:
+    shape = broadcast_shapes(*[t.shape for t in types])
+    return TensorType(shape, promote_types([types[1].dtype, types[2].dtype]))
+
+
+@register("where", ["cond", "a", "b"], infer=_where_type, traits=_EW)
+def where(cond, a, b):
+    dtype = promote_types([a.dtype, b.dtype])
+    return np.where(cond.astype(bool, copy=False), a.astype(dtype, copy=False), b.astype(dtype, copy=False))
+
+
+@register("copy", ["x"], infer=lambda t, a: t[0], traits=_EW)
 def copy(x):
     return np.array(x, copy=True)
 
 
 @register("cast", ["x"], {"dtype": STR()}, infer=lambda t, a: TensorType(t[0].shape, a["dtype"]), traits=_EW)
 def cast(x, dtype):
+    """astype truncates floats toward zero, as torch's .to(int)."""
     return x.astype(dtype)
-
-
-@register("where", ["cond", "a", "b"],
-          infer=lambda t, a: TensorType(broadcast_shapes(t[0].shape, t[1].shape, t[2].shape), promote(t[1:])),
-          traits=_EW)
-def where(cond, a, b):
-    return np.where(cond, a, b).astype(np.result_type(a, b))
