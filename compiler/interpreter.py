@@ -63,7 +63,8 @@ def run_node(node: Node, arrays: list[np.ndarray]) -> list[np.ndarray]:
     except Exception as exc:
         raise NodeExecutionError(f"node {node.name} ({node.op}) failed: {type(exc).__name__}: {exc}") from exc
     if len(results) != len(node.outputs):
-        raise NodeExecutionError(f"node {node.name} ({node.op}) returned {len(results)} arrays, expected {len(node.outputs)}")
+        raise NodeExecutionError(
+            f"node {node.name} ({node.op}) returned {len(results)} arrays, expected {len(node.outputs)}")
     for v, r in zip(node.outputs, results):
         if tuple(r.shape) != v.shape or r.dtype.name != v.dtype:
             raise NodeExecutionError(

@@ -30,7 +30,7 @@ _RULES: dict[str, Rule] = {}
 _STRUCTURAL = {"pnnx.Input", "pnnx.Output", "prim::TupleConstruct", "prim::ListConstruct", "prim::TupleUnpack"}
 
 
-class Unsupported(Exception):
+class Unsupported(Exception):  # noqa: N818 - raised as a signal: "this op is unsupported"
     """Raised by a rule for params it cannot lower (reported with every other unsupported op)."""
 
 

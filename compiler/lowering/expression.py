@@ -1,1 +1,128 @@
-"""(being written)"""
+"""Lowering of pnnx.Expression, and of the elementwise ops pnnx leaves as ops.
+
+A pnnx.Expression becomes one `expression` node (literal-only and size()
+subtrees folded, inputs renumbered), a constant when nothing in it depends on a
+tensor (pnnx's 0-input `expr=1.000000e-6`, or a shape list such as
+`[size(@0,0),-1]`, static under our static shapes), or an alias when it is just
+an input. Comparisons, where, masked_fill, logical and bitwise ops and the
+aten::* math ops pnnx does not convert are written as expressions too, so that
+torch's scalar typing lives in one place (ir/ops/expression.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from compiler.lowering.core import OpContext, Unsupported, lowers
+from ir.graph import Value
+from ir.ops.expression import Ref, fold_expression, format_expression, format_literal, parse_expression, type_expression
+
+# 0-d constants of these dtypes are exactly what a literal would be, so they are inlined.
+_LITERAL_DTYPES = {"float32", "int64", "bool"}
+
+
+def expression_text(param: Any) -> str:
+    """The expr param as written: pnnx_format reads `expr=0.1` as a float and `expr=[a,b]` as a tuple."""
+    if isinstance(param, tuple):
+        return "[" + ",".join(map(expression_text, param)) + "]"
+    if isinstance(param, (str, complex)):
+        return param if isinstance(param, str) else repr(param)
+    return format_literal(param)
+
+
+class Operands:
+    """Spells the operands of an expression being built: numbers and small constants
+    inline as literals, tensors as @0, @1, ... (collected in `values`)."""
+
+    def __init__(self) -> None:
+        self.values: list[Value] = []
+
+    def __call__(self, operand: Value | int | float | bool) -> str:
+        if not isinstance(operand, Value):
+            return format_literal(operand)
+        data = operand.data
+        if data is not None and data.ndim == 0 and operand.dtype in _LITERAL_DTYPES:
+            return format_literal(data.item())
+        if operand not in self.values:
+            self.values.append(operand)
+        return f"@{self.values.index(operand)}"
+
+
+def lower_expression(ctx: OpContext, text: str, inputs: Sequence[Value]) -> None:
+    """Bind the op's output to expression `text` over `inputs` (an expression node, a constant or an input)."""
+    try:
+        expr = parse_expression(text)
+        table = type_expression(expr, [v.type for v in inputs])
+    except ValueError as exc:
+        raise Unsupported(f"expression {text!r}: {exc}") from None
+    root, out = table[expr], ctx.op.outputs[0]
+    if root.static:
+        if root.value is None:
+            raise Unsupported(f"expression {text!r} is None, not a tensor")
+        ctx.alias(out, ctx.const("value", np.asarray(root.value, dtype=root.dtype)))
+        return
+    if root.is_list:
+        raise Unsupported(f"shape list {text!r} depends on tensor values")
+    folded, used = fold_expression(expr, table)
+    if isinstance(folded, Ref):
+        ctx.alias(out, inputs[used[0]])
+    else:
+        ctx.emit("expression", [inputs[i] for i in used], {"expr": format_expression(folded)})
+
+
+@lowers("pnnx.Expression")
+def pnnx_expression(ctx: OpContext) -> None:
+    lower_expression(ctx, expression_text(ctx.param("expr")), ctx.inputs)
+
+
+def operand(ctx: OpContext, name: str, position: int) -> Value | int | float | bool:
+    """The operand `name` of a torch op: its `$name` input, its `name=` param (a scalar), or,
+    for aten::* ops (no $ names), the input at `position`."""
+    value = ctx.input_named(name)
+    if value is not None:
+        return value
+    if name in ctx.op.params:
+        scalar = ctx.op.params[name]
+        if not isinstance(scalar, (bool, int, float)):
+            raise Unsupported(f"{name}={scalar!r} is not a number")
+        return scalar
+    if not any(ctx.op.input_names) and position < len(ctx.op.inputs):
+        return ctx.input(position)
+    raise ctx.format_error(f"missing operand {name}")
+
+
+def _call_rule(function: str, names: Sequence[str]):
+    """A rule writing `function(<names[0]>, <names[1]>, ...)` as an expression."""
+
+    def rule(ctx: OpContext) -> None:
+        spell = Operands()
+        args = [spell(operand(ctx, name, i)) for i, name in enumerate(names)]
+        lower_expression(ctx, f"{function}({','.join(args)})", spell.values)
+
+    rule.__name__ = f"lower_{function}"
+    return rule
+
+
+_TORCH_BINARY = {
+    "torch.eq": "eq", "torch.ne": "ne", "torch.lt": "lt", "torch.le": "le", "torch.gt": "gt", "torch.ge": "ge",
+    "torch.logical_and": "logical_and", "torch.logical_or": "logical_or", "torch.logical_xor": "logical_xor",
+    "torch.bitwise_and": "and", "torch.bitwise_or": "or", "torch.bitwise_xor": "xor",
+}
+_TORCH_UNARY = {"torch.logical_not": "logical_not", "torch.bitwise_not": "bitwise_not"}
+# Ops pnnx leaves as raw aten::* (positional inputs; scalars come from 0-input expressions).
+_ATEN = {
+    "aten::log2": "log2", "aten::exp2": "exp2", "aten::frac": "frac", "aten::erfc": "erfc", "aten::sgn": "sign",
+    "aten::isnan": "isnan", "aten::signbit": "signbit", "aten::hypot": "hypot", "aten::copysign": "copysign",
+    "aten::fmax": "fmax", "aten::fmin": "fmin", "aten::clamp_min": "maximum", "aten::clamp_max": "minimum",
+}
+
+for _type, _fn in _TORCH_BINARY.items():
+    lowers(_type)(_call_rule(_fn, ("input", "other")))
+for _type, _fn in _TORCH_UNARY.items():
+    lowers(_type)(_call_rule(_fn, ("input",)))
+for _type, _fn in _ATEN.items():
+    lowers(_type)(_call_rule(_fn, ("input", "other")[:len(_ARITY_PLACEHOLDER := ())] or ()))
+lowers("torch.where")(_call_rule("where", ("condition", "input", "other")))

@@ -36,7 +36,8 @@ def conv_out_size(size: int, kernel: int, stride: int, pad_begin: int, pad_end: 
     """Output length of a sliding window (conv or pool), as torch computes it."""
     span = size + pad_begin + pad_end - dilation * (kernel - 1) - 1
     if span < 0:
-        raise ValueError(f"window {kernel} (dilation {dilation}) is larger than padded input {size + pad_begin + pad_end}")
+        padded = size + pad_begin + pad_end
+        raise ValueError(f"window {kernel} (dilation {dilation}) is larger than padded input {padded}")
     out = (-(-span // stride) if ceil_mode else span // stride) + 1
     # torch: with ceil_mode the last window must start inside the input or left padding
     if ceil_mode and (out - 1) * stride >= size + pad_begin:

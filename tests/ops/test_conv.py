@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn as nn
-import torch.nn.functional as F  # noqa: N812 - torch's own convention
+import torch.nn.functional as F
 
 from compiler.lowering import supported_pnnx_types
 from ir.registry import Trait, get_op

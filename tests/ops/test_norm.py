@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn as nn
-import torch.nn.functional as F  # noqa: N812 - torch's own spelling
+import torch.nn.functional as F
 
 from ir.ops import norm
 from ir.registry import get_op

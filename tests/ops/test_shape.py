@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn as nn
-import torch.nn.functional as F  # noqa: N812 - torch's own spelling
+import torch.nn.functional as F
 
 import compiler
 from compiler.errors import UnsupportedOperatorError
