@@ -14,22 +14,35 @@ from ir import parse_graph, print_graph, verify
 MODELS = ["tiny_cnn", "mlp", "transformer_block", "unet_small", "mobilenet_v2", "resnet18", "resnet50", "yolov5s"]
 
 
-def reference(name: str, x: np.ndarray) -> list[np.ndarray]:
-    module = zoo.get(name).build()
+def reference(name: str, x: np.ndarray, dtype: torch.dtype = torch.float32) -> list[np.ndarray]:
+    module = zoo.get(name).build().to(dtype)
     with torch.no_grad():
-        out = module(torch.from_numpy(x))
+        out = module(torch.from_numpy(x).to(dtype))
     outs = out if isinstance(out, (tuple, list)) else (out,)
     return [o.numpy() for o in outs]
 
 
-def assert_matches_torch(got, expected, label: str) -> None:
+def assert_matches_torch(got, name: str, x: np.ndarray, label: str) -> None:
+    """Within 1e-4 of torch eager (relative to the output's scale: resnet50's logits are ~60).
+
+    Where torch's own float32 result is further than that from the exact (float64)
+    answer, as in YOLOv5's box decode that squares and scales by anchors up to 373,
+    two float32 computations cannot agree to 1e-4; there we require our error
+    against float64 to be no worse than twice torch's own.
+    """
+    expected = reference(name, x)
+    exact = reference(name, x, torch.float64)
     got = list(got) if isinstance(got, tuple) else [got]
     assert len(got) == len(expected)
-    for g, e in zip(got, expected):
+    for g, e, e64 in zip(got, expected, exact):
         assert g.shape == e.shape, label
-        # about 1e-4 relative to the output's scale (resnet50's logits are ~60)
         scale = max(1.0, float(np.abs(e).max()))
-        np.testing.assert_allclose(g, e, rtol=1e-4, atol=1e-4 * scale, err_msg=label)
+        torch_error = float(np.abs(e - e64).max())
+        if torch_error <= 1e-4 * scale:
+            np.testing.assert_allclose(g, e, rtol=1e-4, atol=1e-4 * scale, err_msg=label)
+        else:
+            our_error = float(np.abs(g - e64).max())
+            assert our_error <= 2 * torch_error, f"{label}: error {our_error} vs float64, torch float32 has {torch_error}"
 
 
 @pytest.mark.parametrize("name", MODELS)
@@ -45,4 +58,4 @@ def test_ir_round_trips(name):
 def test_interpreter_matches_torch(name):
     x = zoo.make_input(zoo.get(name), batch=1, seed=1)
     model = compiler.compile(export_zoo(name), backend="interpreter")
-    assert_matches_torch(model(x), reference(name, x), f"{name} interpreter")
+    assert_matches_torch(model(x), name, x, f"{name} interpreter")

@@ -1,30 +1,49 @@
-"""Lowering of activations, module and functional spellings alike."""
+"""Lowering of activations: module (nn.*) and functional (F.*) spellings, and torch.clamp.
+
+pnnx writes torch.relu / x.relu() / torch.sigmoid / torch.tanh as F.relu, F.sigmoid
+and F.tanh, a root-level nn.ReLU6 as F.hardtanh, and nn.PReLU() with a single
+parameter as nn.LeakyReLU; see /tmp/pnnx_catalog.md.
+"""
 
 from __future__ import annotations
 
-from compiler.lowering.core import OpContext, lowers
+from compiler.lowering.core import OpContext, Unsupported, lowers
+from compiler.lowering.expression import Operands, lower_expression
 
-_SIMPLE = {
-    "relu": ("nn.ReLU", "F.relu", "torch.relu", "Tensor.relu"),
-    "sigmoid": ("nn.Sigmoid", "F.sigmoid", "torch.sigmoid", "Tensor.sigmoid"),
-    "tanh": ("nn.Tanh", "F.tanh", "torch.tanh", "Tensor.tanh"),
-    "silu": ("nn.SiLU", "F.silu"),
-    "hardswish": ("nn.Hardswish", "F.hardswish"),
-    "hardsigmoid": ("nn.Hardsigmoid", "F.hardsigmoid"),
-    "mish": ("nn.Mish", "F.mish"),
+# IR op -> (pnnx op types, {attribute: default}); pnnx's param names are torch's, and so are ours.
+_ACTIVATIONS: dict[str, tuple[tuple[str, ...], dict]] = {
+    "relu": (("nn.ReLU", "F.relu"), {}),
+    "sigmoid": (("nn.Sigmoid", "F.sigmoid"), {}),
+    "tanh": (("nn.Tanh", "F.tanh"), {}),
+    "silu": (("nn.SiLU", "F.silu"), {}),
+    "hardswish": (("nn.Hardswish", "F.hardswish"), {}),
+    "hardsigmoid": (("nn.Hardsigmoid", "F.hardsigmoid"), {}),
+    "mish": (("nn.Mish", "F.mish"), {}),
+    "selu": (("nn.SELU", "F.selu"), {}),
+    "logsigmoid": (("nn.LogSigmoid", "F.logsigmoid"), {}),
+    "softsign": (("nn.Softsign", "F.softsign"), {}),
+    "tanhshrink": (("nn.Tanhshrink", "F.tanhshrink"), {}),
+    "leaky_relu": (("nn.LeakyReLU", "F.leaky_relu"), {"negative_slope": 0.01}),
+    "elu": (("nn.ELU", "F.elu"), {"alpha": 1.0}),
+    "celu": (("nn.CELU", "F.celu"), {"alpha": 1.0}),
+    "gelu": (("nn.GELU", "F.gelu"), {"approximate": "none"}),
+    "softplus": (("nn.Softplus", "F.softplus"), {"beta": 1.0, "threshold": 20.0}),
+    "hardshrink": (("nn.Hardshrink", "F.hardshrink"), {"lambd": 0.5}),
+    "softshrink": (("nn.Softshrink", "F.softshrink"), {"lambd": 0.5}),
+    "threshold": (("nn.Threshold", "F.threshold"), {"threshold": ..., "value": ...}),
 }
 
 
-def _simple(ir_op: str):
+def _activation_rule(ir_op: str, defaults: dict):
     def rule(ctx: OpContext) -> None:
-        ctx.emit(ir_op, [ctx.input(0)])
+        ctx.emit(ir_op, [ctx.input(0)], {key: ctx.param(key, default) for key, default in defaults.items()})
 
     rule.__name__ = f"lower_{ir_op}"
     return rule
 
 
-for _op, _types in _SIMPLE.items():
-    lowers(*_types)(_simple(_op))
+for _op, (_types, _defaults) in _ACTIVATIONS.items():
+    lowers(*_types)(_activation_rule(_op, _defaults))
 
 
 @lowers("nn.ReLU6", "F.relu6")
@@ -37,22 +56,36 @@ def hardtanh(ctx: OpContext) -> None:
     ctx.emit("clamp", [ctx.input(0)], {"min": ctx.param("min_val", -1.0), "max": ctx.param("max_val", 1.0)})
 
 
-@lowers("nn.LeakyReLU", "F.leaky_relu")
-def leaky_relu(ctx: OpContext) -> None:
-    ctx.emit("leaky_relu", [ctx.input(0)], {"negative_slope": ctx.param("negative_slope", 0.01)})
+@lowers("nn.RReLU", "F.rrelu")
+def rrelu(ctx: OpContext) -> None:
+    """In eval mode the random slope is fixed at the middle of [lower, upper]."""
+    slope = (ctx.param("lower", 1 / 8) + ctx.param("upper", 1 / 3)) / 2
+    ctx.emit("leaky_relu", [ctx.input(0)], {"negative_slope": slope})
 
 
-@lowers("nn.ELU", "F.elu")
-def elu(ctx: OpContext) -> None:
-    ctx.emit("elu", [ctx.input(0)], {"alpha": ctx.param("alpha", 1.0)})
+@lowers("nn.PReLU", "F.prelu")
+def prelu(ctx: OpContext) -> None:
+    weight = ctx.input_named("weight") or (ctx.attr_const("weight") if ctx.has_attr("weight") else None)
+    if weight is None:
+        raise ctx.format_error("PReLU without a weight")
+    ctx.emit("prelu", [ctx.input_named("input") or ctx.input(0), weight])
 
 
-@lowers("nn.GELU", "F.gelu")
-def gelu(ctx: OpContext) -> None:
-    ctx.emit("gelu", [ctx.input(0)], {"approximate": ctx.param("approximate", "none")})
-
-
-@lowers("torch.clamp", "Tensor.clamp", "torch.clip", "Tensor.clip")
+@lowers("torch.clamp")
 def clamp(ctx: OpContext) -> None:
-    lo, hi = ctx.param("min", None), ctx.param("max", None)
-    ctx.emit("clamp", [ctx.input(0)], {"min": lo, "max": hi})
+    """A clamp node for a float input with number bounds; otherwise minimum(maximum(...)) as
+    an expression, which types tensor bounds and int inputs as torch does."""
+    x = ctx.input_named("input") or ctx.input(0)
+    bounds = {key: ctx.input_named(key) or ctx.param(key, None) for key in ("min", "max")}
+    if bounds["min"] is None and bounds["max"] is None:
+        raise Unsupported("clamp without min and max")
+    numbers = all(isinstance(b, (int, float, type(None))) for b in bounds.values())
+    if numbers and x.dtype.startswith("float"):
+        ctx.emit("clamp", [x], bounds)
+        return
+    spell = Operands()
+    text = spell(x)
+    for key, function in (("min", "maximum"), ("max", "minimum")):
+        if bounds[key] is not None:
+            text = f"{function}({text},{spell(bounds[key])})"
+    lower_expression(ctx, text, spell.values)

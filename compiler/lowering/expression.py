@@ -12,25 +12,16 @@ torch's scalar typing lives in one place (ir/ops/expression.py).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 import numpy as np
 
 from compiler.lowering.core import OpContext, Unsupported, lowers
 from ir.graph import Value
 from ir.ops.expression import Ref, fold_expression, format_expression, format_literal, parse_expression, type_expression
+from ir.registry import get_op
 
 # 0-d constants of these dtypes are exactly what a literal would be, so they are inlined.
 _LITERAL_DTYPES = {"float32", "int64", "bool"}
-
-
-def expression_text(param: Any) -> str:
-    """The expr param as written: pnnx_format reads `expr=0.1` as a float and `expr=[a,b]` as a tuple."""
-    if isinstance(param, tuple):
-        return "[" + ",".join(map(expression_text, param)) + "]"
-    if isinstance(param, (str, complex)):
-        return param if isinstance(param, str) else repr(param)
-    return format_literal(param)
 
 
 class Operands:
@@ -75,7 +66,7 @@ def lower_expression(ctx: OpContext, text: str, inputs: Sequence[Value]) -> None
 
 @lowers("pnnx.Expression")
 def pnnx_expression(ctx: OpContext) -> None:
-    lower_expression(ctx, expression_text(ctx.param("expr")), ctx.inputs)
+    lower_expression(ctx, ctx.param("expr"), ctx.inputs)  # pnnx_format keeps expr verbatim
 
 
 def operand(ctx: OpContext, name: str, position: int) -> Value | int | float | bool:
@@ -124,5 +115,29 @@ for _type, _fn in _TORCH_BINARY.items():
 for _type, _fn in _TORCH_UNARY.items():
     lowers(_type)(_call_rule(_fn, ("input",)))
 for _type, _fn in _ATEN.items():
-    lowers(_type)(_call_rule(_fn, ("input", "other")[:len(_ARITY_PLACEHOLDER := ())] or ()))
+    lowers(_type)(_call_rule(_fn, ("input", "other")[:get_op(_fn).arity()[0]]))
 lowers("torch.where")(_call_rule("where", ("condition", "input", "other")))
+
+
+@lowers("Tensor.masked_fill")
+def masked_fill(ctx: OpContext) -> None:
+    """where(mask, value, input); the result keeps the input's dtype, so a number is
+    converted to it first (an int tensor filled with 1.7 gets 1, as in torch)."""
+    x, value = ctx.input_named("input"), operand(ctx, "value", 2)
+    if not isinstance(value, Value):
+        value = np.asarray(value).astype(x.dtype).item()
+    elif value.dtype != x.dtype:
+        raise Unsupported(f"masked_fill of a {x.dtype} tensor with a {value.dtype} value tensor")
+    spell = Operands()
+    text = f"where({spell(ctx.input_named('mask'))},{spell(value)},{spell(x)})"
+    lower_expression(ctx, text, spell.values)
+
+
+@lowers("aten::lerp")
+def lerp(ctx: OpContext) -> None:
+    """start + weight (end - start), computed from the nearer end as torch does."""
+    spell = Operands()
+    a, b, w = (spell(ctx.input(i)) for i in range(3))
+    text = (f"where(lt({w},0.5),add({a},mul({w},sub({b},{a}))),"
+            f"sub({b},mul(sub({b},{a}),sub(1,{w}))))")
+    lower_expression(ctx, text, spell.values)

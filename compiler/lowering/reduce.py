@@ -8,7 +8,7 @@ has two outputs (values, indices) when the indices are used and one otherwise.
 from __future__ import annotations
 
 from compiler.lowering.core import OpContext, Unsupported, lowers
-from compiler.lowering.shape import axis_of, int_tuple, single_input
+from compiler.lowering.shape import axis_of, int_tuple, tensor_input
 
 _AXES_REDUCTIONS = {
     "torch.sum": "reduce_sum",
@@ -21,16 +21,16 @@ _VALUE_INDEX_REDUCTIONS = {"torch.max": ("reduce_max", "argmax"), "torch.min": (
 
 
 def reduce_attrs(ctx: OpContext, rank: int) -> dict:
-    """axes (None for every axis: no dim, or pnnx's empty `dim=()`) and keepdim."""
+    """dims (None for every dim: no dim param, or pnnx's empty `dim=()`) and keepdim."""
     if ctx.param("dtype", None) is not None:
         raise Unsupported(f"dtype={ctx.param('dtype')}")
     dims = int_tuple(ctx, "dim", None)
-    axes = None if dims is None else tuple(axis_of(ctx, d, rank) for d in dims)
-    return {"axes": axes, "keepdim": bool(ctx.param("keepdim", False))}
+    dims = None if dims is None else tuple(axis_of(ctx, d, rank) for d in dims)
+    return {"dims": dims, "keepdim": bool(ctx.param("keepdim", False))}
 
 
 def _axes_reduction(ctx: OpContext) -> None:
-    x = single_input(ctx)
+    x = tensor_input(ctx)
     ctx.emit(_AXES_REDUCTIONS[ctx.op.type], [x], reduce_attrs(ctx, x.type.rank))
 
 
@@ -42,26 +42,26 @@ for _type in _AXES_REDUCTIONS:
 def value_index_reduction(ctx: OpContext) -> None:
     """torch.max(x) is a full reduction; torch.max(x, dim) gives values and, when pnnx kept
     a second output, int64 indices."""
-    x = single_input(ctx)
+    x = tensor_input(ctx)
     value_op, index_op = _VALUE_INDEX_REDUCTIONS[ctx.op.type]
     attrs = reduce_attrs(ctx, x.type.rank)
     if len(ctx.op.outputs) == 1:
         ctx.emit(value_op, [x], attrs)
         return
-    if attrs["axes"] is None or len(attrs["axes"]) != 1:
+    if attrs["dims"] is None or len(attrs["dims"]) != 1:
         raise ctx.format_error("two outputs (values, indices) need exactly one dim")
     values, indices = ctx.op.outputs
     ctx.emit(value_op, [x], attrs, outputs=[values])
-    ctx.emit(index_op, [x], {"axis": attrs["axes"][0], "keepdim": attrs["keepdim"]}, outputs=[indices])
+    ctx.emit(index_op, [x], {"dim": attrs["dims"][0], "keepdim": attrs["keepdim"]}, outputs=[indices])
 
 
 @lowers("torch.argmax", "torch.argmin")
 def arg_reduction(ctx: OpContext) -> None:
     """dim None means the index into the flattened tensor."""
-    x = single_input(ctx)
+    x = tensor_input(ctx)
     attrs = reduce_attrs(ctx, x.type.rank)
-    axes = attrs["axes"]
-    if axes is not None and len(axes) != 1:
+    dims = attrs["dims"]
+    if dims is not None and len(dims) != 1:
         raise ctx.format_error(f"{ctx.op.type} takes one dim, got {ctx.param('dim')}")
     ir_op = "argmax" if ctx.op.type == "torch.argmax" else "argmin"
-    ctx.emit(ir_op, [x], {"axis": None if axes is None else axes[0], "keepdim": attrs["keepdim"]})
+    ctx.emit(ir_op, [x], {"dim": None if dims is None else dims[0], "keepdim": attrs["keepdim"]})

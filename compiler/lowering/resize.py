@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 
 from compiler.lowering.core import OpContext, Unsupported, lowers
-from compiler.lowering.shape import single_input
+from compiler.lowering.shape import param_value, tensor_input
 
 # torch mode -> (IR mode, number of spatial dims it requires, or None for any)
 _MODES = {
@@ -27,11 +27,9 @@ _MODES = {
 
 def _per_axis(ctx: OpContext, key: str, value, n: int, kind: type) -> tuple:
     """An int/float or a tuple of them, as one value per spatial axis."""
-    if isinstance(value, str):
-        raise Unsupported(f"{key}={value} depends on runtime sizes")
-    items = value if isinstance(value, tuple) else (value,) * n
+    items = value if isinstance(value, tuple) else (value,)
     if len(items) == 1:
-        items = items * n
+        items *= n
     if len(items) != n or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in items):
         raise ctx.format_error(f"param {key}={value!r} is not one {kind.__name__} or {n} of them")
     return tuple(kind(v) for v in items)
@@ -39,14 +37,15 @@ def _per_axis(ctx: OpContext, key: str, value, n: int, kind: type) -> tuple:
 
 def _scaled_size(ctx: OpContext, spatial: tuple[int, ...], factors: tuple[float, ...]) -> tuple[int, ...]:
     """floor(in * factor) per axis, as torch; pnnx's annotation wins where it has the size,
-    because pnnx keeps factors in float32 and floor(10 * float32(0.7)) = 6, not torch's 7."""
+    because pnnx keeps factors in float32: 7/3 is written 2.33333325, and floor(9 * that)
+    is 20 where torch gets 21."""
     annotated = ctx.annotated_shape(ctx.op.outputs[0]) or (None,) * (len(spatial) + 2)
     return tuple(a if a is not None else math.floor(n * f)
                  for n, f, a in zip(spatial, factors, annotated[-len(spatial):], strict=True))
 
 
 def emit_resize(ctx: OpContext, mode: str, align_corners: bool) -> None:
-    x = single_input(ctx)
+    x = tensor_input(ctx, "size", "scale_factor")
     if mode not in _MODES:
         raise Unsupported(f"mode={mode}")
     if ctx.param("antialias", False):
@@ -55,7 +54,7 @@ def emit_resize(ctx: OpContext, mode: str, align_corners: bool) -> None:
     spatial = x.shape[2:]
     if not spatial or (spatial_rank is not None and len(spatial) != spatial_rank):
         raise ctx.format_error(f"mode={mode} does not fit input {x.type}")
-    size, factor = ctx.param("size", None), ctx.param("scale_factor", None)
+    size, factor = param_value(ctx, "size", None), param_value(ctx, "scale_factor", None)
     if size is not None:
         out_size, scales = _per_axis(ctx, "size", size, len(spatial), int), None
     elif factor is not None:

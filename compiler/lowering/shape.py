@@ -6,8 +6,9 @@ reshape become `Tensor.reshape shape=(...)`, `x[:, 2]` becomes `Tensor.select`,
 multi-axis indexing one `Tensor.slice` with list params). torch conventions are
 resolved here, against the input's static shape: -1 sizes, negative dims,
 "to the end" bounds (2147483647 or 9223372036854775807) and negative indices.
-Shapes that depend on runtime sizes reach us as extra tensor operands ($shape,
-$end, $sizes, ...) or `%` expressions; those are refused with Unsupported.
+With dynamic exports, a param computed from input sizes becomes an extra operand
+($shape, $end, $sizes, ...): a constant once our input shapes are fixed, so we
+read it; anything that stays a runtime value is refused with Unsupported.
 """
 
 from __future__ import annotations
@@ -23,32 +24,47 @@ _NO_SELECT = 2147483647  # pnnx's "this axis is sliced, not selected" marker in 
 # -- reading params ---------------------------------------------------------------------
 
 
-def single_input(ctx: OpContext) -> Value:
-    """The op's only tensor input; extra operands carry runtime shapes, which we cannot lower."""
-    if len(ctx.op.inputs) != 1:
-        dynamic = [f"${n}" if n else f"operand {i}" for i, n in enumerate(ctx.op.input_names) if i]
-        raise Unsupported(f"{', '.join(dynamic)} given as a tensor (a shape computed from input sizes)")
+def tensor_input(ctx: OpContext, *operand_params: str) -> Value:
+    """Input 0, the tensor. pnnx passes a param computed from input sizes as an extra operand
+    (`$shape`, `$end`, `$size`, ...); those named in operand_params are read by param_value."""
+    unknown = [f"${n}" if n else f"operand {i}" for i, n in enumerate(ctx.op.input_names)
+               if i and n not in operand_params]
+    if unknown:
+        raise Unsupported(f"{', '.join(unknown)} given as a tensor")
     return ctx.input(0)
+
+
+def param_value(ctx: OpContext, key: str, default=...):
+    """Param `key`, or the operand `$key` pnnx wrote instead. Under our static input shapes
+    the expression lowering folds such a size computation to a constant, which we read."""
+    operand = ctx.input_named(key)
+    if operand is None:
+        value = ctx.param(key, default)
+        if isinstance(value, str) and "%" in value:
+            raise Unsupported(f"{key}={value} depends on runtime sizes")
+        return value
+    if not operand.is_constant:
+        raise Unsupported(f"${key} depends on tensor values, not only on shapes")
+    data = operand.data
+    return data.item() if data.ndim == 0 else tuple(data.tolist())
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def int_tuple(ctx: OpContext, key: str, default=...) -> tuple[int, ...] | None:
     """An int-or-list param as a tuple (None stays None)."""
-    value = ctx.param(key, default)
-    if value is None:
-        return None
-    if isinstance(value, str):
-        raise Unsupported(f"{key}={value} depends on runtime sizes")
-    items = value if isinstance(value, tuple) else (value,)
-    if not all(isinstance(v, int) and not isinstance(v, bool) for v in items):
+    value = param_value(ctx, key, default)
+    items = value if isinstance(value, tuple) or value is None else (value,)
+    if items is not None and not all(map(_is_int, items)):
         raise ctx.format_error(f"param {key}={value!r} is not an int or a list of ints")
-    return tuple(items)
+    return items
 
 
 def int_param(ctx: OpContext, key: str, default=...) -> int:
-    value = ctx.param(key, default)
-    if isinstance(value, str):
-        raise Unsupported(f"{key}={value} depends on runtime sizes")
-    if not isinstance(value, int) or isinstance(value, bool):
+    value = param_value(ctx, key, default)
+    if not _is_int(value):
         raise ctx.format_error(f"param {key}={value!r} is not an int")
     return value
 
@@ -88,9 +104,9 @@ def emit_reshape(ctx: OpContext, x: Value, shape: tuple[int, ...]) -> None:
 def emit_slice(ctx: OpContext, x: Value, bounds: dict[int, slice], drop: tuple[int, ...] = ()) -> None:
     """Slice x (python slice per axis) into the op's output, then drop the `drop` axes
     (each sliced to length 1), as a select does."""
-    canonical = {a: s.indices(x.shape[a]) for a, s in sorted(bounds.items())}
-    if any(step <= 0 for _, _, step in canonical.values()):
-        raise Unsupported(f"slice steps {[s.step for s in bounds.values()]}: torch allows only positive steps")
+    if any(b.step <= 0 for b in bounds.values()):
+        raise ctx.format_error(f"slice steps {[b.step for b in bounds.values()]}: torch allows only positive steps")
+    canonical = {a: b.indices(x.shape[a]) for a, b in sorted(bounds.items())}
     attrs = {
         "axes": tuple(canonical),
         "starts": tuple(b[0] for b in canonical.values()),
@@ -133,7 +149,7 @@ def identity(ctx: OpContext) -> None:
 
 @lowers("Tensor.reshape", "Tensor.view", "torch.reshape", "torch.view")
 def reshape(ctx: OpContext) -> None:
-    x = single_input(ctx)
+    x = tensor_input(ctx, "shape")
     emit_reshape(ctx, x, resolve_shape(ctx, int_tuple(ctx, "shape"), x.type.size))
 
 
@@ -158,7 +174,7 @@ def flatten(ctx: OpContext) -> None:
 
 @lowers("Tensor.unflatten", "torch.unflatten")
 def unflatten(ctx: OpContext) -> None:
-    x = single_input(ctx)
+    x = tensor_input(ctx, "sizes")
     axis = axis_of(ctx, int_param(ctx, "dim"), x.type.rank)
     sizes = resolve_shape(ctx, int_tuple(ctx, "sizes"), x.shape[axis])
     emit_reshape(ctx, x, x.shape[:axis] + sizes + x.shape[axis + 1:])
@@ -239,7 +255,7 @@ def channel_shuffle(ctx: OpContext) -> None:
 def slice_(ctx: OpContext) -> None:
     """Both pnnx forms: `dim start end step`, and the fused `dims starts ends steps selects`
     (dims index the input; a selects entry other than 2147483647 picks that index and drops the dim)."""
-    x = single_input(ctx)
+    x = tensor_input(ctx, "start", "end", "step")
     rank = x.type.rank
     if "dims" not in ctx.op.params:
         axis = axis_of(ctx, int_param(ctx, "dim"), rank)
@@ -263,14 +279,14 @@ def slice_(ctx: OpContext) -> None:
 
 @lowers("Tensor.select", "torch.select")
 def select(ctx: OpContext) -> None:
-    x = single_input(ctx)
+    x = tensor_input(ctx, "index")
     axis = axis_of(ctx, int_param(ctx, "dim"), x.type.rank)
     emit_slice(ctx, x, {axis: select_bound(ctx, int_param(ctx, "index"), x.shape[axis])}, (axis,))
 
 
 @lowers("torch.narrow", "Tensor.narrow")
 def narrow(ctx: OpContext) -> None:
-    x = single_input(ctx)
+    x = tensor_input(ctx, "start", "length")
     axis = axis_of(ctx, int_param(ctx, "dim"), x.type.rank)
     start, length = int_param(ctx, "start"), int_param(ctx, "length")
     if start < 0:
@@ -286,7 +302,7 @@ def narrow(ctx: OpContext) -> None:
 @lowers("torch.cat")
 def cat(ctx: OpContext) -> None:
     xs = ctx.inputs
-    ctx.emit("concat", xs, {"axis": axis_of(ctx, int_param(ctx, "dim", 0), xs[0].type.rank)})
+    ctx.emit("concat", xs, {"dim": axis_of(ctx, int_param(ctx, "dim", 0), xs[0].type.rank)})
 
 
 @lowers("torch.stack")
@@ -298,14 +314,14 @@ def stack(ctx: OpContext) -> None:
     for i, x in enumerate(xs):
         shape = x.shape[:axis] + (1,) + x.shape[axis:]
         pieces += ctx.emit("reshape", [x], {"shape": shape}, outputs=[ctx.temp(f"unsqueeze{i}")])
-    ctx.emit("concat", pieces, {"axis": axis})
+    ctx.emit("concat", pieces, {"dim": axis})
 
 
 def emit_split(ctx: OpContext, x: Value, axis: int, sizes: list[int]) -> None:
     if len(sizes) != len(ctx.op.outputs):
         raise ctx.format_error(f"splitting dim {axis} of {x.type} gives {len(sizes)} pieces, "
                                f"the op has {len(ctx.op.outputs)} outputs")
-    ctx.emit("split", [x], {"axis": axis, "sizes": tuple(sizes)})
+    ctx.emit("split", [x], {"dim": axis, "sizes": tuple(sizes)})
 
 
 def even_pieces(total: int, piece: int) -> list[int]:
@@ -318,7 +334,7 @@ def even_pieces(total: int, piece: int) -> list[int]:
 @lowers("torch.chunk", "Tensor.chunk")
 def chunk(ctx: OpContext) -> None:
     """torch.chunk uses pieces of ceil(n / chunks), so it may yield fewer than `chunks` outputs."""
-    x = single_input(ctx)
+    x = tensor_input(ctx)
     axis = axis_of(ctx, int_param(ctx, "dim", 0), x.type.rank)
     n = x.shape[axis]
     emit_split(ctx, x, axis, even_pieces(n, -(-n // int_param(ctx, "chunks"))))
@@ -326,7 +342,7 @@ def chunk(ctx: OpContext) -> None:
 
 @lowers("torch.split", "Tensor.split")
 def split(ctx: OpContext) -> None:
-    x = single_input(ctx)
+    x = tensor_input(ctx)
     axis = axis_of(ctx, int_param(ctx, "dim", 0), x.type.rank)
     sections = ctx.param("split_size_or_sections")
     if isinstance(sections, int) and not isinstance(sections, bool):
@@ -338,12 +354,12 @@ def split(ctx: OpContext) -> None:
 @lowers("torch.unbind", "Tensor.unbind")
 def unbind(ctx: OpContext) -> None:
     """Split into size-1 pieces, then drop the split dim from each."""
-    x = single_input(ctx)
+    x = tensor_input(ctx)
     axis = axis_of(ctx, int_param(ctx, "dim", 0), x.type.rank)
     n = x.shape[axis]
     if n != len(ctx.op.outputs):
         raise ctx.format_error(f"unbinding dim {axis} of {x.type} gives {n} pieces, the op has {len(ctx.op.outputs)}")
-    pieces = ctx.emit("split", [x], {"axis": axis, "sizes": (1,) * n},
+    pieces = ctx.emit("split", [x], {"dim": axis, "sizes": (1,) * n},
                       outputs=[ctx.temp(f"piece{i}") for i in range(n)])
     shape = x.shape[:axis] + x.shape[axis + 1:]
     for piece, out in zip(pieces, ctx.op.outputs, strict=True):
@@ -356,7 +372,7 @@ def unbind(ctx: OpContext) -> None:
 @lowers("Tensor.expand")
 def expand(ctx: OpContext) -> None:
     """-1 keeps a dim; new dims may only be added in front, as torch."""
-    x = single_input(ctx)
+    x = tensor_input(ctx, "sizes")
     sizes = int_tuple(ctx, "sizes")
     lead = len(sizes) - x.type.rank
     if lead < 0 or -1 in sizes[:lead]:
@@ -373,8 +389,9 @@ def expand_as(ctx: OpContext) -> None:
 @lowers("Tensor.repeat", "torch.tile")
 def repeat(ctx: OpContext) -> None:
     """Tensor.repeat(sizes) needs a size per dim; torch.tile(dims) pads missing leading ones with 1."""
-    x = single_input(ctx)
-    repeats = int_tuple(ctx, "sizes" if "sizes" in ctx.op.params else "dims")
+    key = "dims" if ctx.op.type == "torch.tile" else "sizes"
+    x = tensor_input(ctx, key)
+    repeats = int_tuple(ctx, key)
     repeats = (1,) * (x.type.rank - len(repeats)) + repeats
     ctx.emit("tile", [x], {"repeats": repeats})
 

@@ -56,6 +56,28 @@ def promote_types(dtypes: Iterable) -> np.dtype:
     return result
 
 
+# torch's promotion tiers, lowest first: Python numbers, 0-d tensors, other tensors.
+SCALAR, ZERO_DIM, TENSOR = 0, 1, 2
+
+
+def result_type(operands: Iterable[tuple[np.dtype, int]]) -> np.dtype:
+    """torch.result_type of (dtype, tier) operands: each tier promotes within itself, and a
+    higher tier keeps its dtype unless a lower one brings a higher category, so f32 tensor *
+    2.5 is f32 but i64 tensor * 2.5 is f32 too (c10's combine_categories)."""
+    operands = list(operands)
+    result = None
+    for tier in (SCALAR, ZERO_DIM, TENSOR):
+        group = [dtype for dtype, t in operands if t == tier]
+        if not group:
+            continue
+        higher = promote_types(group)
+        if result is None or _category(higher) == 2 or not (higher == np.bool_ or _category(result) == 2):
+            result = higher
+        else:
+            result = promote_types([higher, result])
+    return result
+
+
 def kind_dtypes(kind: Kind, promoted: np.dtype) -> tuple[np.dtype, np.dtype]:
     """(compute dtype the operands are cast to, result dtype) of an op of `kind`."""
     promoted = np.dtype(promoted)
@@ -96,7 +118,9 @@ def _rsqrt(x):
 
 
 def _torch_sign(x):
-    """torch.sign(nan) is 0; numpy's is nan."""
+    """torch.sign(nan) is 0; numpy's is nan. Bools are their own sign."""
+    if x.dtype == np.bool_:
+        return x
     out = np.sign(x)
     return np.where(np.isnan(out), 0, out) if out.dtype.kind == "f" else out
 

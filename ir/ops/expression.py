@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 
 from ir.ops.common import broadcast_shapes
-from ir.ops.elementwise import KINDS, Kind, kind_dtypes, promote_types
+from ir.ops.elementwise import KINDS, SCALAR, TENSOR, ZERO_DIM, Kind, kind_dtypes, result_type
 from ir.registry import STR, Trait, get_op, register
 from ir.types import TensorType
 
@@ -66,13 +66,8 @@ Expr = Ref | Literal | Call | ListExpr
 #: Expression function -> the elementwise IR op that computes it: pnnx's names,
 #: plus the torch names our lowering of comparison and logic ops writes.
 FUNCTIONS: dict[str, str] = {
-    **{name: name for name in KINDS},
-    "max": "maximum",
-    "min": "minimum",
-    "and": "bitwise_and",
-    "or": "bitwise_or",
-    "xor": "bitwise_xor",
-    "where": "where",
+    **{name: name for name in KINDS}, "where": "where",
+    "max": "maximum", "min": "minimum", "and": "bitwise_and", "or": "bitwise_or", "xor": "bitwise_xor",
 }
 #: pnnx's casts of scalars (aten::Int, and Tensor.to on a scalar) -> numpy dtype.
 CASTS: dict[str, str] = {
@@ -86,7 +81,7 @@ _NAMED_LITERALS = {"True": True, "False": False, "None": None}
 _TOKEN = re.compile(r"""\s*(?:
       (?P<ref>@\d+)
     | (?P<complex>[+-]?[\d.]+(?:[eE][+-]?\d+)?[+-][\d.]+(?:[eE][+-]?\d+)?j)
-    | (?P<number>[+-]?(?:(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?|inf|nan)(?![\w.]))
+    | (?P<number>[+-]?(?:(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?|(?:inf|nan)(?:\.0)?)(?![\w.]))
     | (?P<name>[A-Za-z_][\w.]*)
     | (?P<punct>[(),\[\]])
 )""", re.VERBOSE)
@@ -103,6 +98,12 @@ def _tokenize(text: str) -> list[tuple[str, str]]:
         tokens.append((m.lastgroup, m.group(m.lastgroup)))
         pos = m.end()
     return tokens
+
+
+def _number(text: str) -> int | float:
+    if re.fullmatch(r"[+-]?\d+", text):
+        return int(text)
+    return float(text[:-2] if text.endswith(("inf.0", "nan.0")) else text)  # pnnx writes nan as nan.0
 
 
 def _arities(name: str) -> tuple[int, ...]:
@@ -151,7 +152,7 @@ class _Parser:
         if kind == "ref":
             return Ref(int(text[1:]))
         if kind == "number":
-            return Literal(int(text) if re.fullmatch(r"[+-]?\d+", text) else float(text))
+            return Literal(_number(text))
         if text in _NAMED_LITERALS:
             return Literal(_NAMED_LITERALS[text])
         if text == "[":
@@ -181,11 +182,16 @@ def parse_expression(text: str) -> Expr:
     tokens = _tokenize(text)
     try:
         return _Parser(tokens, prefix=False).parse()
-    except ValueError as strict_error:
-        try:
-            return _Parser(tokens, prefix=True).parse()
-        except ValueError:
-            raise ValueError(f"cannot parse expression {text!r}: {strict_error}") from None
+    except ValueError as exc:
+        if not _has_bare_function(tokens):
+            raise ValueError(f"cannot parse expression {text!r}: {exc}") from None
+    return _Parser(tokens, prefix=True).parse()
+
+
+def _has_bare_function(tokens: list[tuple[str, str]]) -> bool:
+    """pnnx's scrambled output has a function name not followed by '('."""
+    return any(kind == "name" and text not in _NAMED_LITERALS and (i + 1 == len(tokens) or tokens[i + 1][1] != "(")
+               for i, (kind, text) in enumerate(tokens))
 
 
 def format_literal(value: Any) -> str:
@@ -225,8 +231,6 @@ def postorder(expr: Expr) -> list[Expr]:
 
 # -- typing ----------------------------------------------------------------------------------
 
-# torch's three promotion tiers, lowest first: Python numbers, 0-d tensors, other tensors.
-SCALAR, ZERO_DIM, TENSOR = 0, 1, 2
 _DYNAMIC = object()
 
 
@@ -255,26 +259,6 @@ def _static(value: Any) -> Typed:
         return Typed((len(value),), np.dtype(np.int64), SCALAR, value, is_list=True)
     dtype = np.bool_ if isinstance(value, bool) else np.int64 if isinstance(value, int) else np.float32
     return Typed((), np.dtype(dtype), SCALAR, value)
-
-
-def _is_float(dtype: np.dtype) -> bool:
-    return np.issubdtype(dtype, np.floating)
-
-
-def _result_dtype(operands: Sequence[Typed]) -> np.dtype:
-    """torch.result_type: each tier promotes within itself; a higher tier keeps its dtype
-    unless a lower one brings a higher category (c10's combine_categories)."""
-    result = None
-    for tier in (SCALAR, ZERO_DIM, TENSOR):
-        group = [t.dtype for t in operands if t.tier == tier]
-        if not group:
-            continue
-        higher = promote_types(group)
-        if result is None or _is_float(higher) or not (higher == np.bool_ or _is_float(result)):
-            result = higher
-        else:
-            result = promote_types([higher, result])
-    return result
 
 
 def _fold(ir_op: str, values: list) -> Any:
@@ -312,9 +296,9 @@ def _type_call(call: Call, operands: list[Typed], types: Sequence[TensorType]) -
     shape = broadcast_shapes(*[t.shape for t in operands])
     tier = max(t.tier for t in operands)
     if ir_op == "where":
-        dtype = _result_dtype(operands[1:])
+        dtype = result_type([(t.dtype, t.tier) for t in operands[1:]])
         return Typed(shape, dtype, tier, operand_dtypes=(np.dtype(np.bool_), dtype, dtype))
-    compute, result = kind_dtypes(KINDS[ir_op], _result_dtype(operands))
+    compute, result = kind_dtypes(KINDS[ir_op], result_type([(t.dtype, t.tier) for t in operands]))
     return Typed(shape, result, tier, operand_dtypes=(compute,) * len(operands))
 
 
@@ -353,21 +337,22 @@ def _typed(text: str, types: tuple[TensorType, ...]) -> tuple[Expr, dict[Expr, T
 def fold_expression(expr: Expr, table: dict[Expr, Typed]) -> tuple[Expr, list[int]]:
     """`expr` with every static subtree replaced by its literal and its inputs renumbered
     @0, @1, ... in order of appearance; also the original index of each new input."""
-    used: list[int] = []
+    folded = _rebuild(expr, lambda n: Literal(table[n].value) if isinstance(table[n].value, (int, float)) else None)
+    used = list(dict.fromkeys(n.index for n in postorder(folded) if isinstance(n, Ref)))
+    return _rebuild(folded, lambda n: Ref(used.index(n.index)) if isinstance(n, Ref) else None), used
+
+
+def _rebuild(expr: Expr, replace) -> Expr:
+    """`expr` with each node for which replace(node) is not None replaced by that."""
     new: dict[Expr, Expr] = {}
     for node in postorder(expr):
-        t = table[node]
-        if t.static and not t.is_list and isinstance(t.value, (bool, int, float)):
-            new[node] = Literal(t.value)
-        elif isinstance(node, Ref):
-            if node.index not in used:
-                used.append(node.index)
-            new[node] = Ref(used.index(node.index))
+        if (replaced := replace(node)) is not None:
+            new[node] = replaced
         elif isinstance(node, Call):
             new[node] = Call(node.name, tuple(new[a] for a in node.args))
         else:
-            new[node] = ListExpr(tuple(new[a] for a in _children(node)))
-    return new[expr], used
+            new[node] = ListExpr(tuple(new[a] for a in node.items)) if isinstance(node, ListExpr) else node
+    return new[expr]
 
 
 # -- the IR op -------------------------------------------------------------------------------

@@ -1,6 +1,6 @@
-"""Reductions over axes: reduce_sum/mean/prod/max/min and argmax/argmin.
+"""Reductions over dims: reduce_sum/mean/prod/max/min and argmax/argmin.
 
-`axes` None reduces every axis (torch.sum(x)); keepdim keeps reduced axes as size 1.
+`dims` None reduces every dim (torch.sum(x)); keepdim keeps reduced dims as size 1.
 Result dtypes follow torch: sum and prod of integers or bools give int64, mean needs
 a floating input, argmax/argmin give int64 indices of the first extremum.
 Float sums and means accumulate in float64 so the reference stays accurate for
@@ -15,7 +15,7 @@ from ir.ops.common import normalize_axis
 from ir.registry import BOOL, INT, INTS, register
 from ir.types import TensorType
 
-_ATTRS = {"axes": INTS(None, optional=True), "keepdim": BOOL(False)}
+_ATTRS = {"dims": INTS(None, optional=True), "keepdim": BOOL(False)}
 
 
 def reduce_axes(rank: int, axes: tuple[int, ...] | None) -> tuple[int, ...]:
@@ -48,7 +48,7 @@ def _reduce_type(dtype_rule=lambda dtype: dtype, has_identity: bool = True):
 
     def infer(types: list[TensorType], attrs: dict) -> TensorType:
         x = types[0]
-        axes = reduce_axes(x.rank, attrs["axes"])
+        axes = reduce_axes(x.rank, attrs["dims"])
         if not has_identity and any(x.shape[a] == 0 for a in axes):
             raise ValueError(f"cannot take the max/min over an empty axis of {x}")
         return TensorType(reduced_shape(x.shape, axes, attrs["keepdim"]), dtype_rule(x.dtype))
@@ -62,65 +62,65 @@ def _mean_dtype(dtype: str) -> str:
     return dtype
 
 
-def _np_axes(x: np.ndarray, axes) -> tuple[int, ...] | None:
-    return reduce_axes(x.ndim, axes) if x.ndim else None
+def _np_axes(x: np.ndarray, dims) -> tuple[int, ...] | None:
+    return reduce_axes(x.ndim, dims) if x.ndim else None
 
 
 @register("reduce_sum", ["x"], _ATTRS, infer=_reduce_type(_accumulating_dtype))
-def reduce_sum(x, axes, keepdim):
+def reduce_sum(x, dims, keepdim):
     out_dtype = _accumulating_dtype(x.dtype.name)
     acc = np.float64 if _is_float(out_dtype) else np.int64
-    return np.asarray(np.sum(x, axis=_np_axes(x, axes), keepdims=keepdim, dtype=acc), dtype=out_dtype)
+    return np.asarray(np.sum(x, axis=_np_axes(x, dims), keepdims=keepdim, dtype=acc), dtype=out_dtype)
 
 
 @register("reduce_mean", ["x"], _ATTRS, infer=_reduce_type(_mean_dtype))
-def reduce_mean(x, axes, keepdim):
-    return np.asarray(np.mean(x, axis=_np_axes(x, axes), keepdims=keepdim, dtype=np.float64), dtype=x.dtype)
+def reduce_mean(x, dims, keepdim):
+    return np.asarray(np.mean(x, axis=_np_axes(x, dims), keepdims=keepdim, dtype=np.float64), dtype=x.dtype)
 
 
 @register("reduce_prod", ["x"], _ATTRS, infer=_reduce_type(_accumulating_dtype))
-def reduce_prod(x, axes, keepdim):
+def reduce_prod(x, dims, keepdim):
     out_dtype = _accumulating_dtype(x.dtype.name)
-    return np.asarray(np.prod(x, axis=_np_axes(x, axes), keepdims=keepdim, dtype=out_dtype), dtype=out_dtype)
+    return np.asarray(np.prod(x, axis=_np_axes(x, dims), keepdims=keepdim, dtype=out_dtype), dtype=out_dtype)
 
 
 @register("reduce_max", ["x"], _ATTRS, infer=_reduce_type(has_identity=False))
-def reduce_max(x, axes, keepdim):
-    return np.asarray(np.max(x, axis=_np_axes(x, axes), keepdims=keepdim))
+def reduce_max(x, dims, keepdim):
+    return np.asarray(np.max(x, axis=_np_axes(x, dims), keepdims=keepdim))
 
 
 @register("reduce_min", ["x"], _ATTRS, infer=_reduce_type(has_identity=False))
-def reduce_min(x, axes, keepdim):
-    return np.asarray(np.min(x, axis=_np_axes(x, axes), keepdims=keepdim))
+def reduce_min(x, dims, keepdim):
+    return np.asarray(np.min(x, axis=_np_axes(x, dims), keepdims=keepdim))
 
 
 # -- arg reductions ------------------------------------------------------------------------
 
-_ARG_ATTRS = {"axis": INT(None, optional=True), "keepdim": BOOL(False)}
+_ARG_ATTRS = {"dim": INT(None, optional=True), "keepdim": BOOL(False)}
 
 
 def _arg_type(types: list[TensorType], attrs: dict) -> TensorType:
-    """One axis, or the flattened tensor when axis is None (keepdim then keeps every dim as 1)."""
-    x, axis = types[0], attrs["axis"]
+    """One dim, or the flattened tensor when dim is None (keepdim then keeps every dim as 1)."""
+    x, axis = types[0], attrs["dim"]
     if x.size == 0:
         raise ValueError(f"argmax/argmin of an empty tensor {x}")
     axes = reduce_axes(x.rank, None if axis is None else (axis,))
     return TensorType(reduced_shape(x.shape, axes, attrs["keepdim"]), "int64")
 
 
-def _arg_reduce(fn, x, axis, keepdim):
-    if axis is None:
+def _arg_reduce(fn, x, dim, keepdim):
+    if dim is None:
         flat = fn(x.reshape(-1))
         return np.full((1,) * x.ndim if keepdim else (), flat, dtype=np.int64)
-    axis = normalize_axis(axis, x.ndim) if x.ndim else None
+    axis = normalize_axis(dim, x.ndim) if x.ndim else None
     return np.asarray(fn(x, axis=axis, keepdims=keepdim), dtype=np.int64)
 
 
 @register("argmax", ["x"], _ARG_ATTRS, infer=_arg_type)
-def argmax(x, axis, keepdim):
-    return _arg_reduce(np.argmax, x, axis, keepdim)
+def argmax(x, dim, keepdim):
+    return _arg_reduce(np.argmax, x, dim, keepdim)
 
 
 @register("argmin", ["x"], _ARG_ATTRS, infer=_arg_type)
-def argmin(x, axis, keepdim):
-    return _arg_reduce(np.argmin, x, axis, keepdim)
+def argmin(x, dim, keepdim):
+    return _arg_reduce(np.argmin, x, dim, keepdim)

@@ -1,9 +1,10 @@
 """Data movement: reshape, transpose, concat, split, slice, expand, tile, pixel (un)shuffle.
 
 These ops only move elements, so each returns its input's dtype (concat promotes,
-as torch.cat does). Attributes are fully static and explicit: the lowering has
-already resolved torch's -1 sizes, negative dims and "to the end" slice bounds,
-so a kernel never needs torch's conventions to read them.
+as torch.cat does). Attributes are static and explicit: target shapes hold no -1
+(the lowering resolves it) and slice bounds follow python slicing, which the
+lowering also canonicalises (0 <= start <= end <= dim), so a kernel can read them
+without knowing torch's conventions.
 """
 
 from __future__ import annotations
@@ -63,30 +64,37 @@ def transpose(x, perm):
 def _concat_type(types: list[TensorType], attrs: dict) -> TensorType:
     first = types[0]
     _require_rank(first, 1, "concat")
-    axis = normalize_axis(attrs["axis"], first.rank)
+    axis = normalize_axis(attrs["dim"], first.rank)
     for t in types[1:]:
         if t.rank != first.rank or _with_dim(t.shape, axis, 0) != _with_dim(first.shape, axis, 0):
-            raise ValueError(f"concat along axis {axis}: {t} does not match {first} outside that axis")
-    return TensorType(_with_dim(first.shape, axis, sum(t.shape[axis] for t in types)), promote(types))
+            raise ValueError(f"concat along dim {axis}: {t} does not match {first} outside that axis")
+    return TensorType(_with_dim(first.shape, axis, sum(t.shape[axis] for t in types)), concat_dtype(types))
 
 
-@register("concat", ["xs*"], {"axis": INT()}, infer=_concat_type)
-def concat(*xs, axis):
-    return np.concatenate(xs, axis=axis, dtype=np.result_type(*xs))
+def concat_dtype(types: list[TensorType]) -> str:
+    """torch.cat's promotion: like numpy's, except that floats win over integers without
+    widening (f32 with i64 is f32 in torch, f64 in numpy)."""
+    floats = [t for t in types if np.issubdtype(np.dtype(t.dtype), np.floating)]
+    return promote(floats or types)
+
+
+@register("concat", ["xs*"], {"dim": INT()}, infer=_concat_type)
+def concat(*xs, dim):
+    return np.concatenate(xs, axis=dim, dtype=concat_dtype([TensorType.of(x) for x in xs]))
 
 
 def _split_type(types: list[TensorType], attrs: dict) -> list[TensorType]:
     x, sizes = types[0], attrs["sizes"]
     _require_rank(x, 1, "split")
-    axis = normalize_axis(attrs["axis"], x.rank)
+    axis = normalize_axis(attrs["dim"], x.rank)
     if not sizes or any(s < 0 for s in sizes) or sum(sizes) != x.shape[axis]:
         raise ValueError(f"split sizes {sizes} do not add up to dim {axis} of {x}")
     return [x.with_shape(_with_dim(x.shape, axis, s)) for s in sizes]
 
 
-@register("split", ["x"], {"axis": INT(), "sizes": INTS()}, infer=_split_type, traits=_VIEW)
-def split(x, axis, sizes):
-    return tuple(np.split(x, np.cumsum(sizes)[:-1], axis=axis))
+@register("split", ["x"], {"dim": INT(), "sizes": INTS()}, infer=_split_type, traits=_VIEW)
+def split(x, dim, sizes):
+    return tuple(np.split(x, np.cumsum(sizes)[:-1], axis=dim))
 
 
 # -- slice ------------------------------------------------------------------------------

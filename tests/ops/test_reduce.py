@@ -66,13 +66,13 @@ def test_max_min_with_indices_and_argmax():
 
 def test_indices_pick_the_first_of_equal_maxima():
     x = np.array([[1, 3, 3], [2, 2, 0]], dtype=np.float32)
-    (i,) = get_op("argmax").run([x], {"axis": 1, "keepdim": False})
+    (i,) = get_op("argmax").run([x], {"dim": 1, "keepdim": False})
     np.testing.assert_array_equal(i, torch.argmax(torch.from_numpy(x), 1).numpy())
 
 
 def test_integer_sums_accumulate_in_int64():
     x = np.full((4, 3), 100, dtype=np.int8)
-    (s,) = get_op("reduce_sum").run([x], {"axes": (0,), "keepdim": False})
+    (s,) = get_op("reduce_sum").run([x], {"dims": (0,), "keepdim": False})
     assert s.dtype == np.int64 and s.tolist() == [400, 400, 400]
 
 
@@ -82,11 +82,11 @@ def _infer(op, shape, dtype="float32", **attrs):
 
 
 @pytest.mark.parametrize("op, shape, dtype, attrs, message", [
-    ("reduce_sum", (2, 3), "float32", {"axes": (1, -1)}, "repeat"),
-    ("reduce_sum", (2, 3), "float32", {"axes": (2,)}, "out of range"),
-    ("reduce_mean", (2, 3), "int64", {"axes": (1,)}, "floating"),
-    ("reduce_max", (2, 0), "float32", {"axes": (1,)}, "empty"),
-    ("argmax", (0, 3), "float32", {"axis": 1}, "empty"),
+    ("reduce_sum", (2, 3), "float32", {"dims": (1, -1)}, "repeat"),
+    ("reduce_sum", (2, 3), "float32", {"dims": (2,)}, "out of range"),
+    ("reduce_mean", (2, 3), "int64", {"dims": (1,)}, "floating"),
+    ("reduce_max", (2, 0), "float32", {"dims": (1,)}, "empty"),
+    ("argmax", (0, 3), "float32", {"dim": 1}, "empty"),
 ])
 def test_shape_rule_errors(op, shape, dtype, attrs, message):
     with pytest.raises(ValueError, match=message):
@@ -94,7 +94,7 @@ def test_shape_rule_errors(op, shape, dtype, attrs, message):
 
 
 def test_shape_rules():
-    assert _infer("reduce_sum", (2, 3, 4), axes=None)[0].shape == ()
-    assert _infer("reduce_sum", (2, 3, 4), "bool", axes=(1,), keepdim=True)[0] == TensorType((2, 1, 4), "int64")
-    assert _infer("argmin", (2, 3, 4), axis=-1)[0] == TensorType((2, 3), "int64")
-    assert _infer("argmax", (2, 3, 4), axis=None, keepdim=True)[0].shape == (1, 1, 1)
+    assert _infer("reduce_sum", (2, 3, 4), dims=None)[0].shape == ()
+    assert _infer("reduce_sum", (2, 3, 4), "bool", dims=(1,), keepdim=True)[0] == TensorType((2, 1, 4), "int64")
+    assert _infer("argmin", (2, 3, 4), dim=-1)[0] == TensorType((2, 3), "int64")
+    assert _infer("argmax", (2, 3, 4), dim=None, keepdim=True)[0].shape == (1, 1, 1)

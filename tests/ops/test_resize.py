@@ -78,6 +78,7 @@ class Bilinear(nn.Module):
         )
 
 
+@pytest.mark.filterwarnings("ignore:`nn.functional.upsample_bilinear` is deprecated")
 def test_bilinear():
     check_module(Bilinear(), torch.randn(2, 3, 7, 9), labels=[f"bilinear[{i}]" for i in range(13)], **TOL)
 

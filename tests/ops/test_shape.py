@@ -204,9 +204,9 @@ def _infer(op, shapes, **attrs):
     ("reshape", [(2, 3)], {"shape": (4, 2)}, "6 elements"),
     ("reshape", [(2, 3)], {"shape": (-1, 3)}, "negative"),
     ("transpose", [(2, 3, 4)], {"perm": (0, 1, 1)}, "permutation"),
-    ("concat", [(2, 3), (3, 3)], {"axis": 1}, "does not match"),
-    ("concat", [(2, 3), (2, 3)], {"axis": 2}, "out of range"),
-    ("split", [(2, 7)], {"axis": 1, "sizes": (3, 3)}, "add up"),
+    ("concat", [(2, 3), (3, 3)], {"dim": 1}, "does not match"),
+    ("concat", [(2, 3), (2, 3)], {"dim": 2}, "out of range"),
+    ("split", [(2, 7)], {"dim": 1, "sizes": (3, 3)}, "add up"),
     ("slice", [(2, 7)], {"axes": (1,), "starts": (0,), "ends": (5,), "steps": (0,)}, "positive"),
     ("slice", [(2, 7)], {"axes": (1, -1), "starts": (0, 0), "ends": (5, 5), "steps": (1, 1)}, "repeat"),
     ("expand", [(2, 3)], {"shape": (4, 3)}, "cannot expand"),
@@ -224,8 +224,17 @@ def test_shape_rules_follow_python_slicing():
     assert t.shape == (5, 2)
     (t,) = _infer("slice", [(5, 9)], axes=(0,), starts=(7,), ends=(9,), steps=(1,))
     assert t.shape == (0, 9)
-    (t,) = _infer("concat", [(2, 3), (2, 4)], axis=-1)
+    (t,) = _infer("concat", [(2, 3), (2, 4)], dim=-1)
     assert t.shape == (2, 7)
+
+
+def test_concat_promotes_like_torch():
+    opdef = get_op("concat")
+    types = [TensorType((2, 3), "float32"), TensorType((2, 1), "int64"), TensorType((2, 1), "bool")]
+    assert opdef.infer_types(types, {"dim": 1})[0] == TensorType((2, 5), "float32")
+    assert opdef.infer_types(types[1:], {"dim": 1})[0].dtype == "int64"
+    out = opdef.run([np.ones((2, 3), np.float32), np.full((2, 1), 7)], {"dim": 1})[0]
+    assert out.dtype == np.float32 and out[0, 3] == 7
 
 
 def test_references_do_not_modify_inputs():
@@ -234,7 +243,7 @@ def test_references_do_not_modify_inputs():
     out = get_op("pixel_shuffle").run([x.reshape(1, 4, 2, 3)], {"upscale": 2})[0]
     expected = F.pixel_shuffle(torch.from_numpy(x.reshape(1, 4, 2, 3).copy()), 2).numpy()
     np.testing.assert_array_equal(out, expected)
-    pieces = get_op("split").run([x], {"axis": 2, "sizes": (1, 3)})
+    pieces = get_op("split").run([x], {"dim": 2, "sizes": (1, 3)})
     assert [p.shape for p in pieces] == [(2, 3, 1), (2, 3, 3)]
 
 
@@ -253,5 +262,53 @@ pnnx.Output              pnnx_output_0            1 0 2
 def test_reshape_to_a_runtime_shape_is_unsupported(tmp_path):
     param = tmp_path / "m.pnnx.param"
     param.write_text(_DYNAMIC_RESHAPE)
-    with pytest.raises(UnsupportedOperatorError, match=r"Tensor.reshape.*\$shape given as a tensor"):
+    with pytest.raises(UnsupportedOperatorError, match=r"Tensor.reshape.*\$shape depends on tensor values"):
         compiler.compile(param, backend="interpreter")
+
+
+class SizeDependent(nn.Module):
+    def forward(self, x):
+        return (
+            x.view(x.size(0), 6, -1),
+            x[:, :, : x.size(2) // 2],
+            F.interpolate(x, size=(x.size(2) * 2, x.size(3) + 1)),
+            x.flatten(1),
+        )
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")  # torch.jit.trace, which pnnx uses
+def test_dynamic_export_compiles_at_the_given_shape(tmp_path, monkeypatch):
+    """With two input shapes pnnx passes size-derived params as operands ($shape, $end, $size);
+    they fold to constants once input_shapes fixes the shape."""
+    import pnnx
+
+    monkeypatch.chdir(tmp_path)
+    module = SizeDependent().eval()
+    with torch.no_grad():
+        pnnx.export(module, "m.pt", (torch.rand(2, 6, 9, 11),), (torch.rand(3, 6, 12, 16),))
+    text = (tmp_path / "m.pnnx.param").read_text()
+    assert "$shape=" in text and "$end=" in text and "$size=" in text
+    x = torch.randn(2, 6, 10, 12)
+    model = compiler.compile(tmp_path / "m.pnnx.param", backend="interpreter", input_shapes={"in0": x.shape})
+    for got, expected in zip(model(x.numpy()), module(x), strict=True):
+        np.testing.assert_array_equal(got, expected.numpy())
+
+
+_IDENTITIES = """7767517
+6 5
+pnnx.Input               pnnx_input_0             0 1 0 #0=(2,3)f32
+nn.Dropout               drop                     1 1 0 1 p=0.5 #0=(2,3)f32 #1=(2,3)f32
+nn.Identity              ident                    1 1 1 2 #1=(2,3)f32 #2=(2,3)f32
+Tensor.contiguous        Tensor.contiguous_0      1 1 2 3 $input=2 #2=(2,3)f32 #3=(2,3)f32
+F.dropout                F.dropout_0              1 1 3 4 p=0.1 training=False $input=3 #3=(2,3)f32 #4=(2,3)f32
+pnnx.Output              pnnx_output_0            1 0 4
+"""
+
+
+def test_identity_spellings_become_aliases(tmp_path):
+    """pnnx usually drops these ops itself; when one survives it costs no node."""
+    param = tmp_path / "m.pnnx.param"
+    param.write_text(_IDENTITIES)
+    assert [n.op for n in compiler.load_graph(param).nodes] == ["copy"]  # the output gets its own value
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    np.testing.assert_array_equal(compiler.compile(param, backend="interpreter")(x), x)
