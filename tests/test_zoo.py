@@ -42,7 +42,7 @@ def assert_matches_torch(got, name: str, x: np.ndarray, label: str) -> None:
             np.testing.assert_allclose(g, e, rtol=1e-4, atol=1e-4 * scale, err_msg=label)
         else:
             our_error = float(np.abs(g - e64).max())
-            assert our_error <= 2 * torch_error, f"{label}: error {our_error} vs float64, torch float32 has {torch_error}"
+            assert our_error <= 2 * torch_error, f"{label}: {our_error} from float64, torch float32 {torch_error}"
 
 
 @pytest.mark.parametrize("name", MODELS)
