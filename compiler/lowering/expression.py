@@ -16,8 +16,9 @@ from collections.abc import Sequence
 import numpy as np
 
 from compiler.lowering.core import OpContext, Unsupported, lowers
+from ir.expr import Ref, format_expression, format_literal, parse_expression
 from ir.graph import Value
-from ir.ops.expression import Ref, fold_expression, format_expression, format_literal, parse_expression, type_expression
+from ir.ops.expression import fold_expression, type_expression
 from ir.registry import get_op
 
 # 0-d constants of these dtypes are exactly what a literal would be, so they are inlined.
@@ -141,3 +142,25 @@ def lerp(ctx: OpContext) -> None:
     text = (f"where(lt({w},0.5),add({a},mul({w},sub({b},{a}))),"
             f"sub({b},mul(sub({b},{a}),sub(1,{w}))))")
     lower_expression(ctx, text, spell.values)
+
+
+#: torch dtype spellings in Tensor.to / Tensor.type params -> numpy dtype.
+TORCH_DTYPES = {
+    "torch.float": "float32", "torch.float32": "float32", "torch.double": "float64", "torch.float64": "float64",
+    "torch.half": "float16", "torch.float16": "float16", "torch.long": "int64", "torch.int64": "int64",
+    "torch.int": "int32", "torch.int32": "int32", "torch.short": "int16", "torch.int16": "int16",
+    "torch.int8": "int8", "torch.uint8": "uint8", "torch.bool": "bool",
+}
+
+
+@lowers("Tensor.to", "Tensor.type")
+def to_dtype(ctx: OpContext) -> None:
+    """A dtype conversion (pnnx drops conversions that change nothing)."""
+    spelled = ctx.param("dtype", None)
+    if spelled not in TORCH_DTYPES:
+        raise Unsupported(f"dtype={spelled}")
+    x = ctx.input(0)
+    if x.dtype == TORCH_DTYPES[spelled]:
+        ctx.alias(ctx.op.outputs[0], x)
+    else:
+        ctx.emit("cast", [x], {"dtype": TORCH_DTYPES[spelled]})

@@ -8,7 +8,7 @@ has two outputs (values, indices) when the indices are used and one otherwise.
 from __future__ import annotations
 
 from compiler.lowering.core import OpContext, Unsupported, lowers
-from compiler.lowering.shape import axis_of, int_tuple, tensor_input
+from compiler.lowering.params import axis_of, int_tuple, tensor_input
 
 _AXES_REDUCTIONS = {
     "torch.sum": "reduce_sum",

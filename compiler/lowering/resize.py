@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 
 from compiler.lowering.core import OpContext, Unsupported, lowers
-from compiler.lowering.shape import param_value, tensor_input
+from compiler.lowering.params import param_value, tensor_input
 
 # torch mode -> (IR mode, number of spatial dims it requires, or None for any)
 _MODES = {

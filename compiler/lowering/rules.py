@@ -4,6 +4,7 @@ from compiler.lowering import (  # noqa: F401
     activation,
     conv,
     expression,
+    join,
     linear,
     norm,
     pool,

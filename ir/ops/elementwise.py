@@ -62,8 +62,9 @@ SCALAR, ZERO_DIM, TENSOR = 0, 1, 2
 
 def result_type(operands: Iterable[tuple[np.dtype, int]]) -> np.dtype:
     """torch.result_type of (dtype, tier) operands: each tier promotes within itself, and a
-    higher tier keeps its dtype unless a lower one brings a higher category, so f32 tensor *
-    2.5 is f32 but i64 tensor * 2.5 is f32 too (c10's combine_categories)."""
+    higher tier keeps its dtype unless a lower one brings a higher category (c10's
+    combine_categories): f32 tensor * 2.5 stays f32, i64 tensor * 2.5 is f32, and
+    i32 tensor + f64 0-d tensor is f64."""
     operands = list(operands)
     result = None
     for tier in (SCALAR, ZERO_DIM, TENSOR):
@@ -71,10 +72,9 @@ def result_type(operands: Iterable[tuple[np.dtype, int]]) -> np.dtype:
         if not group:
             continue
         higher = promote_types(group)
-        if result is None or _category(higher) == 2 or not (higher == np.bool_ or _category(result) == 2):
-            result = higher
-        else:
-            result = promote_types([higher, result])
+        lower_brings_category = result is not None and _category(higher) < 2 and (
+            higher == np.bool_ or _category(result) == 2)
+        result = promote_types([higher, result]) if lower_brings_category else higher
     return result
 
 
