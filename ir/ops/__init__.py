@@ -5,6 +5,7 @@ from ir.ops import (  # noqa: F401
     conv,
     elementwise,
     expression,
+    fused,
     linear,
     norm,
     pool,
