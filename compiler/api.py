@@ -10,6 +10,7 @@ from compiler.errors import ModelFormatError
 from compiler.interpreter import Interpreter
 from compiler.lowering import lower_model
 from compiler.model import CompiledModel
+from compiler.passes import PassManager, pipeline
 from compiler.pnnx_format import load_pnnx
 from ir.graph import Graph
 from ir.verifier import verify
@@ -45,20 +46,32 @@ def load_graph(path: str | os.PathLike, input_shapes: dict[str, Sequence[int]] |
     return graph
 
 
+def optimize(graph: Graph, outputs: Sequence[str] | None = None, fuse: bool = True,
+             dump_ir: str | os.PathLike | None = None) -> Graph:
+    """Run the pass pipeline (compiler/passes/__init__.py) over a lowered graph."""
+    return PassManager(pipeline(outputs, fuse=fuse), dump_dir=dump_ir).run(graph)
+
+
 def compile(  # noqa: A001 - the public name is the point
     path: str | os.PathLike,
     *,
     backend: str = "interpreter",
+    outputs: Sequence[str] | None = None,
     input_shapes: dict[str, Sequence[int]] | None = None,
     profile: bool = False,
+    dump_ir: str | os.PathLike | None = None,
 ) -> CompiledModel:
     """Compile a pnnx model into a callable on numpy arrays.
 
-    backend: "interpreter" (op-by-op reference). input_shapes fills dims that
-    pnnx left dynamic ('?'), by input name (in0, in1, ...). profile: record
-    per-node times of each run in `m.last_profile`.
+    backend: "interpreter" (op-by-op reference). outputs: compute only these
+    values (any value or node name of the IR; see `m.ir`). input_shapes fills
+    dims that pnnx left dynamic ('?'), by input name (in0, in1, ...). profile:
+    record per-node times of each run in `m.last_profile`. dump_ir: write the
+    IR after each pass into this directory (or set PNNX_JIT_DUMP_IR).
     """
     if backend not in BACKENDS:
         raise ValueError(f"unknown backend {backend!r}; choose one of {BACKENDS}")
-    graph = load_graph(path, input_shapes)
+    if isinstance(outputs, str):
+        outputs = [outputs]
+    graph = optimize(load_graph(path, input_shapes), outputs, fuse=False, dump_ir=dump_ir)
     return Interpreter(graph, profile=profile)

@@ -29,8 +29,8 @@ _TOKEN = re.compile(
 )
 
 
-class _Line:
-    """A cursor over the tokens of one line."""
+class TokenLine:
+    """A cursor over the tokens of one line of IR text (also used for fused programs)."""
 
     def __init__(self, text: str, lineno: int):
         self.lineno = lineno
@@ -123,18 +123,18 @@ def parse_graph(text: str, weights: dict[str, np.ndarray] | None = None) -> Grap
         raise IRParseError("empty IR text")
     values: dict[str, Value] = {}
 
-    def define(v: Value, line: _Line) -> Value:
+    def define(v: Value, line: TokenLine) -> Value:
         if v.name in values:
             raise IRParseError(f"line {line.lineno}: value %{v.name} is defined twice")
         values[v.name] = v
         return v
 
-    def use(name: str, line: _Line) -> Value:
+    def use(name: str, line: TokenLine) -> Value:
         if name not in values:
             raise IRParseError(f"line {line.lineno}: value %{name} is used before it is defined")
         return values[name]
 
-    head = _Line(lines[0][1], lines[0][0])
+    head = TokenLine(lines[0][1], lines[0][0])
     head.take("ident", "graph")
     graph_name = head.take("str") if head.peek() and head.peek().startswith('"') else head.take("ident")
     graph_name = json.loads(graph_name) if graph_name.startswith('"') else graph_name
@@ -153,7 +153,7 @@ def parse_graph(text: str, weights: dict[str, np.ndarray] | None = None) -> Grap
     nodes: list[Node] = []
     outputs: list[Value] | None = None
     for lineno, body in lines[1:]:
-        line = _Line(body, lineno)
+        line = TokenLine(body, lineno)
         first = line.peek()
         if outputs is not None:
             if first != "}":
@@ -174,7 +174,7 @@ def parse_graph(text: str, weights: dict[str, np.ndarray] | None = None) -> Grap
     raise IRParseError("IR text ends without 'return' and '}'")
 
 
-def _parse_constant(line: _Line, weights: dict[str, np.ndarray]) -> Value:
+def _parse_constant(line: TokenLine, weights: dict[str, np.ndarray]) -> Value:
     line.take("ident", "const")
     name = line.name("%")
     line.take(text=":")
@@ -194,7 +194,7 @@ def _parse_constant(line: _Line, weights: dict[str, np.ndarray]) -> Value:
     return Value(name, type_, data)
 
 
-def _parse_node(line: _Line, use, define) -> Node:
+def _parse_node(line: TokenLine, use, define) -> Node:
     outs = []
     while True:
         name = line.name("%")

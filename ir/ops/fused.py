@@ -12,6 +12,9 @@ gelu with approximate="tanh". The reference runs the unfused ops' references.
 
 from __future__ import annotations
 
+import functools
+from dataclasses import dataclass
+
 import numpy as np
 
 from ir.ops.conv import _CONV_ATTRS, _conv2d_type, conv2d
@@ -89,3 +92,90 @@ def _linear_type(types: list[TensorType], attrs: dict) -> TensorType:
           infer=_linear_type, traits=[Trait.EXPENSIVE])
 def fused_linear(x, weight, bias, residual=None, **epilogue):
     return _epilogue(linear(x, weight, bias), residual, **epilogue)
+
+
+# -- fused elementwise ------------------------------------------------------------------------
+#
+# A chain of elementwise ops run as one loop. Its `program` lists the member ops in
+# IR syntax without types, over the node's inputs %0, %1, ... and temporaries:
+#     "%t0 = sigmoid(%0); %t1 = mul(%t0, %1); %t2 = clamp(%t1) {min=0.0, max=6.0}"
+# The last statement's value is the result.
+
+
+@dataclass(frozen=True)
+class Statement:
+    target: str
+    op: str
+    args: tuple[str, ...]  # "0", "1" (node inputs) or temporaries' names
+    attrs: tuple[tuple[str, object], ...]
+
+
+@functools.lru_cache(maxsize=1024)
+def parse_program(program: str) -> tuple[Statement, ...]:
+    """The statements of a fused_elementwise program; ValueError if malformed."""
+    from compiler.errors import IRParseError
+    from ir.parser import TokenLine  # the IR text tokenizer (imported here: ir.parser imports the ops)
+
+    statements = []
+    for i, text in enumerate(s for s in program.split(";") if s.strip()):
+        line = TokenLine(text, i + 1)
+        try:
+            target = line.name("%")
+            line.take(text="=")
+            op = line.take("ident")
+            line.take(text="(")
+            args = []
+            while not line.accept(")"):
+                args.append(line.name("%"))
+                if line.peek() != ")":
+                    line.take(text=",")
+            attrs = {}
+            if line.accept("{"):
+                while not line.accept("}"):
+                    key = line.take("ident")
+                    line.take(text="=")
+                    attrs[key] = line.attr_value()
+                    if line.peek() != "}":
+                        line.take(text=",")
+            line.done()
+        except IRParseError as exc:
+            raise ValueError(f"fused program statement {i + 1}: {exc}") from None
+        if not get_op(op).has(Trait.ELEMENTWISE):
+            raise ValueError(f"fused program statement {i + 1}: {op} is not elementwise")
+        statements.append(Statement(target, op, tuple(args), tuple(get_op(op).normalize_attrs(attrs).items())))
+    if not statements:
+        raise ValueError("empty fused program")
+    return tuple(statements)
+
+
+def format_program(statements: list[Statement]) -> str:
+    from ir.printer import format_attr
+
+    parts = []
+    for s in statements:
+        text = f"%{s.target} = {s.op}({', '.join('%' + a for a in s.args)})"
+        if s.attrs:
+            text += " {" + ", ".join(f"{k}={format_attr(v)}" for k, v in s.attrs) + "}"
+        parts.append(text)
+    return "; ".join(parts)
+
+
+def _run_program(program: str, values: list, step) -> object:
+    env = {str(i): v for i, v in enumerate(values)}
+    for s in parse_program(program):
+        try:
+            operands = [env[a] for a in s.args]
+        except KeyError as exc:
+            raise ValueError(f"fused program uses %{exc.args[0]} before defining it") from None
+        env[s.target] = step(s, operands)
+    return env[s.target]
+
+
+def _fused_type(types: list[TensorType], attrs: dict) -> TensorType:
+    return _run_program(attrs["program"], list(types),
+                        lambda s, ts: get_op(s.op).infer_types(ts, dict(s.attrs))[0])
+
+
+@register("fused_elementwise", ["inputs*"], {"program": STR()}, infer=_fused_type, traits=[Trait.ELEMENTWISE])
+def fused_elementwise(*inputs, program):
+    return _run_program(program, list(inputs), lambda s, arrays: get_op(s.op).run(arrays, dict(s.attrs))[0])

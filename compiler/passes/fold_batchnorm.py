@@ -1,0 +1,67 @@
+"""fold-batchnorm: fold a standalone batch_norm into the conv2d or linear that feeds it.
+
+    conv(x, w, b) -> batch_norm(mean, var, gamma, beta)   ==>   conv(x, w * s, (b - mean) * s + beta)
+    with s = gamma / sqrt(var + eps), per output channel.
+
+pnnx folds conv+bn itself in most models; this catches the rest (e.g. a BN
+after a conv whose output is also used elsewhere is left alone, as is one whose
+parameters are not constants). Linear folds only for 2-D outputs, where
+BatchNorm1d's channel dim is the linear's output features.
+
+Pre: a valid graph. Post: no batch_norm directly after a foldable producer.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from compiler.passes.eliminate_dead_code import eliminate_dead_code
+from ir.graph import Graph, Node, Value
+
+
+def fold_batchnorm(graph: Graph) -> Graph:
+    graph = graph.copy()
+    users = graph.users()
+    outputs = set(graph.outputs)
+    replaced: dict[Node, Node] = {}
+    for bn in graph.nodes:
+        if bn.op != "batch_norm" or not all(v.is_constant for v in bn.inputs[1:]):
+            continue
+        producer = bn.inputs[0].producer
+        if not _foldable(producer, users, outputs) or producer in replaced:
+            continue
+        mean, var, gamma, beta = (v.data.astype(np.float64) for v in bn.inputs[1:])
+        scale = gamma / np.sqrt(var + bn.attrs["eps"])
+        weight = producer.inputs[1]
+        bias = producer.inputs[2].data.astype(np.float64) if len(producer.inputs) > 2 else 0.0
+        new_w = weight.data.astype(np.float64) * scale.reshape((-1,) + (1,) * (weight.type.rank - 1))
+        new_b = (bias - mean) * scale + beta
+        w = _constant(graph, f"{bn.name}.folded_weight", new_w.astype(weight.dtype))
+        b = _constant(graph, f"{bn.name}.folded_bias", new_b.astype(weight.dtype))
+        # the producer now computes the BN's output value directly
+        replaced[producer] = Node(producer.op, producer.name, [producer.inputs[0], w, b], bn.outputs,
+                                  dict(producer.attrs))
+        replaced[bn] = None
+    graph.nodes = [replaced.get(n, n) for n in graph.nodes if replaced.get(n, n) is not None]
+    return eliminate_dead_code(graph)
+
+
+def _foldable(producer: Node | None, users, outputs) -> bool:
+    if producer is None or producer.op not in ("conv2d", "linear"):
+        return False
+    out = producer.outputs[0]
+    if out in outputs or len(users[out]) != 1:
+        return False
+    if not all(v.is_constant for v in producer.inputs[1:]):
+        return False
+    return producer.op == "conv2d" or out.type.rank == 2
+
+
+def _constant(graph: Graph, name: str, data: np.ndarray) -> Value:
+    from ir.types import TensorType
+
+    data = np.ascontiguousarray(data)
+    data.flags.writeable = False
+    v = Value(name, TensorType.of(data), data)
+    graph.constants[name] = v
+    return v
