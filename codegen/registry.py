@@ -31,6 +31,12 @@ class Emit:
     args: list[str]  # Python expressions of the input arrays, in node input order
     outs: list[str]  # names of the output arrays
     imports: dict[str, str] = field(default_factory=dict)  # local name -> "module:function"
+    definitions: dict[str, str] = field(default_factory=dict)  # module-level functions this node needs
+
+    def define(self, name: str, source: str) -> str:
+        """Add a function generated for this model (source defines `name`) to the module; return its name."""
+        self.definitions[name] = source
+        return name
 
     def call(self, kernel: Callable) -> str:
         """The name under which the generated module calls `kernel` (an njit function of codegen.kernels)."""

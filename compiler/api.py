@@ -15,7 +15,7 @@ from compiler.pnnx_format import load_pnnx
 from ir.graph import Graph
 from ir.verifier import verify
 
-BACKENDS = ("interpreter",)
+BACKENDS = ("numba", "interpreter")
 
 
 def model_paths(path: str | os.PathLike) -> tuple[Path, Path]:
@@ -63,7 +63,8 @@ def compile(  # noqa: A001 - the public name is the point
 ) -> CompiledModel:
     """Compile a pnnx model into a callable on numpy arrays.
 
-    backend: "interpreter" (op-by-op reference). outputs: compute only these
+    backend: "numba" (one generated, jitted forward function) or "interpreter"
+    (op-by-op numpy reference). outputs: compute only these
     values (any value or node name of the IR; see `m.ir`). input_shapes fills
     dims that pnnx left dynamic ('?'), by input name (in0, in1, ...). profile:
     record per-node times of each run in `m.last_profile`. dump_ir: write the
@@ -73,5 +74,9 @@ def compile(  # noqa: A001 - the public name is the point
         raise ValueError(f"unknown backend {backend!r}; choose one of {BACKENDS}")
     if isinstance(outputs, str):
         outputs = [outputs]
-    graph = optimize(load_graph(path, input_shapes), outputs, fuse=False, dump_ir=dump_ir)
+    graph = optimize(load_graph(path, input_shapes), outputs, fuse=backend == "numba", dump_ir=dump_ir)
+    if backend == "numba":
+        from compiler.numba_backend import NumbaModel  # imports numba: only when asked for
+
+        return NumbaModel(graph)
     return Interpreter(graph, profile=profile)
