@@ -133,7 +133,7 @@ def generate_module(graph: Graph, comment: str = "") -> GeneratedModule:
     header += [f"from {spec.split(':')[0]} import {spec.split(':')[1]} as {local}"
                for local, spec in sorted(imports.items())]
     source = "\n".join(header) + "\n\n\n" + "\n\n".join(definitions.values())
-    source += "\n\n@numba.njit(cache=True, nogil=True)\n"
+    source += "\n\n@numba.njit(cache=True, nogil=True, error_model=\"numpy\")\n"
     source += f"def forward({', '.join(inputs + weight_args)}):\n"
     source += "".join(f"    {line}\n" for line in body)
     return GeneratedModule(source, weights, plan, inputs)

@@ -20,7 +20,7 @@ from ir.types import DTYPES, TensorType
 _TOKEN = re.compile(
     r"""\s*(?:
       (?P<str>"(?:[^"\\]|\\.)*")
-    | (?P<ref>[%@](?:"(?:[^"\\]|\\.)*"|[A-Za-z0-9_.]+))
+    | (?P<ref>[%@](?:"(?:[^"\\]|\\.)*"|[A-Za-z0-9_.+]+))
     | (?P<num>-?(?:\d+\.?\d*(?:[eE][+-]?\d+)?|inf\b|nan\b))
     | (?P<ident>[A-Za-z_][A-Za-z0-9_]*)
     | (?P<punct>[()\[\]{},:=])

@@ -23,7 +23,7 @@ import numpy as np
 from ir.graph import Graph, Node, Value
 
 INLINE_LIMIT = 4
-_BARE_NAME = re.compile(r"[A-Za-z0-9_.]+\Z")
+_BARE_NAME = re.compile(r"[A-Za-z0-9_.+]+\Z")
 
 
 def quote_name(name: str) -> str:

@@ -124,7 +124,7 @@ def generate_loop(name: str, node: Node) -> str:
     arrays = [i for i in range(len(node.inputs)) if inline[i] is None]
     parallel = out.type.size >= PARALLEL_MIN_ELEMENTS and rows > 1
     loop = "numba.prange" if parallel else "range"
-    lines = [f"@numba.njit(cache=True, nogil=True, parallel={parallel})",
+    lines = [f"@numba.njit(cache=True, nogil=True, parallel={parallel}, error_model=\"numpy\")",
              f"def {name}({', '.join([f'x{i}' for i in arrays] + ['out'])}):"]
     lines += [f"    f{i} = x{i}.reshape(-1)" for i in arrays]
     lines.append("    fo = out.reshape(-1)")
@@ -133,11 +133,10 @@ def generate_loop(name: str, node: Node) -> str:
     # multi-index of the row, then each input's base offset
     dims = shape[:-1]
     if any(any(s[:-1]) for s in strides.values()) and dims:
-        lines.append("        r = row")
-        for k in range(len(dims) - 1, -1, -1):
-            lines.append(f"        i{k} = r % {dims[k]}" if k else f"        i{k} = r")
-            if k:
-                lines.append(f"        r //= {dims[k]}")
+        for k in range(len(dims)):
+            inner = math.prod(dims[k + 1:])  # rows per step of dim k
+            index = f"row // {inner}" if inner > 1 else "row"
+            lines.append(f"        i{k} = ({index}) % {dims[k]}" if k else f"        i{k} = {index}")
     for i in arrays:
         terms = [f"i{k} * {s}" for k, s in enumerate(strides[i][:-1]) if s]
         lines.append(f"        b{i} = {' + '.join(terms) if terms else '0'}")
