@@ -14,7 +14,8 @@ def run_pass(pass_fn, before: str, weights: dict[str, np.ndarray] | None = None)
     verify(graph)
     after = pass_fn(graph)
     verify(after)
-    assert print_graph(graph) == print_graph(parse_graph(textwrap.dedent(before), weights)), "the pass mutated its input"
+    unchanged = print_graph(parse_graph(textwrap.dedent(before), weights))
+    assert print_graph(graph) == unchanged, "the pass mutated its input"
     return after
 
 
