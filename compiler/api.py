@@ -67,7 +67,8 @@ def compile(  # noqa: A001 - the public name is the point
     (op-by-op numpy reference). outputs: compute only these
     values (any value or node name of the IR; see `m.ir`). input_shapes fills
     dims that pnnx left dynamic ('?'), by input name (in0, in1, ...). profile:
-    record per-node times of each run in `m.last_profile`. dump_ir: write the
+    interpreter: record per-node times of each run in `m.last_profile`;
+    numba: also build a timed forward for `m.profile_kernels(x)`. dump_ir: write the
     IR after each pass into this directory (or set PNNX_JIT_DUMP_IR).
     """
     if backend not in BACKENDS:
@@ -78,5 +79,5 @@ def compile(  # noqa: A001 - the public name is the point
     if backend == "numba":
         from compiler.numba_backend import NumbaModel  # imports numba: only when asked for
 
-        return NumbaModel(graph)
+        return NumbaModel(graph, profile=profile)
     return Interpreter(graph, profile=profile)

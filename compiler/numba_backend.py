@@ -29,8 +29,8 @@ def default_cache_dir() -> Path:
     return Path(os.environ.get(CACHE_ENV) or platformdirs.user_cache_dir("pnnx-jit"))
 
 
-def load_forward(source: str, cache_dir: Path):
-    """Write `source` to cache_dir/modules/<hash>.py (once) and import its forward function."""
+def load_module(source: str, cache_dir: Path):
+    """Write `source` to cache_dir/modules/<hash>.py (once) and import it."""
     digest = hashlib.sha256(source.encode()).hexdigest()[:24]
     module_dir = cache_dir / "modules"
     module_dir.mkdir(parents=True, exist_ok=True)
@@ -41,22 +41,24 @@ def load_forward(source: str, cache_dir: Path):
         os.replace(tmp, path)  # atomic: another process never imports half a file
     name = f"pnnx_jit_forward_{digest}"
     if name in sys.modules:
-        return sys.modules[name].forward
+        return sys.modules[name]
     spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
     spec.loader.exec_module(module)
-    return module.forward
+    return module
 
 
 class NumbaModel(CompiledModel):
     backend = "numba"
 
-    def __init__(self, graph: Graph, cache_dir: Path | None = None, threads: int | None = None):
+    def __init__(self, graph: Graph, cache_dir: Path | None = None, threads: int | None = None,
+                 profile: bool = False):
         super().__init__(graph)
-        self.generated: GeneratedModule = generate_module(graph, comment=graph.name)
+        self.generated: GeneratedModule = generate_module(graph, comment=graph.name, profile=profile)
         self.cache_dir = cache_dir or default_cache_dir()
-        self._forward = load_forward(self.generated.source, self.cache_dir)
+        self._module = load_module(self.generated.source, self.cache_dir)
+        self._forward = self._module.forward
         self._weights = list(self.generated.weights.arrays.values())
         if threads is not None:
             codegen.runtime.set_threads(threads)
@@ -71,6 +73,19 @@ class NumbaModel(CompiledModel):
     @property
     def memory_plan(self):
         return self.generated.plan
+
+    def profile_kernels(self, x: np.ndarray | list[np.ndarray], repeat: int = 10) -> list[tuple[str, str, float]]:
+        """(node name, op, median ms) of each node of the forward, timed inside one jitted run."""
+        if not hasattr(self._module, "forward_profiled"):
+            raise RuntimeError("compile with profile=True to time kernels")
+        arrays = self.check_inputs(x if isinstance(x, list) else [x])
+        runs = []
+        for _ in range(repeat + 1):  # the first run compiles
+            times = np.zeros(len(self.graph.nodes) + 1)
+            self._module.forward_profiled(*arrays, *self._weights, times)
+            runs.append(np.diff(times) * 1e3)
+        median = np.median(np.array(runs[1:]), axis=0)
+        return [(n.name, n.op, float(ms)) for n, ms in zip(self.graph.nodes, median)]
 
     def _execute(self, arrays: list[np.ndarray]) -> list[np.ndarray]:
         result = self._forward(*arrays, *self._weights)
