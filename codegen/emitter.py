@@ -67,7 +67,8 @@ class GeneratedModule:
     input_names: list[str]
 
 
-def _is_view(node: Node) -> bool:
+def is_view(node: Node) -> bool:
+    """Whether the node's output 0 is a view of its input 0 (no buffer of its own)."""
     rule = emit_rule(node.op)
     return rule is not None and rule.alias
 
@@ -107,7 +108,7 @@ def generate_module(graph: Graph, comment: str = "", profile: bool = False) -> G
     profile: also define forward_profiled(..., times), which records a clock
     reading after every node (times has len(graph.nodes) + 1 entries)."""
     check_supported(graph)
-    plan = plan_memory(graph, _is_view)
+    plan = plan_memory(graph, is_view)
     used = [c for c in graph.constants.values()]
     weights = WeightPack.build(used)
     names = _Names()
@@ -172,5 +173,5 @@ def _return(graph: Graph, names: Callable) -> list[str]:
     for v in graph.outputs:
         name = names(v, "v_")
         # an output that is an input, a constant or a view must not alias what the caller passed or the weights
-        results.append(name if v.producer is not None and not _is_view(v.producer) else f"{name}.copy()")
+        results.append(name if v.producer is not None and not is_view(v.producer) else f"{name}.copy()")
     return [f"return {results[0]}" if len(results) == 1 else f"return ({', '.join(results)},)"]

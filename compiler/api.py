@@ -11,6 +11,7 @@ from compiler.interpreter import Interpreter
 from compiler.lowering import lower_model
 from compiler.model import CompiledModel
 from compiler.passes import PassManager, pipeline
+from compiler.passes.manager import DUMP_ENV
 from compiler.pnnx_format import load_pnnx
 from ir.graph import Graph
 from ir.verifier import verify
@@ -55,29 +56,45 @@ def optimize(graph: Graph, outputs: Sequence[str] | None = None, fuse: bool = Tr
 def compile(  # noqa: A001 - the public name is the point
     path: str | os.PathLike,
     *,
-    backend: str = "interpreter",
+    backend: str = "numba",
     outputs: Sequence[str] | None = None,
     input_shapes: dict[str, Sequence[int]] | None = None,
+    fuse: bool = True,
+    threads: int | None = None,
+    cache: bool = True,
+    cache_dir: str | os.PathLike | None = None,
     profile: bool = False,
     dump_ir: str | os.PathLike | None = None,
 ) -> CompiledModel:
     """Compile a pnnx model into a callable on numpy arrays.
 
     backend: "numba" (one generated, jitted forward function) or "interpreter"
-    (op-by-op numpy reference). outputs: compute only these
-    values (any value or node name of the IR; see `m.ir`). input_shapes fills
-    dims that pnnx left dynamic ('?'), by input name (in0, in1, ...). profile:
-    interpreter: record per-node times of each run in `m.last_profile`;
-    numba: also build a timed forward for `m.profile_kernels(x)`. dump_ir: write the
-    IR after each pass into this directory (or set PNNX_JIT_DUMP_IR).
+    (op-by-op numpy reference). outputs: compute only these values (any value
+    or node name of the IR; see `m.ir`). input_shapes fills dims that pnnx left
+    dynamic ('?'), by input name (in0, in1, ...). fuse: run the fusion passes
+    (numba). threads: threads for numba's loops and OpenBLAS (default: all
+    cores). cache / cache_dir: the AOT cache (default directory: the user cache
+    dir, or $PNNX_JIT_CACHE_DIR); `m.cache_info` says what it did. profile:
+    interpreter: per-node times of each run in `m.last_profile`; numba: a timed
+    forward for `m.profile_kernels(x)`. dump_ir: write the IR after each pass
+    into this directory (or set PNNX_JIT_DUMP_IR); it bypasses the cache.
     """
     if backend not in BACKENDS:
         raise ValueError(f"unknown backend {backend!r}; choose one of {BACKENDS}")
     if isinstance(outputs, str):
         outputs = [outputs]
-    graph = optimize(load_graph(path, input_shapes), outputs, fuse=backend == "numba", dump_ir=dump_ir)
-    if backend == "numba":
-        from compiler.numba_backend import NumbaModel  # imports numba: only when asked for
+    param, bin_ = model_paths(path)
+    if backend == "interpreter":
+        graph = optimize(load_graph(param, input_shapes), outputs, fuse=False, dump_ir=dump_ir)
+        return Interpreter(graph, profile=profile)
 
-        return NumbaModel(graph, profile=profile)
-    return Interpreter(graph, profile=profile)
+    from compiler.numba_backend import compile_numba  # imports numba: only when asked for
+
+    options = {"backend": backend, "outputs": list(outputs) if outputs else None, "fuse": fuse,
+               "input_shapes": {k: list(v) for k, v in (input_shapes or {}).items()}, "threads": threads}
+
+    def build() -> Graph:
+        return optimize(load_graph(param, input_shapes), outputs, fuse=fuse, dump_ir=dump_ir)
+
+    use_cache = cache and not profile and not dump_ir and not os.environ.get(DUMP_ENV)
+    return compile_numba(param, bin_, build, options, use_cache, cache_dir, threads, profile)

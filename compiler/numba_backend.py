@@ -1,45 +1,40 @@
 """The numba backend: the optimised graph becomes one generated module with an @njit forward.
 
-The module is written under the cache directory with a name derived from its
-source, then imported, so numba's own `cache=True` keeps its machine code on
-disk beside it: a second compile of the same model loads instead of compiling.
+The module is written to a real file and imported, so numba's own `cache=True`
+keeps its machine code on disk beside it. With the AOT cache (compiler/cache.py)
+the module, optimised IR and packed weights live in the model's cache entry, and
+a warm load skips pnnx parsing, passes and code generation altogether.
 """
 
 from __future__ import annotations
 
 import hashlib
 import importlib.util
+import logging
 import os
 import sys
+import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
+from types import ModuleType
 
 import numpy as np
-import platformdirs
 
-import codegen.runtime
-from codegen.emitter import GeneratedModule, generate_module
+import codegen.runtime  # noqa: F401 - thread policy before numba's pool starts
+from codegen.emitter import generate_module, is_view
+from compiler.cache import CacheInfo, ModelCache, cache_key
 from compiler.model import CompiledModel
+from compiler.passes.plan_memory import MemoryPlan, plan_memory
 from ir.graph import Graph
+from ir.parser import parse_graph
+from ir.printer import print_graph
 
-CACHE_ENV = "PNNX_JIT_CACHE_DIR"
-
-
-def default_cache_dir() -> Path:
-    return Path(os.environ.get(CACHE_ENV) or platformdirs.user_cache_dir("pnnx-jit"))
+log = logging.getLogger(__name__)
 
 
-def load_module(source: str, cache_dir: Path):
-    """Write `source` to cache_dir/modules/<hash>.py (once) and import it."""
-    digest = hashlib.sha256(source.encode()).hexdigest()[:24]
-    module_dir = cache_dir / "modules"
-    module_dir.mkdir(parents=True, exist_ok=True)
-    path = module_dir / f"forward_{digest}.py"
-    if not path.exists() or path.read_text() != source:
-        tmp = path.with_suffix(f".tmp{os.getpid()}")
-        tmp.write_text(source)
-        os.replace(tmp, path)  # atomic: another process never imports half a file
-    name = f"pnnx_jit_forward_{digest}"
+def import_file(path: Path, name: str) -> ModuleType:
+    """Import the module at `path` under `name` (once per process)."""
     if name in sys.modules:
         return sys.modules[name]
     spec = importlib.util.spec_from_file_location(name, path)
@@ -49,30 +44,83 @@ def load_module(source: str, cache_dir: Path):
     return module
 
 
+def write_atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    tmp.write_text(text)
+    os.replace(tmp, path)  # another process never imports half a file
+
+
 class NumbaModel(CompiledModel):
     backend = "numba"
 
-    def __init__(self, graph: Graph, cache_dir: Path | None = None, threads: int | None = None,
-                 profile: bool = False):
+    def __init__(self, graph: Graph, module: ModuleType, weights: list[np.ndarray], source: str,
+                 plan: MemoryPlan, cache_info: CacheInfo | None = None):
         super().__init__(graph)
-        self.generated: GeneratedModule = generate_module(graph, comment=graph.name, profile=profile)
-        self.cache_dir = cache_dir or default_cache_dir()
-        self._module = load_module(self.generated.source, self.cache_dir)
-        self._forward = self._module.forward
-        self._weights = list(self.generated.weights.arrays.values())
-        if threads is not None:
-            codegen.runtime.set_threads(threads)
+        self.source = source
+        self.memory_plan = plan
+        self.cache_info = cache_info
+        self._module = module
+        self._forward = module.forward
+        self._weights = weights
         start = time.perf_counter()
         self._execute([np.zeros(s.shape, s.dtype) for s in self.inputs])  # compile (or load) now, not at first call
         self.jit_seconds = time.perf_counter() - start
 
-    @property
-    def source(self) -> str:
-        return self.generated.source
+    # -- construction ------------------------------------------------------------------
 
-    @property
-    def memory_plan(self):
-        return self.generated.plan
+    @classmethod
+    def build(cls, graph: Graph, module_dir: Path, profile: bool = False) -> NumbaModel:
+        """Generate the module into module_dir and import it, without the AOT cache."""
+        generated = generate_module(graph, comment=graph.name, profile=profile)
+        digest = hashlib.sha256(generated.source.encode()).hexdigest()[:24]
+        module_dir.mkdir(parents=True, exist_ok=True)
+        path = module_dir / f"forward_{digest}.py"
+        if not path.exists() or path.read_text() != generated.source:
+            write_atomic(path, generated.source)
+        module = import_file(path, f"pnnx_jit_forward_{digest}")
+        weights = list(generated.weights.arrays.values())
+        return cls(graph, module, weights, generated.source, generated.plan)
+
+    @staticmethod
+    def write_entry(graph: Graph, directory: Path) -> dict:
+        """Write a cache entry for `graph` into `directory`; return its meta."""
+        generated = generate_module(graph, comment=graph.name)
+        (directory / "forward.py").write_text(generated.source)
+        (directory / "graph.ir").write_text(print_graph(graph))
+        for dtype, array in generated.weights.arrays.items():
+            np.save(directory / f"weights_{dtype}.npy", array)
+        constants = {c.name: [dtype, offset, list(c.shape)] for c, (dtype, offset) in generated.weights.slots.items()}
+        return {"graph": graph.name, "weight_dtypes": list(generated.weights.arrays), "constants": constants,
+                "memory_plan": generated.plan.summary()}
+
+    @classmethod
+    def load_entry(cls, directory: Path, meta: dict, info: CacheInfo) -> NumbaModel:
+        """A model from a cache entry: weights memory-mapped, module imported from the entry."""
+        packs = {dtype: np.load(directory / f"weights_{dtype}.npy", mmap_mode="r") for dtype in meta["weight_dtypes"]}
+        weights = {}
+        for name, (dtype, offset, shape) in meta["constants"].items():
+            size = int(np.prod(shape, dtype=np.int64))
+            weights[name] = packs[dtype][offset:offset + size].reshape(shape)
+        graph = parse_graph((directory / "graph.ir").read_text(), weights)
+        source = (directory / "forward.py").read_text()
+        module = import_file(directory / "forward.py", f"pnnx_jit_entry_{directory.name}")
+        plan = plan_memory(graph, is_view)
+        return cls(graph, module, [np.asarray(p) for p in packs.values()], source, plan, info)
+
+    @classmethod
+    def cached(cls, key: str, build_graph, cache: ModelCache) -> NumbaModel:
+        """Load the entry for `key`, building it with build_graph() on a miss."""
+        start = time.perf_counter()
+        meta, hit = cache.get_or_build(key, lambda tmp: cls.write_entry(build_graph(), tmp))
+        path = cache.entry_dir(key)
+        info = CacheInfo(hit, key, path, meta["build_seconds"], 0.0)
+        model = cls.load_entry(path, meta, info)
+        info.load_seconds = time.perf_counter() - start
+        if not hit:
+            info.compile_seconds = info.load_seconds  # passes, codegen and numba's JIT
+        return model
+
+    # -- running -------------------------------------------------------------------------
 
     def profile_kernels(self, x: np.ndarray | list[np.ndarray], repeat: int = 10) -> list[tuple[str, str, float]]:
         """(node name, op, median ms) of each node of the forward, timed inside one jitted run."""
@@ -90,3 +138,24 @@ class NumbaModel(CompiledModel):
     def _execute(self, arrays: list[np.ndarray]) -> list[np.ndarray]:
         result = self._forward(*arrays, *self._weights)
         return list(result) if isinstance(result, tuple) else [result]
+
+
+
+def compile_numba(param: Path, bin_path: Path, build_graph: Callable[[], Graph], options: dict, use_cache: bool,
+                  cache_dir, threads: int | None, profile: bool) -> NumbaModel:
+    """compile() for the numba backend: through the AOT cache when it is enabled and trustworthy."""
+    if threads is not None:
+        codegen.runtime.set_threads(threads)
+    reason = "cache=False" if not use_cache else ""
+    if use_cache:
+        store = ModelCache(Path(cache_dir) if cache_dir is not None else None)
+        problem = store.usable()
+        if problem is None:
+            return NumbaModel.cached(cache_key(param, bin_path, options), build_graph, store)
+        log.warning("not using the compile cache: %s", problem)
+        reason = problem
+    start = time.perf_counter()
+    module_dir = Path(tempfile.mkdtemp(prefix="pnnx_jit_"))  # numba's cache needs a real file
+    model = NumbaModel.build(build_graph(), module_dir, profile)
+    model.cache_info = CacheInfo(False, "", None, time.perf_counter() - start, time.perf_counter() - start, reason)
+    return model

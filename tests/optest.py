@@ -23,7 +23,7 @@ import torch
 import compiler
 from bench.pnnx_export import export_pnnx
 
-BACKENDS = ("interpreter",)
+BACKENDS = ("interpreter", "numba")
 _EXPORTS: dict[str, Path] = {}
 _EXPORT_DIR = Path(tempfile.mkdtemp(prefix="optest_pnnx_"))
 
