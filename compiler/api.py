@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from compiler.errors import ModelFormatError
@@ -48,9 +48,18 @@ def load_graph(path: str | os.PathLike, input_shapes: dict[str, Sequence[int]] |
 
 
 def optimize(graph: Graph, outputs: Sequence[str] | None = None, fuse: bool = True,
-             dump_ir: str | os.PathLike | None = None) -> Graph:
-    """Run the pass pipeline (compiler/passes/__init__.py) over a lowered graph."""
-    return PassManager(pipeline(outputs, fuse=fuse), dump_dir=dump_ir).run(graph)
+             dump_ir: str | os.PathLike | None = None, on_step: Callable[[str], None] | None = None,
+             stop_after: str | None = None) -> Graph:
+    """Run the pass pipeline (compiler/passes/__init__.py) over a lowered graph.
+
+    on_step(name) is called before each pass; stop_after ends the pipeline after that pass."""
+    passes = pipeline(outputs, fuse=fuse)
+    if stop_after is not None:
+        names = [p.name for p in passes]
+        if stop_after not in names:
+            raise ValueError(f"no pass named {stop_after!r}; the pipeline is {', '.join(names)}")
+        passes = passes[: names.index(stop_after) + 1]
+    return PassManager(passes, dump_dir=dump_ir, on_step=on_step).run(graph)
 
 
 def compile(  # noqa: A001 - the public name is the point
@@ -65,6 +74,7 @@ def compile(  # noqa: A001 - the public name is the point
     cache_dir: str | os.PathLike | None = None,
     profile: bool = False,
     dump_ir: str | os.PathLike | None = None,
+    on_step: Callable[[str], None] | None = None,
 ) -> CompiledModel:
     """Compile a pnnx model into a callable on numpy arrays.
 
@@ -78,6 +88,7 @@ def compile(  # noqa: A001 - the public name is the point
     interpreter: per-node times of each run in `m.last_profile`; numba: a timed
     forward for `m.profile_kernels(x)`. dump_ir: write the IR after each pass
     into this directory (or set PNNX_JIT_DUMP_IR); it bypasses the cache.
+    on_step(name) is called as each step of a compile starts (a progress display).
     """
     if backend not in BACKENDS:
         raise ValueError(f"unknown backend {backend!r}; choose one of {BACKENDS}")
@@ -85,7 +96,7 @@ def compile(  # noqa: A001 - the public name is the point
         outputs = [outputs]
     param, bin_ = model_paths(path)
     if backend == "interpreter":
-        graph = optimize(load_graph(param, input_shapes), outputs, fuse=False, dump_ir=dump_ir)
+        graph = optimize(load_graph(param, input_shapes), outputs, fuse=False, dump_ir=dump_ir, on_step=on_step)
         return Interpreter(graph, profile=profile)
 
     from compiler.numba_backend import compile_numba  # imports numba: only when asked for
@@ -94,7 +105,9 @@ def compile(  # noqa: A001 - the public name is the point
                "input_shapes": {k: list(v) for k, v in (input_shapes or {}).items()}, "threads": threads}
 
     def build() -> Graph:
-        return optimize(load_graph(param, input_shapes), outputs, fuse=fuse, dump_ir=dump_ir)
+        if on_step:
+            on_step("read and lower")
+        return optimize(load_graph(param, input_shapes), outputs, fuse=fuse, dump_ir=dump_ir, on_step=on_step)
 
     use_cache = cache and not profile and not dump_ir and not os.environ.get(DUMP_ENV)
-    return compile_numba(param, bin_, build, options, use_cache, cache_dir, threads, profile)
+    return compile_numba(param, bin_, build, options, use_cache, cache_dir, threads, profile, on_step)

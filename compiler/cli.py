@@ -1,14 +1,21 @@
-"""Command line: python -m compiler <command> ...
+"""Command line: python -m compiler <command> ... (also installed as `pnnx-jit`).
 
-    run [MODEL] [--input x.npy ...] [--output-dir DIR] [--backend B]
-        compile MODEL (default: the demo model shipped in the package) and run it
-        on the given inputs (default: random), printing output shapes and values.
+    run [MODEL] [--input x.npy ...] [--output-dir DIR]   compile and run (default: the shipped demo model)
+    compile MODEL                                        compile into the cache and say where
+    bench MODEL [--threads N] [--iterations N]           latency percentiles, throughput, vs the interpreter
+    profile MODEL [--trace out.json]                     time per node (interpreter), Chrome trace
+    show MODEL [--after PASS] [--dot out.dot]            print the IR, or write Graphviz DOT
+    cache list|info|clear                                the AOT cache
+
+Errors print one line on stderr and exit with status 2.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
+import time
 from collections.abc import Sequence
 from importlib import resources
 from pathlib import Path
@@ -16,8 +23,8 @@ from pathlib import Path
 import numpy as np
 
 import compiler
-from compiler.api import BACKENDS
-from compiler.errors import CompilerError
+from compiler.api import BACKENDS, load_graph, model_paths, optimize
+from compiler.errors import CompilerError, InputError
 
 
 def shipped_model() -> Path:
@@ -25,13 +32,13 @@ def shipped_model() -> Path:
     return Path(str(resources.files("compiler") / "data" / "tiny_cnn.pnnx.param"))
 
 
-def load_input_files(paths: Sequence[str], model: compiler.CompiledModel) -> list[np.ndarray]:
+def load_input_files(paths: Sequence[str]) -> list[np.ndarray]:
     arrays = []
     for path in paths:
         try:
             arrays.append(np.load(path, allow_pickle=False))
         except (OSError, ValueError) as exc:
-            raise CompilerError(f"cannot read input file {path}: {exc}") from None
+            raise InputError(f"cannot read input file {path}: {exc}") from None
     return arrays
 
 
@@ -40,10 +47,29 @@ def random_inputs(model: compiler.CompiledModel, seed: int = 0) -> list[np.ndarr
     return [rng.standard_normal(spec.shape).astype(spec.dtype) for spec in model.inputs]
 
 
+def compile_with_progress(path: Path, show: bool = True, **options) -> compiler.CompiledModel:
+    """compile() with a progress bar over its steps (passes, code generation, JIT)."""
+    from tqdm import tqdm
+
+    bar = tqdm(desc="compile", unit=" step", leave=False, disable=not show or not sys.stderr.isatty())
+
+    def step(name: str) -> None:
+        bar.set_postfix_str(name)
+        bar.update()
+
+    try:
+        return compiler.compile(path, on_step=step, **options)
+    finally:
+        bar.close()
+
+
+# -- commands ----------------------------------------------------------------------------------
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     path = Path(args.model) if args.model else shipped_model()
-    model = compiler.compile(path, backend=args.backend)
-    arrays = load_input_files(args.input, model) if args.input else random_inputs(model)
+    model = compile_with_progress(path, backend=args.backend)
+    arrays = load_input_files(args.input) if args.input else random_inputs(model)
     outputs = model(*arrays)
     outputs = outputs if isinstance(outputs, tuple) else (outputs,)
     print(f"model: {path} (backend {args.backend})")
@@ -52,12 +78,135 @@ def cmd_run(args: argparse.Namespace) -> int:
     for spec, array in zip(model.outputs, outputs):
         head = np.array2string(array.reshape(-1)[:5], precision=5, separator=", ")
         print(f"output {spec.name}: shape {array.shape} {array.dtype} first values {head}")
-        if args.output_dir:
-            out_dir = Path(args.output_dir)
-            out_dir.mkdir(parents=True, exist_ok=True)
-            np.save(out_dir / f"{spec.name}.npy", array)
     if args.output_dir:
-        print(f"saved {len(outputs)} output(s) to {args.output_dir}")
+        out_dir = Path(args.output_dir)
+        out_dir.mkdir(parents=True, exist_ok=True)
+        for spec, array in zip(model.outputs, outputs):
+            np.save(out_dir / f"{spec.name}.npy", array)
+        print(f"saved {len(outputs)} output(s) to {out_dir}")
+    return 0
+
+
+def cmd_compile(args: argparse.Namespace) -> int:
+    start = time.perf_counter()
+    model = compile_with_progress(Path(args.model), cache_dir=args.cache_dir, threads=args.threads)
+    info = model.cache_info
+    state = "loaded from cache" if info.hit else "compiled"
+    print(f"{state} in {time.perf_counter() - start:.2f} s: {info.path or '(not cached: ' + info.reason + ')'}")
+    print(f"key {info.key}; {model.memory_plan.summary()}")
+    return 0
+
+
+def _percentiles(times: list[float]) -> dict[str, float]:
+    ms = np.array(times) * 1e3
+    return {"median": float(np.median(ms)), "p90": float(np.percentile(ms, 90)), "p99": float(np.percentile(ms, 99))}
+
+
+def _time_runs(model: compiler.CompiledModel, arrays: list[np.ndarray], iterations: int, warmup: int) -> list[float]:
+    for _ in range(warmup):
+        model(*arrays)
+    times = []
+    for _ in range(iterations):
+        start = time.perf_counter()
+        model(*arrays)
+        times.append(time.perf_counter() - start)
+    return times
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    path = Path(args.model)
+    compiled = compile_with_progress(path, threads=args.threads)
+    arrays = random_inputs(compiled)
+    batch = arrays[0].shape[0] if arrays and arrays[0].ndim else 1
+    rows = {"compiled (numba)": _percentiles(_time_runs(compiled, arrays, args.iterations, args.warmup))}
+    if not args.no_interpreter:
+        interpreted = compiler.compile(path, backend="interpreter")
+        rows["interpreter"] = _percentiles(_time_runs(interpreted, arrays, max(3, args.iterations // 5), 1))
+    print(f"{path.name}: batch {batch}, {args.threads or 'default'} threads, {args.iterations} iterations")
+    print(f"{'runtime':<18}{'median ms':>10}{'p90 ms':>9}{'p99 ms':>9}{'items/s':>10}")
+    for name, r in rows.items():
+        print(f"{name:<18}{r['median']:>10.3f}{r['p90']:>9.3f}{r['p99']:>9.3f}{1e3 * batch / r['median']:>10.1f}")
+    if "interpreter" in rows:
+        print(f"compiled is {rows['interpreter']['median'] / rows['compiled (numba)']['median']:.1f}x faster "
+              f"than the interpreter")
+    return 0
+
+
+def cmd_profile(args: argparse.Namespace) -> int:
+    model = compiler.compile(Path(args.model), backend="interpreter", profile=True)
+    arrays = random_inputs(model)
+    runs = []
+    for _ in range(args.iterations):
+        model(*arrays)
+        runs.append(model.last_profile)
+    median = {t.node: float(np.median([run[i].seconds for run in runs])) * 1e3 for i, t in enumerate(runs[0])}
+    total = sum(median.values())
+    print(f"{'node':<40}{'op':<24}{'ms':>9}{'%':>7}")
+    for t in sorted(runs[0], key=lambda t: -median[t.node]):
+        print(f"{t.node[:39]:<40}{t.op:<24}{median[t.node]:>9.3f}{100 * median[t.node] / total:>6.1f}%")
+    print(f"{'total':<64}{total:>9.3f}")
+    if args.trace:
+        events, clock = [], 0.0
+        for t in runs[-1]:
+            events.append({"name": t.node, "cat": t.op, "ph": "X", "ts": clock * 1e6, "dur": t.seconds * 1e6,
+                           "pid": 0, "tid": 0, "args": {"op": t.op}})
+            clock += t.seconds
+        Path(args.trace).write_text(json.dumps({"traceEvents": events, "displayTimeUnit": "ms"}))
+        print(f"wrote Chrome trace to {args.trace} (open in chrome://tracing or ui.perfetto.dev)")
+    return 0
+
+
+def to_dot(graph) -> str:
+    lines = [f'digraph "{graph.name}" {{', "  rankdir=TB;", '  node [shape=box, fontname="monospace"];']
+    for v in graph.inputs:
+        lines.append(f'  "{v.name}" [shape=ellipse, label="{v.name}\\n{v.type}"];')
+    for n in graph.nodes:
+        lines.append(f'  "{n.name}" [label="{n.op}\\n{n.name}"];')
+        for v in n.inputs:
+            if v.producer is not None:
+                lines.append(f'  "{v.producer.name}" -> "{n.name}" [label="{v.type}"];')
+            elif not v.is_constant:
+                lines.append(f'  "{v.name}" -> "{n.name}";')
+    for i, v in enumerate(graph.outputs):
+        lines.append(f'  "output {i}" [shape=ellipse, label="{v.name}\\n{v.type}"];')
+        lines.append(f'  "{v.producer.name if v.producer else v.name}" -> "output {i}";')
+    return "\n".join(lines + ["}"]) + "\n"
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    param, _ = model_paths(args.model)
+    graph = load_graph(param)
+    if args.after and args.after != "lowering":
+        try:
+            graph = optimize(graph, stop_after=args.after)
+        except ValueError as exc:
+            raise CompilerError(str(exc)) from None
+    if args.dot:
+        Path(args.dot).write_text(to_dot(graph))
+        print(f"wrote {args.dot} ({len(graph.nodes)} nodes)")
+    else:
+        print(graph, end="")
+    return 0
+
+
+def cmd_cache(args: argparse.Namespace) -> int:
+    from compiler.cache import ModelCache
+
+    store = ModelCache(Path(args.cache_dir) if args.cache_dir else None)
+    if args.action == "clear":
+        print(f"removed {store.clear()} entries from {store.root}")
+        return 0
+    entries = store.entries()
+    if args.action == "info":
+        size = sum(s for _, _, s in entries)
+        print(f"cache directory: {store.root}\nentries: {len(entries)}\nsize: {size / (1 << 20):.1f} MiB")
+        return 0
+    for key, meta, size in entries:
+        name = meta.get("graph", "?") if meta else "(incomplete)"
+        built = f"{meta['build_seconds']:.1f} s" if meta else "-"
+        print(f"{key}  {name:<24} {size / (1 << 20):8.1f} MiB  built in {built}")
+    if not entries:
+        print(f"no entries in {store.root}")
     return 0
 
 
@@ -65,12 +214,44 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m compiler", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
+
     run = sub.add_parser("run", help="compile and run a model (default: the shipped demo model)")
     run.add_argument("model", nargs="?", help="path to MODEL.pnnx.param (.pnnx.bin beside it)")
     run.add_argument("--input", action="append", default=[], metavar="FILE.npy", help="one per model input, in order")
     run.add_argument("--output-dir", help="save each output as <name>.npy here")
-    run.add_argument("--backend", choices=BACKENDS, default="interpreter")
+    run.add_argument("--backend", choices=BACKENDS, default="numba")
     run.set_defaults(func=cmd_run)
+
+    comp = sub.add_parser("compile", help="compile a model into the cache and print where")
+    comp.add_argument("model")
+    comp.add_argument("--cache-dir")
+    comp.add_argument("--threads", type=int)
+    comp.set_defaults(func=cmd_compile)
+
+    bench = sub.add_parser("bench", help="latency percentiles and throughput of the compiled model")
+    bench.add_argument("model")
+    bench.add_argument("--threads", type=int)
+    bench.add_argument("--iterations", type=int, default=50)
+    bench.add_argument("--warmup", type=int, default=5)
+    bench.add_argument("--no-interpreter", action="store_true", help="skip the interpreter comparison")
+    bench.set_defaults(func=cmd_bench)
+
+    prof = sub.add_parser("profile", help="time per node (interpreter)")
+    prof.add_argument("model")
+    prof.add_argument("--iterations", type=int, default=5)
+    prof.add_argument("--trace", metavar="OUT.json", help="also write a Chrome trace")
+    prof.set_defaults(func=cmd_profile)
+
+    show = sub.add_parser("show", help="print the IR (after lowering, or after a pass) or write Graphviz DOT")
+    show.add_argument("model")
+    show.add_argument("--after", metavar="PASS", help="a pass name, e.g. fuse-conv-epilogue (default: lowering)")
+    show.add_argument("--dot", metavar="OUT.dot")
+    show.set_defaults(func=cmd_show)
+
+    cache = sub.add_parser("cache", help="list, describe or clear the AOT cache")
+    cache.add_argument("action", choices=["list", "info", "clear"])
+    cache.add_argument("--cache-dir")
+    cache.set_defaults(func=cmd_cache)
     return parser
 
 

@@ -108,10 +108,19 @@ class NumbaModel(CompiledModel):
         return cls(graph, module, [np.asarray(p) for p in packs.values()], source, plan, info)
 
     @classmethod
-    def cached(cls, key: str, build_graph, cache: ModelCache) -> NumbaModel:
+    def cached(cls, key: str, build_graph, cache: ModelCache, on_step=None) -> NumbaModel:
         """Load the entry for `key`, building it with build_graph() on a miss."""
         start = time.perf_counter()
-        meta, hit = cache.get_or_build(key, lambda tmp: cls.write_entry(build_graph(), tmp))
+
+        def build(tmp: Path) -> dict:
+            graph = build_graph()
+            if on_step:
+                on_step("generate code")
+            return cls.write_entry(graph, tmp)
+
+        meta, hit = cache.get_or_build(key, build)
+        if on_step:
+            on_step("jit (numba)" if not hit else "load from cache")
         path = cache.entry_dir(key)
         info = CacheInfo(hit, key, path, meta["build_seconds"], 0.0)
         model = cls.load_entry(path, meta, info)
@@ -142,7 +151,8 @@ class NumbaModel(CompiledModel):
 
 
 def compile_numba(param: Path, bin_path: Path, build_graph: Callable[[], Graph], options: dict, use_cache: bool,
-                  cache_dir, threads: int | None, profile: bool) -> NumbaModel:
+                  cache_dir, threads: int | None, profile: bool,
+                  on_step: Callable[[str], None] | None = None) -> NumbaModel:
     """compile() for the numba backend: through the AOT cache when it is enabled and trustworthy."""
     if threads is not None:
         codegen.runtime.set_threads(threads)
@@ -151,11 +161,14 @@ def compile_numba(param: Path, bin_path: Path, build_graph: Callable[[], Graph],
         store = ModelCache(Path(cache_dir) if cache_dir is not None else None)
         problem = store.usable()
         if problem is None:
-            return NumbaModel.cached(cache_key(param, bin_path, options), build_graph, store)
+            return NumbaModel.cached(cache_key(param, bin_path, options), build_graph, store, on_step)
         log.warning("not using the compile cache: %s", problem)
         reason = problem
     start = time.perf_counter()
     module_dir = Path(tempfile.mkdtemp(prefix="pnnx_jit_"))  # numba's cache needs a real file
-    model = NumbaModel.build(build_graph(), module_dir, profile)
+    graph = build_graph()
+    if on_step:
+        on_step("generate code and jit (numba)")
+    model = NumbaModel.build(graph, module_dir, profile)
     model.cache_info = CacheInfo(False, "", None, time.perf_counter() - start, time.perf_counter() - start, reason)
     return model
