@@ -117,14 +117,13 @@ class ModelCache:
     def usable(self) -> str | None:
         """None if the cache can be used, else the reason it cannot."""
         try:
-            (self.root / "models").mkdir(parents=True, exist_ok=True, mode=0o700)
+            self.root.mkdir(parents=True, exist_ok=True, mode=0o700)
+            if reason := untrusted_reason(self.root):
+                return reason
+            (self.root / "models").mkdir(exist_ok=True, mode=0o700)
         except OSError as exc:
             return f"cannot create {self.root}: {exc}"
-        for d in (self.root, self.root / "models"):
-            reason = untrusted_reason(d)
-            if reason:
-                return reason
-        return None
+        return untrusted_reason(self.root / "models")
 
     def load(self, key: str) -> dict | None:
         """The entry's meta if it exists and every file checks out; a bad entry is removed."""

@@ -1,0 +1,132 @@
+"""The AOT cache: hits and misses, fresh processes, concurrent compiles, corruption, trust."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import compiler
+
+ROOT = Path(__file__).resolve().parents[1]
+MODEL = [
+    "pnnx.Input in 0 1 0 #0=(2,3)f32",
+    "pnnx.Attribute scale 0 1 1 @data=(3)f32 #1=(3)f32",
+    "F.sigmoid s 1 1 0 2 $input=0 #0=(2,3)f32 #2=(2,3)f32",
+    "pnnx.Expression e 2 1 2 1 3 expr=mul(@0,@1) #2=(2,3)f32 #1=(3)f32 #3=(2,3)f32",
+    "pnnx.Output out 1 0 3",
+]
+SCALE = np.array([1.0, 2.0, 3.0], np.float32)
+X = np.array([[0.0, 1.0, -1.0], [2.0, -2.0, 0.5]], np.float32)
+EXPECTED = SCALE / (1 + np.exp(-X))
+
+
+@pytest.fixture
+def model(tmp_path) -> Path:
+    param = tmp_path / "m.pnnx.param"
+    param.write_text(f"7767517\n{len(MODEL)} 4\n" + "\n".join(MODEL) + "\n")
+    with zipfile.ZipFile(tmp_path / "m.pnnx.bin", "w") as z:
+        z.writestr("scale.data", SCALE.tobytes())
+    return param
+
+
+def test_second_compile_is_a_hit_with_the_same_result(model, tmp_path):
+    cache = tmp_path / "cache"
+    first = compiler.compile(model, cache_dir=cache)
+    second = compiler.compile(model, cache_dir=cache)
+    assert (first.cache_info.hit, second.cache_info.hit) == (False, True)
+    assert first.cache_info.key == second.cache_info.key and second.cache_info.path.is_dir()
+    assert second.cache_info.path.parent == cache / "models"
+    np.testing.assert_allclose(second(X), EXPECTED, rtol=1e-6)
+
+
+def test_key_changes_with_weights_and_options(model, tmp_path):
+    cache = tmp_path / "cache"
+    base = compiler.compile(model, cache_dir=cache).cache_info.key
+    assert compiler.compile(model, cache_dir=cache, fuse=False).cache_info.key != base
+    with zipfile.ZipFile(tmp_path / "m.pnnx.bin", "w") as z:
+        z.writestr("scale.data", (SCALE * 2).tobytes())
+    m = compiler.compile(model, cache_dir=cache)
+    assert m.cache_info.key != base and not m.cache_info.hit
+    np.testing.assert_allclose(m(X), 2 * EXPECTED, rtol=1e-6)
+
+
+LOAD_SCRIPT = """
+import json, sys, time
+start = time.perf_counter()
+import numpy as np, compiler
+m = compiler.compile(sys.argv[1], cache_dir=sys.argv[2])
+y = m(np.array([[0.0, 1.0, -1.0], [2.0, -2.0, 0.5]], np.float32))
+print(json.dumps({"hit": m.cache_info.hit, "key": m.cache_info.key, "y": y.tolist(),
+                  "seconds": time.perf_counter() - start}))
+"""
+
+
+def _compile_in_subprocess(model: Path, cache: Path) -> subprocess.Popen:
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    return subprocess.Popen([sys.executable, "-c", LOAD_SCRIPT, str(model), str(cache)], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _result(proc: subprocess.Popen) -> dict:
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, err
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def test_fresh_process_loads_from_the_cache(model, tmp_path):
+    cache = tmp_path / "cache"
+    compiler.compile(model, cache_dir=cache)
+    result = _result(_compile_in_subprocess(model, cache))
+    assert result["hit"] is True
+    np.testing.assert_allclose(result["y"], EXPECTED, rtol=1e-6)
+
+
+def test_concurrent_compiles_all_succeed_and_leave_one_entry(model, tmp_path):
+    cache = tmp_path / "cache"
+    procs = [_compile_in_subprocess(model, cache) for _ in range(3)]
+    results = [_result(p) for p in procs]
+    assert len({r["key"] for r in results}) == 1
+    for r in results:
+        np.testing.assert_allclose(r["y"], EXPECTED, rtol=1e-6)
+    entries = [p for p in (cache / "models").iterdir() if p.is_dir()]
+    assert [p.name for p in entries] == [results[0]["key"]]
+    assert compiler.compile(model, cache_dir=cache).cache_info.hit
+
+
+def test_corrupt_entry_is_reported_and_rebuilt(model, tmp_path, caplog):
+    cache = tmp_path / "cache"
+    entry = compiler.compile(model, cache_dir=cache).cache_info.path
+    weights = next(entry.glob("weights_*.npy"))
+    weights.write_bytes(weights.read_bytes()[:-8])  # truncated
+    with caplog.at_level(logging.DEBUG, logger="compiler.cache"):
+        m = compiler.compile(model, cache_dir=cache)
+    assert not m.cache_info.hit
+    assert any("does not match its checksum" in r.message for r in caplog.records)
+    np.testing.assert_allclose(m(X), EXPECTED, rtol=1e-6)
+    assert compiler.compile(model, cache_dir=cache).cache_info.hit
+
+
+def test_cache_writable_by_others_is_not_used(model, tmp_path, caplog):
+    cache = tmp_path / "shared"
+    cache.mkdir()
+    cache.chmod(0o777)
+    with caplog.at_level(logging.WARNING):
+        m = compiler.compile(model, cache_dir=cache)
+    assert not m.cache_info.hit and "writable by other users" in m.cache_info.reason
+    assert not (cache / "models").exists()
+    np.testing.assert_allclose(m(X), EXPECTED, rtol=1e-6)
+
+
+def test_cache_can_be_disabled(model, tmp_path):
+    m = compiler.compile(model, cache=False, cache_dir=tmp_path / "cache")
+    assert not m.cache_info.hit and m.cache_info.reason == "cache=False"
+    assert not (tmp_path / "cache").exists()
+    np.testing.assert_allclose(m(X), EXPECTED, rtol=1e-6)
