@@ -22,6 +22,10 @@ def reference(name: str, x: np.ndarray, dtype: torch.dtype = torch.float32) -> l
     return [o.numpy() for o in outs]
 
 
+def as_list(result) -> list[np.ndarray]:
+    return list(result) if isinstance(result, tuple) else [result]
+
+
 def assert_matches_torch(got, name: str, x: np.ndarray, label: str) -> None:
     """Within 1e-4 of torch eager (relative to the output's scale: resnet50's logits are ~60).
 
@@ -59,3 +63,18 @@ def test_interpreter_matches_torch(name):
     x = zoo.make_input(zoo.get(name), batch=1, seed=1)
     model = compiler.compile(export_zoo(name), backend="interpreter")
     assert_matches_torch(model(x), name, x, f"{name} interpreter")
+
+
+@pytest.mark.parametrize("batch", [1, 4])
+@pytest.mark.parametrize("name", MODELS)
+def test_compiled_matches_torch_and_the_interpreter(name, batch):
+    x = zoo.make_input(zoo.get(name), batch=batch, seed=2)
+    param = export_zoo(name, batch=batch)
+    compiled = compiler.compile(param)
+    got = compiled(x)
+    assert_matches_torch(got, name, x, f"{name} numba batch {batch}")
+    interpreted = compiler.compile(param, backend="interpreter")(x)
+    for g, e, e64 in zip(as_list(got), as_list(interpreted), reference(name, x, torch.float64)):
+        scale = max(1.0, float(np.abs(e).max()))
+        if float(np.abs(e - e64).max()) <= 1e-4 * scale:  # see assert_matches_torch for the other case
+            np.testing.assert_allclose(g, e, rtol=1e-4, atol=1e-4 * scale, err_msg=f"{name} numba vs interpreter")
