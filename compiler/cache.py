@@ -16,6 +16,7 @@ level and rebuilt; a cache in a directory other users can write to is not used.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import logging
@@ -68,6 +69,19 @@ def _cpu_signature() -> str:
     return f"{llvm.get_host_cpu_name()}|{llvm.get_host_cpu_features().flatten()}"
 
 
+@functools.lru_cache(maxsize=1)
+def code_digest() -> str:
+    """A hash of our own source (ir/, compiler/, codegen/): any change to the code that generates a
+    module must miss the cache, even before the version number moves."""
+    root = Path(__file__).resolve().parents[1]
+    h = hashlib.blake2b(digest_size=16)
+    for package in ("ir", "compiler", "codegen"):
+        for path in sorted((root / package).rglob("*.py")):
+            h.update(path.relative_to(root).as_posix().encode())
+            h.update(path.read_bytes())
+    return h.hexdigest()
+
+
 def cache_key(param: Path, bin_path: Path | None, options: dict) -> str:
     """The key of a compiled model: its bytes, every version that matters, the CPU, the options."""
     import llvmlite
@@ -81,6 +95,7 @@ def cache_key(param: Path, bin_path: Path | None, options: dict) -> str:
         "param": file_digest(param),
         "bin": file_digest(bin_path) if bin_path is not None and bin_path.exists() else None,
         "ours": compiler.__version__,
+        "code": code_digest(),
         "numba": numba.__version__,
         "llvmlite": llvmlite.__version__,
         "numpy": numpy.__version__,

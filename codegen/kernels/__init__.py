@@ -6,6 +6,9 @@ from codegen.kernels import (  # noqa: F401
     conv,
     data,
     elementwise,
+    gemm,
     norm,
     pool,
+    reduce,
+    resize,
 )

@@ -115,6 +115,15 @@ def _strides(shape: tuple[int, ...], out_shape: tuple[int, ...]) -> list[int]:
     return strides[::-1]
 
 
+def _operand_shape(node: Node, i: int) -> tuple[int, ...]:
+    """The shape input i broadcasts with; prelu's per-channel weight lines up with dim 1, not the last."""
+    shape = node.inputs[i].shape
+    if node.op == "prelu" and i == 1 and node.inputs[1].type.size > 1:
+        rank = node.outputs[0].type.rank
+        return (1, node.inputs[1].type.size) + (1,) * (rank - 2)
+    return shape
+
+
 def generate_loop(name: str, node: Node) -> str:
     """Source of an @njit function `name(inputs..., out)` computing the node elementwise."""
     out = node.outputs[0]
@@ -129,7 +138,7 @@ def generate_loop(name: str, node: Node) -> str:
     lines += [f"    f{i} = x{i}.reshape(-1)" for i in arrays]
     lines.append("    fo = out.reshape(-1)")
     lines.append(f"    for row in {loop}({rows}):")
-    strides = {i: _strides(node.inputs[i].shape, shape) for i in arrays}
+    strides = {i: _strides(_operand_shape(node, i), shape) for i in arrays}
     # multi-index of the row, then each input's base offset
     dims = shape[:-1]
     if any(any(s[:-1]) for s in strides.values()) and dims:
@@ -163,11 +172,6 @@ def _emit_elementwise(e: Emit) -> list[str]:
     name = "ew_" + re.sub(r"\W", "_", e.node.name)[:60]
     e.define(name, generate_loop(name, e.node))
     args = [a for i, a in enumerate(e.args) if _inline_constant(e.node, i) is None]
-    if e.node.op == "prelu":
-        channels = e.node.inputs[1].type.size
-        if channels > 1:  # per-channel weight (dim 1): make it broadcast numpy-style
-            rank = e.node.outputs[0].type.rank
-            args[-1] = f"{args[-1]}.reshape({lit((1, channels) + (1,) * (rank - 2))})"
     return [f"{name}({', '.join(args + [e.outs[0]])})"]
 
 

@@ -1,1 +1,294 @@
-"""(being written)"""
+"""Normalization (batch_norm, layer_norm, group_norm) and softmax / log_softmax.
+
+Each kernel works on rows of contiguous memory: batch_norm on (n, c) planes,
+layer_norm on the normalized trailing block, group_norm on each (n, group) block,
+softmax on (outer, dim, inner) with the inner positions of a block side by side,
+so inner loops run along memory and vectorize. Statistics accumulate in float64
+(the reference computes in float32 with pairwise sums: float64 stays closer to
+it than a float32 running sum). Rows run in parallel when the tensor is big.
+Optional weight and bias are passed as None.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numba
+import numpy as np
+from llvmlite import ir
+from numba.core import types
+from numba.extending import intrinsic, overload
+
+from codegen.kernels.data import jit_entry
+from codegen.registry import Emit, emits, lit
+from ir.ops.common import normalize_axis
+
+PARALLEL_MIN_ELEMENTS = 1 << 15
+BLOCK = 256  # softmax over a non-last dim: inner positions per task
+
+
+@numba.njit(cache=True, nogil=True, parallel=True)
+def _batch_norm(x, mean, var, weight, bias, out, eps):
+    """out = (x - mean) / sqrt(var + eps) * weight + bias per channel (dim 1), folded as torch's eval kernel."""
+    n, c = x.shape[0], x.shape[1]
+    size = x.size // (n * c) if n * c else 0
+    xf, of = x.reshape(-1), out.reshape(-1)
+    scale = weight / np.sqrt(var + eps)
+    shift = bias - mean * scale
+    if n * c > 1 and x.size >= PARALLEL_MIN_ELEMENTS:
+        for p in numba.prange(n * c):
+            _affine(xf[p * size:(p + 1) * size], of[p * size:(p + 1) * size], scale[p % c], shift[p % c])
+    else:
+        for p in range(n * c):
+            _affine(xf[p * size:(p + 1) * size], of[p * size:(p + 1) * size], scale[p % c], shift[p % c])
+
+
+@numba.njit(inline="always", cache=True, nogil=True)
+def _affine(xv, ov, scale, shift):
+    for i in range(xv.size):
+        ov[i] = xv[i] * scale + shift
+
+
+@numba.njit(cache=True, nogil=True, fastmath={"reassoc"})  # not inlined: callers lack the flag
+def _moments(xv):
+    """(mean, biased variance) of xv, two passes in float64."""
+    s = 0.0
+    for i in range(xv.size):
+        s += xv[i]
+    mean = s / xv.size
+    q = 0.0
+    for i in range(xv.size):
+        d = xv[i] - mean
+        q += d * d
+    return mean, q / xv.size
+
+
+@numba.njit(cache=True, nogil=True)
+def _layer_norm_row(xv, ov, weight, bias, eps):
+    m, var = _moments(xv)
+    r = 1.0 / math.sqrt(var + eps)
+    for i in range(xv.size):
+        ov[i] = (xv[i] - m) * r
+    if weight is not None:
+        for i in range(xv.size):
+            ov[i] *= weight[i]
+    if bias is not None:
+        for i in range(xv.size):
+            ov[i] += bias[i]
+
+
+@numba.njit(cache=True, nogil=True, parallel=True)
+def _layer_norm(x, weight, bias, out, eps, inner):
+    """Normalize each block of `inner` elements of flat x; weight, bias: flat (inner,) arrays or None."""
+    rows = x.size // inner
+    xf, of = x, out
+    if rows > 1 and x.size >= PARALLEL_MIN_ELEMENTS:
+        for r in numba.prange(rows):
+            _layer_norm_row(xf[r * inner:(r + 1) * inner], of[r * inner:(r + 1) * inner], weight, bias, eps)
+    else:
+        for r in range(rows):
+            _layer_norm_row(xf[r * inner:(r + 1) * inner], of[r * inner:(r + 1) * inner], weight, bias, eps)
+
+
+@numba.njit(cache=True, nogil=True)
+def _group_norm_block(xv, ov, c0, per_channel, weight, bias, eps):
+    m, var = _moments(xv)
+    r = 1.0 / math.sqrt(var + eps)
+    for k in range(xv.size // per_channel):
+        scale, shift = r, 0.0
+        if weight is not None:
+            scale = r * weight[c0 + k]
+        if bias is not None:
+            shift = float(bias[c0 + k])
+        xc, oc = xv[k * per_channel:(k + 1) * per_channel], ov[k * per_channel:(k + 1) * per_channel]
+        for i in range(per_channel):
+            oc[i] = (xc[i] - m) * scale + shift
+
+
+@numba.njit(cache=True, nogil=True, parallel=True)
+def _group_norm(x, weight, bias, out, groups, eps):
+    """Normalize each (n, group) block of channels; weight, bias: (C,) arrays or None."""
+    n, c = x.shape[0], x.shape[1]
+    per_channel = x.size // (n * c) if n * c else 0
+    block = per_channel * (c // groups)
+    xf, of = x.reshape(-1), out.reshape(-1)
+    if n * groups > 1 and x.size >= PARALLEL_MIN_ELEMENTS:
+        for b in numba.prange(n * groups):
+            _group_norm_block(xf[b * block:(b + 1) * block], of[b * block:(b + 1) * block],
+                              (b % groups) * (c // groups), per_channel, weight, bias, eps)
+    else:
+        for b in range(n * groups):
+            _group_norm_block(xf[b * block:(b + 1) * block], of[b * block:(b + 1) * block],
+                              (b % groups) * (c // groups), per_channel, weight, bias, eps)
+
+
+# -- softmax ------------------------------------------------------------------------------------------
+
+
+@intrinsic
+def _float_with_bits(typingctx, n):
+    """The float32 whose bits are the integer n (a float32 holding an integral value)."""
+    def codegen(context, builder, signature, args):
+        return builder.bitcast(builder.fptosi(args[0], ir.IntType(32)), ir.FloatType())
+
+    return types.float32(types.float32), codegen
+
+
+def fast_exp(x):
+    """exp(x); for float32, a polynomial that vectorizes (LLVM calls expf once per element otherwise)."""
+    return np.exp(x)
+
+
+@overload(fast_exp, inline="always")
+def _fast_exp(x):
+    if x != types.float32:
+        return lambda x: np.exp(x)
+
+    def expf(x):  # Cephes' expf: 2^n * e^r with |r| <= ln(2) / 2, within 2 ulp
+        x = min(max(x, np.float32(-87.3)), np.float32(88.3))
+        n = np.floor(x * np.float32(1.4426950408889634) + np.float32(0.5))
+        r = x - n * np.float32(0.693359375) - n * np.float32(-2.12194440e-4)
+        p = np.float32(1.9875691500e-4) * r + np.float32(1.3981999507e-3)
+        p = p * r + np.float32(8.3334519073e-3)
+        p = p * r + np.float32(4.1665795894e-2)
+        p = p * r + np.float32(1.6666665459e-1)
+        p = p * r + np.float32(5.0000001201e-1)
+        p = p * (r * r) + r + np.float32(1.0)
+        return p * _float_with_bits((n + np.float32(127)) * np.float32(8388608))
+
+    return expf
+
+
+def _narrow(x, v):
+    """v (float64) as x's float type, so float32 rows are scaled in float32 (twice the vector width)."""
+    return v
+
+
+@overload(_narrow, inline="always")
+def _narrow_impl(x, v):
+    if x == types.float32:
+        return lambda x, v: np.float32(v)
+    return lambda x, v: v
+
+
+@numba.njit(cache=True, nogil=True, fastmath={"reassoc", "contract"})
+def _softmax_row(xv, ov, log):
+    m = xv[0]
+    for i in range(1, xv.size):
+        m = max(m, xv[i])
+    s = 0.0
+    for i in range(xv.size):
+        e = fast_exp(xv[i] - m)
+        s += e
+        if not log:
+            ov[i] = e
+    if log:
+        shift = _narrow(m, m + math.log(s))
+        for i in range(xv.size):
+            ov[i] = xv[i] - shift
+    else:
+        r = _narrow(m, 1.0 / s)
+        for i in range(xv.size):
+            ov[i] *= r
+
+
+@numba.njit(cache=True, nogil=True, fastmath={"reassoc", "contract"})
+def _softmax_block(xf, of, t, d, inner, log):
+    """Softmax over dim of the (outer, dim, inner) view, for one block of inner positions."""
+    nb = (inner + BLOCK - 1) // BLOCK
+    o, lo = t // nb, (t % nb) * BLOCK
+    k = min(lo + BLOCK, inner) - lo
+    base = o * d * inner + lo
+    m = xf[base:base + k].copy()
+    for j in range(1, d):
+        xv = xf[base + j * inner:base + j * inner + k]
+        for i in range(k):
+            m[i] = max(m[i], xv[i])
+    s = np.zeros(k, np.float64)
+    for j in range(d):
+        xv, ov = xf[base + j * inner:base + j * inner + k], of[base + j * inner:base + j * inner + k]
+        for i in range(k):
+            e = fast_exp(xv[i] - m[i])
+            s[i] += e
+            ov[i] = e
+    for i in range(k):
+        s[i] = math.log(s[i]) if log else 1.0 / s[i]
+    for j in range(d):
+        xv, ov = xf[base + j * inner:base + j * inner + k], of[base + j * inner:base + j * inner + k]
+        for i in range(k):
+            if log:
+                ov[i] = xv[i] - m[i] - s[i]
+            else:
+                ov[i] *= s[i]
+
+
+@numba.njit(cache=True, nogil=True, parallel=True)
+def _softmax(x, out, outer, d, inner, log):
+    """Softmax (log-softmax if `log`) over the middle dim of the (outer, d, inner) view of flat x."""
+    xf, of = x, out
+    parallel = x.size >= PARALLEL_MIN_ELEMENTS
+    if inner == 1:
+        if parallel and outer > 1:
+            for r in numba.prange(outer):
+                _softmax_row(xf[r * d:(r + 1) * d], of[r * d:(r + 1) * d], log)
+        else:
+            for r in range(outer):
+                _softmax_row(xf[r * d:(r + 1) * d], of[r * d:(r + 1) * d], log)
+        return
+    tasks = outer * ((inner + BLOCK - 1) // BLOCK)
+    if parallel and tasks > 1:
+        for t in numba.prange(tasks):
+            _softmax_block(xf, of, t, d, inner, log)
+    else:
+        for t in range(tasks):
+            _softmax_block(xf, of, t, d, inner, log)
+
+
+batch_norm, layer_norm, group_norm = jit_entry(_batch_norm), jit_entry(_layer_norm), jit_entry(_group_norm)
+softmax = jit_entry(_softmax)
+
+
+# -- emit rules -----------------------------------------------------------------------------------------
+
+
+def _eps(e: Emit) -> str:
+    return f"np.{e.node.inputs[0].dtype}({lit(e.node.attrs['eps'])})"
+
+
+def _optional(e: Emit, i: int) -> str:
+    """Parameter i flattened (weight and bias of layer_norm can have several dims), or None."""
+    return f"{e.args[i]}.reshape(-1)" if len(e.args) > i else "None"
+
+
+def _nc(e: Emit, name: str) -> str:
+    """An (N, C, ...) array viewed as (N, C, rest): one compiled kernel for every rank."""
+    n, c = e.node.inputs[0].shape[:2]
+    return f"{name}.reshape({lit((n, c, math.prod(e.node.inputs[0].shape[2:])))})"
+
+
+@emits("batch_norm")
+def _emit_batch_norm(e: Emit) -> list[str]:
+    x, mean, var, weight, bias = e.args
+    return [f"{e.call(batch_norm)}({_nc(e, x)}, {mean}, {var}, {weight}, {bias}, {_nc(e, e.outs[0])}, {_eps(e)})"]
+
+
+@emits("layer_norm")
+def _emit_layer_norm(e: Emit) -> list[str]:
+    inner = math.prod(e.node.attrs["normalized_shape"])
+    return [f"{e.call(layer_norm)}({e.args[0]}.reshape(-1), {_optional(e, 1)}, {_optional(e, 2)}, "
+            f"{e.outs[0]}.reshape(-1), {_eps(e)}, {inner})"]
+
+
+@emits("group_norm")
+def _emit_group_norm(e: Emit) -> list[str]:
+    return [f"{e.call(group_norm)}({_nc(e, e.args[0])}, {_optional(e, 1)}, {_optional(e, 2)}, "
+            f"{_nc(e, e.outs[0])}, {e.node.attrs['groups']}, {_eps(e)})"]
+
+
+@emits("softmax", "log_softmax")
+def _emit_softmax(e: Emit) -> list[str]:
+    shape = e.node.inputs[0].shape
+    axis = normalize_axis(e.node.attrs["dim"], len(shape))
+    outer, d, inner = math.prod(shape[:axis]), shape[axis], math.prod(shape[axis + 1:])
+    return [f"{e.call(softmax)}({e.args[0]}.reshape(-1), {e.outs[0]}.reshape(-1), {outer}, {d}, {inner}, "
+            f"{e.node.op == 'log_softmax'})"]

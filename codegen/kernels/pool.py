@@ -1,1 +1,310 @@
-"""(being written)"""
+"""2-D pooling over NCHW: max_pool2d (and its indices), avg_pool2d, adaptive avg/max (and indices).
+
+Window and adaptive max/avg pooling are separable. Window pooling works on a
+block of output rows (small enough for L1) per pass: KH passes along the height
+(for stride 1, each one loop over a run of whole rows), then the rows are laid
+out at the padded width back to back, split by column phase (column mod stride),
+so KW passes along the width are each one loop over the whole block. That is
+KH + KW operations per output instead of KH * KW, in long loops that vectorize.
+The index ops scan each window in row-major order instead, keeping the first
+maximum, as the reference does. Padding never wins a max (`lowest`: -inf, or the integer
+minimum); max and argmax propagate NaN, as torch.
+
+Planes (n, c) run in parallel when the input is big enough. Loops index views
+from 0, so numba drops its negative-index checks and they vectorize.
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+
+from codegen.kernels.data import jit_entry
+from codegen.registry import Emit, emits, lit
+
+PARALLEL_MIN_ELEMENTS = 1 << 15
+CHUNKS = 16  # parallel window pooling: tasks of consecutive planes, each with its own scratch
+BLOCK_ELEMENTS = 2048  # window pooling works on blocks of rows of about this many elements
+
+
+@numba.njit(inline="always", cache=True, nogil=True)
+def _pmax(a, b):
+    """max(a, b), NaN if either is NaN."""
+    return a if (a >= b or a != a) else b
+
+
+@numba.njit(inline="always", cache=True, nogil=True)
+def _combine(dst, prev, src, first, is_max):
+    """dst = src if first, else max(prev, src) or prev + src. dst is never prev: an in-place max
+    vectorizes into masked stores, which are slow on AMD, so the passes ping-pong between buffers."""
+    if first:
+        for i in range(dst.size):
+            dst[i] = src[i]
+    elif is_max:
+        for i in range(dst.size):
+            dst[i] = _pmax(prev[i], src[i])
+    else:
+        for i in range(dst.size):
+            dst[i] = prev[i] + src[i]
+
+
+@numba.njit(inline="always", cache=True, nogil=True)
+def _carry(dst, prev, first, fill):
+    """dst = prev, or `fill` on the first pass."""
+    if first:
+        for i in range(dst.size):
+            dst[i] = fill
+    else:
+        for i in range(dst.size):
+            dst[i] = prev[i]
+
+
+@numba.njit(inline="always", cache=True, nogil=True)
+def _padded_width(w, ow, kernel, stride, padding, dilation):
+    """Width of a padded input row that holds every window: a multiple of the stride."""
+    wp = max(padding[1] + w, (ow - 1) * stride[1] + dilation[1] * (kernel[1] - 1) + 1)
+    return (wp + stride[1] - 1) // stride[1] * stride[1]
+
+
+@numba.njit(cache=True, nogil=True)
+def _window_block(x, out, p, b0, b1, kernel, stride, padding, dilation, fill, is_max, count_include_pad, divisor,
+                  v, phases, hb):
+    """Output rows b0..b1-1 of plane p, in passes over the whole block, each a long contiguous loop
+    where the strides allow. Scratch: v (2, B * W); phases (SW, B * WQ + slack), whose padding holds
+    `fill`; hb (2, B * WQ), for B >= b1 - b0 rows and WQ the padded width / SW."""
+    _, _, h, w = x.shape
+    _, _, oh, ow = out.shape
+    kh, kw, sh, sw, dh, dw = kernel[0], kernel[1], stride[0], stride[1], dilation[0], dilation[1]
+    plane = x.reshape(-1)[p * h * w:(p + 1) * h * w]
+    nb = b1 - b0
+    # 1. along the height: pass ky folds input row oy * sh + ky * dh - top into row oy - b0 of v[ky % 2]
+    for ky in range(kh):
+        cur, prev, off = v[ky % 2], v[(ky + 1) % 2], ky * dh - padding[0]
+        lo = min(b1, max(b0, -(off // sh))) - b0  # the rows whose input row exists
+        hi = max(lo, min(b1, (h - 1 - off) // sh + 1) - b0)
+        _carry(cur[:lo * w], prev[:lo * w], ky == 0, fill)
+        _carry(cur[hi * w:nb * w], prev[hi * w:nb * w], ky == 0, fill)
+        if sh == 1:  # one run of input rows
+            y = b0 + lo + off
+            _combine(cur[lo * w:hi * w], prev[lo * w:hi * w], plane[y * w:(y + hi - lo) * w], ky == 0, is_max)
+        else:
+            for i in range(lo, hi):
+                y = (b0 + i) * sh + off
+                _combine(cur[i * w:(i + 1) * w], prev[i * w:(i + 1) * w], plane[y * w:(y + 1) * w], ky == 0, is_max)
+    rows = v[(kh - 1) % 2]
+    # 2. padded rows back to back, split by column phase: padded column c is phases[c % sw][c // sw]
+    wq = _padded_width(w, ow, kernel, stride, padding, dilation) // sw
+    for r in range(sw):
+        c0 = (r - padding[1]) % sw  # first input column of this phase
+        j0, count = (c0 + padding[1]) // sw, (w - c0 + sw - 1) // sw
+        for i in range(nb):
+            start = i * wq + j0
+            _combine(phases[r, start:start + count], rows, rows[i * w + c0:(i + 1) * w:sw], True, is_max)
+    # 3. along the width: output column ox, tap kx reads padded column ox * sw + kx * dw, which is
+    # phases[(kx * dw) % sw][ox + (kx * dw) // sw]: each pass is one loop over the whole block
+    n = nb * wq
+    for kx in range(kw):
+        r, q = (kx * dw) % sw, (kx * dw) // sw
+        _combine(hb[kx % 2, :n], hb[(kx + 1) % 2, :n], phases[r, q:q + n], kx == 0, is_max)
+    cols = hb[(kw - 1) % 2]
+    # 4. the first ow columns of each row are the outputs
+    of = out.reshape(-1)
+    for i in range(nb):
+        oy = b0 + i
+        out_row = of[(p * oh + oy) * ow:(p * oh + oy + 1) * ow]
+        _combine(out_row, out_row, cols[i * wq:i * wq + ow], True, is_max)
+        if is_max:
+            continue
+        if divisor > 0:
+            for ox in range(ow):
+                out_row[ox] /= divisor
+            continue
+        # torch's count: the window clipped to the padded input, and to the input unless pads count
+        y0 = oy * sh - padding[0]
+        y1 = min(y0 + kh, h + padding[2])
+        if not count_include_pad:
+            y0, y1 = max(y0, 0), min(y1, h)
+        for ox in range(ow):
+            x0 = ox * sw - padding[1]
+            x1 = min(x0 + kw, w + padding[3])
+            if not count_include_pad:
+                x0, x1 = max(x0, 0), min(x1, w)
+            out_row[ox] /= (y1 - y0) * (x1 - x0)
+
+
+@numba.njit(cache=True, nogil=True)
+def _window_planes(x, out, lo, hi, kernel, stride, padding, dilation, fill, is_max, count_include_pad, divisor):
+    """Planes lo..hi-1 in blocks of rows small enough for L1, sharing scratch buffers."""
+    _, _, _, w = x.shape
+    _, _, oh, ow = out.shape
+    sw = stride[1]
+    wq = _padded_width(w, ow, kernel, stride, padding, dilation) // sw
+    rb = min(oh, max(1, BLOCK_ELEMENTS // max(w, wq)))
+    v = np.empty((2, rb * w), x.dtype)
+    phases = np.full((sw, rb * wq + (kernel[1] - 1) * dilation[1] // sw), fill, x.dtype)
+    hb = np.empty((2, rb * wq), x.dtype)
+    for p in range(lo, hi):
+        for b0 in range(0, oh, rb):
+            _window_block(x, out, p, b0, min(b0 + rb, oh), kernel, stride, padding, dilation, fill, is_max,
+                          count_include_pad, divisor, v, phases, hb)
+
+
+@numba.njit(cache=True, nogil=True, parallel=True)
+def _pool2d(x, out, kernel, stride, padding, dilation, fill, is_max, count_include_pad, divisor):
+    """Max (is_max) or average pooling; padding (top, left, bottom, right), `fill` pads a max.
+    divisor > 0 overrides the average's window count."""
+    planes = x.shape[0] * x.shape[1]
+    if planes > 1 and x.size >= PARALLEL_MIN_ELEMENTS:
+        chunks = min(planes, CHUNKS)
+        for k in numba.prange(chunks):
+            _window_planes(x, out, k * planes // chunks, (k + 1) * planes // chunks, kernel, stride, padding,
+                           dilation, fill, is_max, count_include_pad, divisor)
+    else:
+        _window_planes(x, out, 0, planes, kernel, stride, padding, dilation, fill, is_max, count_include_pad,
+                       divisor)
+
+
+@numba.njit(inline="always", cache=True, nogil=True)
+def _better(v, best):
+    """v replaces the best so far: larger, or the first NaN."""
+    return v > best or (v != v and best == best)
+
+
+@numba.njit(cache=True, nogil=True)
+def _indices_plane(x, out, p, kernel, stride, padding, dilation, fill):
+    _, _, h, w = x.shape
+    _, _, oh, ow = out.shape
+    xf, of = x.reshape(-1), out.reshape(-1)
+    plane = xf[p * h * w:(p + 1) * h * w]
+    for oy in range(oh):
+        for ox in range(ow):
+            best, index = fill, 0
+            for ky in range(kernel[0]):
+                y = oy * stride[0] - padding[0] + ky * dilation[0]
+                for kx in range(kernel[1]):
+                    c = ox * stride[1] - padding[1] + kx * dilation[1]
+                    v = plane[y * w + c] if (0 <= y < h and 0 <= c < w) else fill
+                    if (ky == 0 and kx == 0) or _better(v, best):
+                        best, index = v, y * w + c
+            of[(p * oh + oy) * ow + ox] = index
+
+
+@numba.njit(cache=True, nogil=True, parallel=True)
+def _max_pool2d_indices(x, out, kernel, stride, padding, dilation, fill):
+    """out (int64) = flat index y * W + x of each window's first maximum (padding reads as `fill`)."""
+    planes = x.shape[0] * x.shape[1]
+    if planes > 1 and x.size >= PARALLEL_MIN_ELEMENTS:
+        for p in numba.prange(planes):
+            _indices_plane(x, out, p, kernel, stride, padding, dilation, fill)
+    else:
+        for p in range(planes):
+            _indices_plane(x, out, p, kernel, stride, padding, dilation, fill)
+
+
+# -- adaptive pooling: bin i of n over `size` is [i * size // n, ceil((i + 1) * size / n)) --------
+
+
+@numba.njit(cache=True, nogil=True, fastmath={"reassoc"})
+def _global_means(xf, of, lo, hi, size):
+    """of[p] = mean of plane p (size elements) for p in lo..hi-1, accumulated in float64."""
+    for p in range(lo, hi):
+        v = xf[p * size:(p + 1) * size]
+        acc = 0.0
+        for i in range(size):
+            acc += v[i]
+        of[p] = acc / size
+
+
+@numba.njit(cache=True, nogil=True)
+def _adaptive_plane(x, out, p, is_max, arg):
+    _, _, h, w = x.shape
+    _, _, oh, ow = out.shape
+    xf, of = x.reshape(-1), out.reshape(-1)
+    plane = xf[p * h * w:(p + 1) * h * w]
+    row = np.empty(w, x.dtype)
+    for oy in range(oh):
+        y0, y1 = oy * h // oh, ((oy + 1) * h + oh - 1) // oh
+        out_row = of[(p * oh + oy) * ow:(p * oh + oy + 1) * ow]
+        if arg:  # row-major scan of each bin, first maximum
+            for ox in range(ow):
+                x0, x1 = ox * w // ow, ((ox + 1) * w + ow - 1) // ow
+                best, index = plane[y0 * w + x0], y0 * w + x0
+                for y in range(y0, y1):
+                    for c in range(x0, x1):
+                        if _better(plane[y * w + c], best):
+                            best, index = plane[y * w + c], y * w + c
+                out_row[ox] = index
+            continue
+        for y in range(y0, y1):
+            _combine(row, row, plane[y * w:(y + 1) * w], y == y0, is_max)  # in place: rare, fine
+        for ox in range(ow):
+            x0, x1 = ox * w // ow, ((ox + 1) * w + ow - 1) // ow
+            acc = row[x0]
+            for c in range(x0 + 1, x1):
+                acc = _pmax(acc, row[c]) if is_max else acc + row[c]
+            out_row[ox] = acc if is_max else acc / ((y1 - y0) * (x1 - x0))
+
+
+@numba.njit(cache=True, nogil=True, parallel=True)
+def _adaptive_pool2d(x, out, is_max, arg):
+    """Adaptive average or max pooling to out's (OH, OW); arg: out (int64) gets the max's flat index."""
+    planes = x.shape[0] * x.shape[1]
+    if out.shape[2] == 1 and out.shape[3] == 1 and not is_max:  # global average pooling
+        xf, of, size = x.reshape(-1), out.reshape(-1), x.shape[2] * x.shape[3]
+        if planes > 1 and x.size >= PARALLEL_MIN_ELEMENTS:
+            chunks = min(planes, CHUNKS)
+            for k in numba.prange(chunks):
+                _global_means(xf, of, k * planes // chunks, (k + 1) * planes // chunks, size)
+        else:
+            _global_means(xf, of, 0, planes, size)
+    elif planes > 1 and x.size >= PARALLEL_MIN_ELEMENTS:
+        for p in numba.prange(planes):
+            _adaptive_plane(x, out, p, is_max, arg)
+    else:
+        for p in range(planes):
+            _adaptive_plane(x, out, p, is_max, arg)
+
+
+pool2d, max_pool2d_indices = jit_entry(_pool2d), jit_entry(_max_pool2d_indices)
+adaptive_pool2d = jit_entry(_adaptive_pool2d)
+
+
+# -- emit rules -------------------------------------------------------------------------------------
+
+
+def _lowest(dtype: str) -> str:
+    if np.issubdtype(np.dtype(dtype), np.floating):
+        return "-np.inf"
+    return f"np.{dtype}({np.iinfo(np.dtype(dtype)).min})"
+
+
+def _window_args(e: Emit) -> str:
+    a = e.node.attrs
+    return f"{lit(a['kernel'])}, {lit(a['stride'])}, {lit(a['padding'])}, {lit(a.get('dilation', (1, 1)))}"
+
+
+@emits("max_pool2d")
+def _emit_max_pool2d(e: Emit) -> list[str]:
+    fill = _lowest(e.node.inputs[0].dtype)
+    return [f"{e.call(pool2d)}({e.args[0]}, {e.outs[0]}, {_window_args(e)}, {fill}, True, False, 0)"]
+
+
+@emits("max_pool2d_indices")
+def _emit_max_pool2d_indices(e: Emit) -> list[str]:
+    fill = _lowest(e.node.inputs[0].dtype)
+    return [f"{e.call(max_pool2d_indices)}({e.args[0]}, {e.outs[0]}, {_window_args(e)}, {fill})"]
+
+
+@emits("avg_pool2d")
+def _emit_avg_pool2d(e: Emit) -> list[str]:
+    a = e.node.attrs
+    divisor = a["divisor_override"] or 0
+    return [f"{e.call(pool2d)}({e.args[0]}, {e.outs[0]}, {_window_args(e)}, 0.0, False, "
+            f"{a['count_include_pad']}, {divisor})"]
+
+
+@emits("adaptive_avg_pool2d", "adaptive_max_pool2d", "adaptive_max_pool2d_indices")
+def _emit_adaptive(e: Emit) -> list[str]:
+    op = e.node.op
+    return [f"{e.call(adaptive_pool2d)}({e.args[0]}, {e.outs[0]}, {op != 'adaptive_avg_pool2d'}, "
+            f"{op.endswith('indices')})"]

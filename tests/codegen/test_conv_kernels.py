@@ -1,0 +1,217 @@
+"""Convolution, pad, linear and matmul kernels, run through their emit rules inside an @njit
+function (as the generated forward runs them), match the IR reference."""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+import pytest
+
+import codegen.kernels.conv  # noqa: F401 - registers the conv rules
+import codegen.kernels.gemm  # noqa: F401 - registers the linear/matmul rules
+from ir.graph import Value, make_node
+from ir.ops.fused import EPILOGUE_ACTIVATIONS
+from ir.registry import get_op
+from ir.types import TensorType
+
+RNG = np.random.default_rng(0)
+_JITTED: dict[str, object] = {}
+
+
+def run_rule(op, arrays, attrs, weights=()):
+    """Emit `op` on `arrays` (those at indices `weights` read-only, like the packed weights),
+    run the emitted lines inside an @njit function; return (output, reference)."""
+    from codegen.registry import Emit, emit_rule
+
+    arrays = [np.ascontiguousarray(a) for a in arrays]
+    for i in weights:
+        arrays[i] = arrays[i].copy()
+        arrays[i].flags.writeable = False
+    values = [Value(f"x{i}", TensorType(a.shape, a.dtype.name)) for i, a in enumerate(arrays)]
+    node = make_node(op, "n", values, ["y0"], attrs)
+    e = Emit(node, [v.name for v in values], ["y0"])
+    body = "".join(f"    {line}\n" for line in emit_rule(op).fn(e))
+    source = f"def f({', '.join(v.name for v in values)}, y0):\n{body}    return y0\n"
+    if source not in _JITTED:
+        ns = {"np": np, "numba": numba}
+        for local, spec in e.imports.items():
+            module, name = spec.split(":")
+            ns[local] = getattr(__import__(module, fromlist=[name]), name)
+        exec(source, ns)
+        _JITTED[source] = numba.njit(ns["f"])
+    out = np.full(node.outputs[0].shape, -7, node.outputs[0].dtype)
+    got = _JITTED[source](*arrays, out)
+    return got, get_op(op).run(arrays, node.attrs)[0]
+
+
+def check(op, arrays, attrs, weights=(), rtol=1e-4, atol=1e-4):
+    got, expected = run_rule(op, arrays, attrs, weights)
+    assert got.shape == expected.shape and got.dtype == expected.dtype
+    np.testing.assert_allclose(got, expected, rtol=rtol, atol=atol)
+
+
+def rand(*shape, scale=1.0, dtype=np.float32):
+    if np.issubdtype(dtype, np.integer):
+        return RNG.integers(-9, 9, size=shape).astype(dtype)
+    return (RNG.normal(size=shape) * scale).astype(dtype)
+
+
+def conv_arrays(n, c, h, w, o, kernel, groups, bias=True):
+    kh, kw = kernel
+    arrays = [rand(n, c, h, w), rand(o, c // groups, kh, kw, scale=(c // groups * kh * kw) ** -0.5)]
+    return arrays + [rand(o)] if bias else arrays
+
+
+# (n, c, h, w), o, kernel, stride, padding (t, l, b, r), dilation, groups
+CONVS = [
+    ((1, 8, 9, 11), 6, (1, 1), (1, 1), (0, 0, 0, 0), (1, 1), 1),  # 1x1: direct GEMM
+    ((4, 6, 7, 5), 10, (1, 1), (2, 2), (0, 0, 0, 0), (1, 1), 1),  # 1x1 stride 2
+    ((1, 5, 9, 11), 7, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 1),
+    ((4, 16, 13, 12), 24, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 1),
+    ((1, 32, 30, 30), 32, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 1),
+    ((1, 5, 15, 14), 8, (3, 3), (2, 2), (1, 1, 1, 1), (1, 1), 1),
+    ((2, 3, 23, 21), 16, (7, 7), (2, 2), (3, 3, 3, 3), (1, 1), 1),  # ResNet stem
+    ((1, 3, 20, 19), 8, (6, 6), (2, 2), (2, 2, 2, 2), (1, 1), 1),  # YOLOv5 stem
+    ((1, 4, 10, 13), 6, (2, 3), (2, 1), (0, 1, 2, 0), (2, 1), 1),  # asymmetric everything
+    ((2, 4, 11, 9), 4, (3, 3), (1, 3), (2, 0, 1, 3), (2, 2), 1),
+    ((1, 3, 6, 7), 5, (3, 3), (1, 1), (4, 3, 4, 3), (1, 1), 1),  # padding wider than the kernel
+    ((1, 3, 5, 5), 4, (5, 5), (1, 1), (0, 0, 0, 0), (1, 1), 1),  # 1x1 output
+    ((4, 8, 9, 10), 12, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 2),  # groups
+    ((1, 12, 8, 7), 8, (3, 1), (2, 1), (1, 0, 1, 0), (1, 1), 4),
+    ((1, 8, 6, 6), 8, (1, 1), (1, 1), (0, 0, 0, 0), (1, 1), 2),  # grouped 1x1 direct
+    ((4, 16, 12, 11), 16, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 16),  # depthwise
+    ((1, 24, 15, 16), 24, (3, 3), (2, 2), (1, 1, 1, 1), (1, 1), 24),  # depthwise stride 2
+    ((1, 6, 11, 9), 12, (5, 3), (2, 1), (2, 0, 1, 2), (1, 2), 6),  # depthwise, multiplier 2
+    ((2, 8, 9, 9), 8, (3, 3), (1, 1), (2, 2, 2, 2), (2, 2), 8),  # depthwise dilated
+]
+
+
+def conv_attrs(kernel, stride, padding, dilation, groups, mode="zeros"):
+    return {"stride": stride, "padding": padding, "dilation": dilation, "groups": groups, "padding_mode": mode}
+
+
+@pytest.mark.parametrize("shape, o, kernel, stride, padding, dilation, groups", CONVS)
+@pytest.mark.parametrize("bias", [True, False])
+def test_conv2d(shape, o, kernel, stride, padding, dilation, groups, bias):
+    check("conv2d", conv_arrays(*shape, o, kernel, groups, bias), conv_attrs(kernel, stride, padding, dilation, groups),
+          weights=(1, 2) if bias else (1,))
+
+
+@pytest.mark.parametrize("mode", ["reflect", "replicate", "circular"])
+@pytest.mark.parametrize("shape, o, kernel, stride, padding, groups", [
+    ((1, 4, 9, 8), 6, (3, 3), (1, 1), (1, 1, 1, 1), 1),
+    ((2, 3, 10, 11), 5, (3, 2), (2, 1), (2, 1, 0, 1), 1),
+    ((1, 6, 7, 7), 6, (3, 3), (2, 2), (1, 1, 1, 1), 6),
+])
+def test_conv2d_padding_modes(mode, shape, o, kernel, stride, padding, groups):
+    check("conv2d", conv_arrays(*shape, o, kernel, groups), conv_attrs(kernel, stride, padding, (1, 1), groups, mode),
+          weights=(1, 2))
+
+
+def epilogue_attrs(act, post="none", alpha=None, beta=None):
+    params = {"clamp": (-0.5, 0.75), "leaky_relu": (0.1, 0.0), "elu": (0.8, 0.0)}
+    a, b = params.get(act, (0.0, 0.0))
+    pa, pb = params.get(post, (0.0, 0.0))
+    return {"activation": act, "alpha": a, "beta": b, "post_activation": post, "post_alpha": pa, "post_beta": pb}
+
+
+FUSED_SHAPES = [  # one of each kernel path: im2col, direct 1x1, depthwise, 3x3 stride 1
+    ((2, 6, 9, 7), 5, (3, 3), (2, 2), (1, 1, 1, 1), 1),
+    ((1, 8, 5, 6), 12, (1, 1), (1, 1), (0, 0, 0, 0), 1),
+    ((2, 8, 7, 9), 8, (3, 3), (1, 1), (1, 1, 1, 1), 8),
+    ((1, 16, 10, 11), 16, (3, 3), (1, 1), (1, 1, 1, 1), 1),
+]
+
+
+@pytest.mark.parametrize("act", EPILOGUE_ACTIVATIONS)
+@pytest.mark.parametrize("residual", [False, True])
+@pytest.mark.parametrize("shape, o, kernel, stride, padding, groups", FUSED_SHAPES)
+def test_fused_conv2d(act, residual, shape, o, kernel, stride, padding, groups):
+    attrs = {**conv_attrs(kernel, stride, padding, (1, 1), groups),
+             **epilogue_attrs(act, "relu" if residual and act == "none" else "none")}
+    arrays = conv_arrays(*shape, o, kernel, groups)
+    if residual:
+        out = get_op("conv2d").infer_types([TensorType(a.shape) for a in arrays],
+                                           get_op("conv2d").normalize_attrs(conv_attrs(kernel, stride, padding, (1, 1),
+                                                                                      groups)))[0]
+        arrays.append(rand(*out.shape))
+    check("fused_conv2d", arrays, attrs, weights=(1, 2))
+
+
+@pytest.mark.parametrize("post", [a for a in EPILOGUE_ACTIVATIONS if a != "none"])
+def test_fused_conv2d_post_activation(post):
+    arrays = conv_arrays(1, 4, 6, 7, 6, (3, 3), 1)
+    arrays.append(rand(1, 6, 6, 7))
+    attrs = {**conv_attrs((3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 1), **epilogue_attrs("leaky_relu", post)}
+    check("fused_conv2d", arrays, attrs, weights=(1, 2))
+
+
+@pytest.mark.parametrize("shape, og, kernel, stride, padding, output_padding, dilation, groups", [
+    ((1, 8, 5, 6), 4, (2, 2), (2, 2), (0, 0, 0, 0), (0, 0), (1, 1), 1),  # UNet up-sampling
+    ((4, 6, 7, 5), 3, (3, 3), (2, 2), (1, 1, 1, 1), (1, 1), (1, 1), 1),
+    ((2, 4, 5, 5), 3, (4, 3), (1, 2), (0, 2, 1, 0), (0, 1), (1, 1), 2),
+    ((1, 3, 4, 6), 5, (3, 3), (3, 2), (2, 1, 2, 1), (2, 0), (2, 1), 1),
+    ((1, 6, 3, 3), 2, (5, 5), (1, 1), (0, 0, 0, 0), (0, 0), (1, 1), 3),
+])
+@pytest.mark.parametrize("bias", [True, False])
+def test_conv_transpose2d(shape, og, kernel, stride, padding, output_padding, dilation, groups, bias):
+    n, c = shape[:2]
+    arrays = [rand(*shape), rand(c, og, *kernel, scale=0.3)] + ([rand(og * groups)] if bias else [])
+    attrs = {"stride": stride, "padding": padding, "output_padding": output_padding, "dilation": dilation,
+             "groups": groups}
+    check("conv_transpose2d", arrays, attrs, weights=(1, 2) if bias else (1,))
+
+
+@pytest.mark.parametrize("mode", ["constant", "reflect", "replicate", "circular"])
+@pytest.mark.parametrize("shape, pads", [
+    ((2, 3, 7, 6), (1, 2, 3, 0)),
+    ((3, 9), (2, 4)),
+    ((5,), (3, 1)),
+    ((2, 4, 5, 6), (1, 1, 2, 2, 1, 0)),
+    ((2, 3, 4, 5, 6), (2, 1, 0, 3)),
+    ((2, 3, 4, 5, 6), (1, 1, 1, 1, 1, 1, 1, 1)),
+    ((1, 3, 8, 9), (-1, 2, 1, -2)),  # negative pads crop
+])
+def test_pad(mode, shape, pads):
+    try:
+        get_op("pad").infer_types([TensorType(shape)], {"pads": pads, "mode": mode, "value": 0.0})
+    except ValueError:
+        pytest.skip("pads too wide for this mode")
+    check("pad", [rand(*shape)], {"pads": pads, "mode": mode, "value": 1.5}, rtol=0, atol=0)
+
+
+def test_pad_ints():
+    check("pad", [rand(2, 5, 4, dtype=np.int32)], {"pads": (1, 2, 0, 1), "mode": "constant", "value": 3.0},
+          rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("x_shape", [(7,), (3, 7), (2, 3, 7)])
+@pytest.mark.parametrize("bias", [True, False])
+def test_linear(x_shape, bias):
+    arrays = [rand(*x_shape), rand(5, 7)] + ([rand(5)] if bias else [])
+    check("linear", arrays, {}, weights=(1, 2) if bias else (1,))
+
+
+@pytest.mark.parametrize("act", EPILOGUE_ACTIVATIONS)
+@pytest.mark.parametrize("residual", [False, True])
+def test_fused_linear(act, residual):
+    arrays = [rand(2, 3, 9), rand(6, 9, scale=0.3), rand(6)] + ([rand(2, 3, 6)] if residual else [])
+    check("fused_linear", arrays, epilogue_attrs(act, "clamp" if residual else "none"), weights=(1, 2))
+
+
+@pytest.mark.parametrize("a_shape, b_shape", [
+    ((3, 4), (4, 5)),
+    ((4,), (4, 5)),
+    ((3, 4), (4,)),
+    ((4,), (4,)),
+    ((2, 3, 4), (4, 5)),  # x @ W: one GEMM
+    ((3, 4), (2, 4, 5)),
+    ((2, 3, 4), (2, 4, 5)),
+    ((2, 1, 3, 4), (1, 5, 4, 6)),
+    ((6,), (2, 3, 6, 2)),
+    ((2, 3, 5, 4), (4,)),
+    ((2, 1, 2, 1, 2, 3, 4), (2, 1, 2, 1, 4, 2)),
+])
+@pytest.mark.parametrize("dtype", [np.float32, np.int32])
+def test_matmul(a_shape, b_shape, dtype):
+    check("matmul", [rand(*a_shape, dtype=dtype), rand(*b_shape, dtype=dtype)], {})

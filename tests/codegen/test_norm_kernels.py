@@ -1,0 +1,93 @@
+"""Normalization and softmax kernels, run through their emit rules, match the IR reference."""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+import pytest
+
+import codegen.kernels.norm  # noqa: F401 - registers the normalization rules
+from codegen.registry import EMITTERS, Emit
+from ir.graph import Value, make_node
+from ir.registry import get_op
+from ir.types import TensorType
+
+RNG = np.random.default_rng(0)
+
+
+def run_rule(op, arrays, attrs, jit=False):
+    """Emit `op` on `arrays`, run the lines (inside an @njit function if jit), return (output, reference)."""
+    values = [Value(f"x{i}", TensorType(a.shape, a.dtype.name)) for i, a in enumerate(arrays)]
+    node = make_node(op, "n", values, ["y0"], attrs)
+    e = Emit(node, [v.name for v in values], ["y0"])
+    lines = EMITTERS[op].fn(e)
+    ns = {"np": np, "numba": numba}
+    for local, spec in e.imports.items():
+        module, name = spec.split(":")
+        ns[local] = getattr(__import__(module, fromlist=[name]), name)
+    out = np.full(node.outputs[0].shape, -7, node.outputs[0].dtype)
+    body = "".join(f"    {line}\n" for line in lines)
+    exec(f"def f({', '.join(v.name for v in values)}, y0):\n{body}    return y0\n", ns)
+    fn = numba.njit(ns["f"]) if jit else ns["f"]
+    return fn(*arrays, out), get_op(op).run(arrays, node.attrs)[0]
+
+
+def check(op, arrays, attrs, jit=False, rtol=1e-5, atol=1e-5):
+    got, expected = run_rule(op, arrays, attrs, jit)
+    assert got.shape == expected.shape and got.dtype == expected.dtype
+    np.testing.assert_allclose(got, expected, rtol=rtol, atol=atol)
+
+
+def rand(*shape, scale=1.0, dtype=np.float32):
+    return (RNG.normal(size=shape) * scale).astype(dtype)
+
+
+@pytest.mark.parametrize("shape", [(1, 3, 5, 7), (4, 8, 9, 11), (4, 6), (1, 64, 56, 56), (2, 5, 3, 4, 5)])
+def test_batch_norm(shape):
+    c = shape[1]
+    params = [rand(c), np.abs(rand(c)) + 0.1, rand(c), rand(c)]
+    check("batch_norm", [rand(*shape, scale=3.0) + 1, *params], {"eps": 1e-3})
+
+
+def test_batch_norm_jit_readonly_params():
+    params = [rand(5), np.abs(rand(5)) + 0.1, rand(5), rand(5)]
+    for p in params:
+        p.flags.writeable = False
+    check("batch_norm", [rand(4, 5, 3, 3), *params], {}, jit=True)
+
+
+@pytest.mark.parametrize("shape, normalized", [((1, 16, 64), (64,)), ((4, 7, 33), (33,)), ((2, 3, 5, 7), (5, 7)),
+                                               ((1, 197, 768), (768,)), ((4, 1, 9), (9,))])
+@pytest.mark.parametrize("affine", ["both", "weight", "none"])
+def test_layer_norm(shape, normalized, affine):
+    x = rand(*shape, scale=2.0) + 0.5
+    params = {"both": [rand(*normalized), rand(*normalized)], "weight": [rand(*normalized)], "none": []}[affine]
+    check("layer_norm", [x, *params], {"normalized_shape": normalized, "eps": 1e-5}, jit=affine == "weight")
+
+
+@pytest.mark.parametrize("shape, groups", [((1, 6, 5, 7), 3), ((4, 8, 3, 3), 8), ((4, 8, 9), 1), ((1, 64, 32, 32), 32),
+                                           ((2, 4, 3, 2, 5), 2)])
+@pytest.mark.parametrize("affine", [True, False])
+def test_group_norm(shape, groups, affine):
+    x = rand(*shape, scale=2.0) + 0.5
+    params = [rand(shape[1]), rand(shape[1])] if affine else []
+    check("group_norm", [x, *params], {"groups": groups, "eps": 1e-5}, jit=not affine and groups == 3)
+
+
+@pytest.mark.parametrize("op", ["softmax", "log_softmax"])
+@pytest.mark.parametrize("shape, dim", [((1, 4, 16, 16), -1), ((4, 7, 5), 1), ((3, 5), 0), ((2, 3, 17, 19), 2),
+                                        ((1, 12, 50, 50), -1), ((1, 85, 600), 1), ((6,), 0)])
+def test_softmax(op, shape, dim):
+    check(op, [rand(*shape, scale=4.0)], {"dim": dim}, jit=shape == (4, 7, 5))
+
+
+def test_softmax_float64():
+    check("softmax", [rand(3, 40, scale=4.0, dtype=np.float64)], {"dim": -1}, rtol=1e-12, atol=1e-14)
+    check("log_softmax", [rand(3, 4, 5, scale=4.0, dtype=np.float64)], {"dim": 1}, rtol=1e-12, atol=1e-14)
+
+
+def test_softmax_large_values():
+    x = rand(3, 9, scale=1.0) + np.float32(80)
+    x[0, 0] = 1000.0
+    check("softmax", [x], {"dim": 1})
+    check("log_softmax", [x], {"dim": 1})

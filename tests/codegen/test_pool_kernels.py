@@ -1,0 +1,99 @@
+"""Pooling kernels, run through their emit rules, match the IR reference."""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+import pytest
+
+import codegen.kernels.pool  # noqa: F401 - registers the pooling rules
+from codegen.registry import EMITTERS, Emit
+from ir.graph import Value, make_node
+from ir.registry import get_op
+from ir.types import TensorType
+
+RNG = np.random.default_rng(0)
+
+
+def run_rule(op, arrays, attrs, jit=False):
+    """Emit `op` on `arrays`, run the lines (inside an @njit function if jit), return (outputs, reference)."""
+    values = [Value(f"x{i}", TensorType(a.shape, a.dtype.name)) for i, a in enumerate(arrays)]
+    node = make_node(op, "n", values, ["y0"], attrs)
+    e = Emit(node, [v.name for v in values], ["y0"])
+    lines = EMITTERS[op].fn(e)
+    ns = {"np": np, "numba": numba}
+    for local, spec in e.imports.items():
+        module, name = spec.split(":")
+        ns[local] = getattr(__import__(module, fromlist=[name]), name)
+    out = np.full(node.outputs[0].shape, -7, node.outputs[0].dtype)
+    body = "".join(f"    {line}\n" for line in lines)
+    exec(f"def f({', '.join(v.name for v in values)}, y0):\n{body}    return y0\n", ns)
+    fn = numba.njit(ns["f"]) if jit else ns["f"]
+    return fn(*arrays, out), get_op(op).run(arrays, node.attrs)[0]
+
+
+def check(op, x, attrs, jit=False, rtol=1e-5, atol=1e-6):
+    got, expected = run_rule(op, [x], attrs, jit)
+    assert got.shape == expected.shape and got.dtype == expected.dtype
+    np.testing.assert_allclose(got, expected, rtol=rtol, atol=atol)
+
+
+def rand(*shape, dtype=np.float32):
+    if np.issubdtype(dtype, np.integer):
+        return RNG.integers(-20, 20, size=shape).astype(dtype)
+    return RNG.normal(size=shape).astype(dtype)
+
+
+WINDOWS = [  # shape, kernel, stride, padding (t, l, b, r), ceil_mode
+    ((1, 3, 11, 13), (3, 3), (2, 2), (1, 1, 1, 1), False),  # ResNet stem
+    ((4, 5, 9, 9), (5, 5), (1, 1), (2, 2, 2, 2), False),  # YOLOv5 SPPF
+    ((2, 3, 10, 7), (2, 2), (2, 2), (0, 0, 0, 0), True),
+    ((1, 2, 12, 15), (3, 2), (2, 3), (1, 0, 1, 1), True),
+    ((4, 2, 7, 8), (1, 3), (1, 2), (0, 1, 0, 1), False),
+    ((1, 64, 30, 30), (3, 3), (2, 2), (1, 1, 1, 1), False),  # parallel
+]
+
+
+@pytest.mark.parametrize("shape, kernel, stride, padding, ceil_mode", WINDOWS)
+@pytest.mark.parametrize("dilation", [(1, 1), (2, 1)])
+@pytest.mark.parametrize("op", ["max_pool2d", "max_pool2d_indices"])
+def test_max_pool(op, shape, kernel, stride, padding, ceil_mode, dilation):
+    attrs = {"kernel": kernel, "stride": stride, "padding": padding, "ceil_mode": ceil_mode, "dilation": dilation}
+    try:
+        get_op(op).infer_types([TensorType(shape)], get_op(op).normalize_attrs(attrs))
+    except ValueError:
+        pytest.skip("window larger than the input")
+    check(op, rand(*shape), attrs, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("op", ["max_pool2d", "max_pool2d_indices"])
+def test_max_pool_ints_nan_and_jit(op):
+    attrs = {"kernel": (3, 3), "stride": (2, 2), "padding": (1, 1, 1, 1)}
+    check(op, rand(2, 3, 9, 8, dtype=np.int32), attrs, jit=True, rtol=0, atol=0)
+    x = rand(2, 3, 9, 8)
+    x[0, 1, 4, 4] = np.nan
+    x[1, 2, :, :] = -np.inf
+    check(op, x, attrs, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("shape, kernel, stride, padding, ceil_mode", WINDOWS)
+@pytest.mark.parametrize("count_include_pad, divisor", [(True, None), (False, None), (True, 3)])
+def test_avg_pool(shape, kernel, stride, padding, ceil_mode, count_include_pad, divisor):
+    attrs = {"kernel": kernel, "stride": stride, "padding": padding, "ceil_mode": ceil_mode,
+             "count_include_pad": count_include_pad, "divisor_override": divisor}
+    check("avg_pool2d", rand(*shape), attrs)
+
+
+@pytest.mark.parametrize("op", ["adaptive_avg_pool2d", "adaptive_max_pool2d", "adaptive_max_pool2d_indices"])
+@pytest.mark.parametrize("shape, size", [((1, 512, 7, 7), (1, 1)), ((4, 3, 10, 13), (3, 5)), ((2, 2, 5, 4), (7, 6)),
+                                         ((1, 64, 33, 33), (7, 7)), ((4, 1, 9, 9), (9, 1))])
+def test_adaptive(op, shape, size):
+    check(op, rand(*shape), {"output_size": size}, rtol=0 if "max" in op else 1e-5)
+
+
+def test_adaptive_jit_ints_and_nan():
+    check("adaptive_max_pool2d_indices", rand(2, 3, 8, 9, dtype=np.int64), {"output_size": (3, 4)}, jit=True)
+    x = rand(1, 2, 8, 9)
+    x[0, 0, 2, 3] = np.nan
+    for op in ("adaptive_max_pool2d", "adaptive_max_pool2d_indices"):
+        check(op, x, {"output_size": (3, 4)}, rtol=0, atol=0)
