@@ -11,16 +11,17 @@ The kernel splits the copy into tasks of about CHUNK elements, in parallel when
 the copy is big. When the source's unit-stride dim is not the destination's (a
 transpose), it copies blocks of RUN x TILE elements, running along the longer of
 the two unit-stride dims, so both arrays are read and written a cache line at a
-time. Assigning into a destination of another dtype casts.
+time. Assigning into a destination of another dtype casts. Arrays are passed flat
+and the loop shape padded to RANK dims, so one compiled kernel serves every copy
+of a dtype pair. (copy and cast have an emit rule here, `emit_copy`, but the
+elementwise family registers theirs.)
 """
 
 from __future__ import annotations
 
-import inspect
 import math
 
 import numba
-from numba.extending import overload
 
 from codegen.registry import Emit, emits, lit
 from ir.ops.common import normalize_axis
@@ -31,23 +32,24 @@ PARALLEL_MIN_ELEMENTS = 1 << 15  # below this a prange loop costs more than it s
 RANK = 6  # copies are padded to this many dims, so one compiled kernel serves them all
 
 
-def jit_entry(kernel):
-    """The function generated code calls for `kernel` (an njit function named _name): `name`.
+def const(value) -> str:
+    """A literal for generated code that numba types as a plain int64 / bool (tuples of them).
 
-    numba compiles a dispatcher called from jitted code for the *literal* types of constant
-    arguments, so each call site of the forward function (its own shapes and attributes) would
-    compile a new specialization of the kernel. Calls to an @overload are typed without literals
-    first, so the entry forwards its arguments to the kernel typed as plain ints, tuples and
-    floats: one compiled (and cached) kernel per dtype and rank. From Python it calls the kernel."""
-    fn = kernel.py_func
-    name, args = fn.__name__.lstrip("_"), ", ".join(inspect.signature(fn).parameters)
-    namespace = {"_jit_kernel": kernel}
-    exec(f"def {name}({args}):\n    return _jit_kernel({args})\n", namespace)
-    exec(f"def typed({args}):\n    return {name}\n", namespace)
-    entry = namespace[name]
-    entry.__module__, entry.__doc__ = fn.__module__, fn.__doc__
-    overload(entry)(namespace["typed"])
-    return entry
+    numba compiles a kernel called from jitted code for the *literal* types of constant arguments
+    (Literal[int](3)), so each call site of a forward function, with its own shapes and attributes,
+    would compile and cache its own specialization of the kernel. np.int64(3) is typed int64."""
+    if isinstance(value, bool):
+        return f"np.bool_({value})"
+    if isinstance(value, int):
+        return f"np.int64({value})"
+    if isinstance(value, (tuple, list)):
+        return "(" + "".join(f"{const(v)}, " for v in value).rstrip(" ") + ")"
+    return lit(value)
+
+
+def const_args(*values) -> str:
+    """const() of each value, comma-separated (a run of call arguments)."""
+    return ", ".join(const(v) for v in values)
 
 
 @numba.njit(inline="always", cache=True, nogil=True)
@@ -110,7 +112,7 @@ def _copy_task(s, d, t, shape, sstr, dstr, soff, doff, t4, t5, nb4, nb5, along4)
 
 
 @numba.njit(cache=True, nogil=True, parallel=True)
-def _strided_copy(src, dst, shape, sstr, dstr, soff, doff, transposed):
+def strided_copy(src, dst, shape, sstr, dstr, soff, doff, transposed):
     """dst[doff + i . dstr] = src[soff + i . sstr] for every index i of `shape` (>= 2 dims); src, dst flat.
 
     transposed: the source's unit-stride dim is next to last, the destination's last: copy
@@ -136,9 +138,6 @@ def _strided_copy(src, dst, shape, sstr, dstr, soff, doff, transposed):
     else:
         for t in range(tasks):
             _copy_task(s, d, t, shape, sstr, dstr, soff, doff, t4, t5, nb4, nb5, along4)
-
-
-strided_copy = jit_entry(_strided_copy)
 
 
 # -- emit-time planning -------------------------------------------------------------------
@@ -177,8 +176,8 @@ def plan_copy(shape, sstr, dstr) -> tuple[tuple, tuple, tuple, bool]:
 
 def copy_call(e: Emit, src: str, dst: str, shape, sstr, dstr, soff: int = 0, doff: int = 0) -> str:
     n, s, d, transposed = plan_copy(shape, sstr, dstr)
-    return (f"{e.call(strided_copy)}({src}.reshape(-1), {dst}.reshape(-1), {lit(n)}, {lit(s)}, {lit(d)}, "
-            f"{soff}, {doff}, {transposed})")
+    return (f"{e.call(strided_copy)}({src}.reshape(-1), {dst}.reshape(-1), {const(n)}, {const(s)}, {const(d)}, "
+            f"{const(soff)}, {const(doff)}, {const(transposed)})")
 
 
 def _gather(e: Emit, shape, sstr, soff: int = 0) -> list[str]:

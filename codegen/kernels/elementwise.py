@@ -29,7 +29,7 @@ SCALAR: dict[str, str] = {
     "add": "({0} + {1})", "sub": "({0} - {1})", "mul": "({0} * {1})", "div": "({0} / {1})",
     "pow": "({0} ** {1})", "maximum": "max({0}, {1})", "minimum": "min({0}, {1})",
     "fmax": "max({0}, {1})", "fmin": "min({0}, {1})",
-    "floor_divide": "({0} // {1})", "remainder": "({0} % {1})", "fmod": "math.fmod({0}, {1})",
+    "floor_divide": "({0} // {1})", "remainder": "({0} % {1})", "fmod": "np.fmod({0}, {1})",
     "atan2": "math.atan2({0}, {1})", "hypot": "math.hypot({0}, {1})", "copysign": "math.copysign({0}, {1})",
     "logaddexp": "np.logaddexp({0}, {1})",
     "eq": "({0} == {1})", "ne": "({0} != {1})", "lt": "({0} < {1})", "le": "({0} <= {1})",

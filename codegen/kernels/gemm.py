@@ -76,11 +76,11 @@ def linear(x, weight, bias, residual, out, act, alpha, beta, post, post_alpha, p
 def matmul(a, b, out, batch, a_step, b_step):
     """out[i] = a[ia] @ b[ib] over the flat batch index i of out (B, M, N).
 
-    batch: out's batch dims (4, padded with leading 1s); a_step/b_step: each operand's
+    batch: out's batch dims (padded with leading 1s); a_step/b_step: each operand's
     stride per batch dim, in matrices (0 where it broadcasts)."""
     for i in range(out.shape[0]):
         ia, ib, rest = 0, 0, i
-        for d in range(3, -1, -1):
+        for d in range(len(batch) - 1, -1, -1):
             k = rest % batch[d]
             rest //= batch[d]
             ia += k * a_step[d]
@@ -95,7 +95,7 @@ def matmul_loops(a, b, out, batch, a_step, b_step):
     for t in prange(out.shape[0] * m_n):
         i, m = t // m_n, t % m_n
         ia, ib, rest = 0, 0, i
-        for d in range(3, -1, -1):
+        for d in range(len(batch) - 1, -1, -1):
             k = rest % batch[d]
             rest //= batch[d]
             ia += k * a_step[d]
@@ -118,6 +118,7 @@ def epilogue_args(attrs: dict) -> str:
 
 
 NO_EPILOGUE = "0, 0.0, 0.0, 0, 0.0, 0.0"
+BATCH_DIMS = 6  # matmul broadcasts over at most this many (merged) batch dims
 
 
 @emits("linear", "fused_linear")
@@ -133,7 +134,7 @@ def _emit_linear(e: Emit) -> list[str]:
 
 
 def _batch_plan(a_batch: tuple, b_batch: tuple, batch: tuple) -> tuple[tuple, tuple, tuple]:
-    """(batch dims, a steps, b steps), each of length 4, for matmul's broadcast loop."""
+    """(batch dims, a steps, b steps), each of length BATCH_DIMS, for matmul's broadcast loop."""
     a_batch = (1,) * (len(batch) - len(a_batch)) + a_batch
     b_batch = (1,) * (len(batch) - len(b_batch)) + b_batch
     dims: list[list[int]] = []  # [size, a broadcasts, b broadcasts]; merge neighbours alike
@@ -145,11 +146,11 @@ def _batch_plan(a_batch: tuple, b_batch: tuple, batch: tuple) -> tuple[tuple, tu
             dims[-1][0] *= n
         else:
             dims.append(kind)
-    if len(dims) > 4:
-        raise NotImplementedError(f"matmul broadcast over {len(dims)} batch dims (at most 4)")
-    dims = [[1, True, True]] * (4 - len(dims)) + dims
-    a_step, b_step, sa, sb = [0] * 4, [0] * 4, 1, 1
-    for d in range(3, -1, -1):
+    if len(dims) > BATCH_DIMS:
+        raise NotImplementedError(f"matmul broadcast over {len(dims)} batch dims (at most {BATCH_DIMS})")
+    dims = [[1, True, True]] * (BATCH_DIMS - len(dims)) + dims
+    a_step, b_step, sa, sb = [0] * BATCH_DIMS, [0] * BATCH_DIMS, 1, 1
+    for d in range(BATCH_DIMS - 1, -1, -1):
         n, a_bc, b_bc = dims[d]
         a_step[d], b_step[d] = (0 if a_bc else sa), (0 if b_bc else sb)
         sa, sb = sa * (1 if a_bc else n), sb * (1 if b_bc else n)
@@ -168,7 +169,7 @@ def _emit_matmul(e: Emit) -> list[str]:
     a_n, b_n, out_n = math.prod(a_shape[:-2]), math.prod(b_shape[:-2]), math.prod(batch)
     if b_n == 1 and a_shape[:-2] == batch:  # x @ W: one product over all rows of x
         a_n, m, out_n = 1, out_n * m, 1
-        dims, a_step, b_step = (1, 1, 1, 1), (0, 0, 0, 0), (0, 0, 0, 0)
+        dims, a_step, b_step = (1,) * BATCH_DIMS, (0,) * BATCH_DIMS, (0,) * BATCH_DIMS
     else:
         dims, a_step, b_step = _batch_plan(a_shape[:-2], b_shape[:-2], batch)
     kernel = matmul if blas else matmul_loops

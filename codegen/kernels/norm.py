@@ -19,7 +19,7 @@ from llvmlite import ir
 from numba.core import types
 from numba.extending import intrinsic, overload
 
-from codegen.kernels.data import jit_entry
+from codegen.kernels.data import const, const_args
 from codegen.registry import Emit, emits, lit
 from ir.ops.common import normalize_axis
 
@@ -28,7 +28,7 @@ BLOCK = 256  # softmax over a non-last dim: inner positions per task
 
 
 @numba.njit(cache=True, nogil=True, parallel=True)
-def _batch_norm(x, mean, var, weight, bias, out, eps):
+def batch_norm(x, mean, var, weight, bias, out, eps):
     """out = (x - mean) / sqrt(var + eps) * weight + bias per channel (dim 1), folded as torch's eval kernel."""
     n, c = x.shape[0], x.shape[1]
     size = x.size // (n * c) if n * c else 0
@@ -78,7 +78,7 @@ def _layer_norm_row(xv, ov, weight, bias, eps):
 
 
 @numba.njit(cache=True, nogil=True, parallel=True)
-def _layer_norm(x, weight, bias, out, eps, inner):
+def layer_norm(x, weight, bias, out, eps, inner):
     """Normalize each block of `inner` elements of flat x; weight, bias: flat (inner,) arrays or None."""
     rows = x.size // inner
     xf, of = x, out
@@ -106,7 +106,7 @@ def _group_norm_block(xv, ov, c0, per_channel, weight, bias, eps):
 
 
 @numba.njit(cache=True, nogil=True, parallel=True)
-def _group_norm(x, weight, bias, out, groups, eps):
+def group_norm(x, weight, bias, out, groups, eps):
     """Normalize each (n, group) block of channels; weight, bias: (C,) arrays or None."""
     n, c = x.shape[0], x.shape[1]
     per_channel = x.size // (n * c) if n * c else 0
@@ -177,11 +177,10 @@ def _softmax_row(xv, ov, log):
     for i in range(1, xv.size):
         m = max(m, xv[i])
     s = 0.0
-    for i in range(xv.size):
+    for i in range(xv.size):  # no branch inside loops: `log` is a runtime flag, they would not vectorize
         e = fast_exp(xv[i] - m)
         s += e
-        if not log:
-            ov[i] = e
+        ov[i] = e
     if log:
         shift = _narrow(m, m + math.log(s))
         for i in range(xv.size):
@@ -215,15 +214,16 @@ def _softmax_block(xf, of, t, d, inner, log):
         s[i] = math.log(s[i]) if log else 1.0 / s[i]
     for j in range(d):
         xv, ov = xf[base + j * inner:base + j * inner + k], of[base + j * inner:base + j * inner + k]
-        for i in range(k):
-            if log:
+        if log:
+            for i in range(k):
                 ov[i] = xv[i] - m[i] - s[i]
-            else:
+        else:
+            for i in range(k):
                 ov[i] *= s[i]
 
 
 @numba.njit(cache=True, nogil=True, parallel=True)
-def _softmax(x, out, outer, d, inner, log):
+def softmax(x, out, outer, d, inner, log):
     """Softmax (log-softmax if `log`) over the middle dim of the (outer, d, inner) view of flat x."""
     xf, of = x, out
     parallel = x.size >= PARALLEL_MIN_ELEMENTS
@@ -242,10 +242,6 @@ def _softmax(x, out, outer, d, inner, log):
     else:
         for t in range(tasks):
             _softmax_block(xf, of, t, d, inner, log)
-
-
-batch_norm, layer_norm, group_norm = jit_entry(_batch_norm), jit_entry(_layer_norm), jit_entry(_group_norm)
-softmax = jit_entry(_softmax)
 
 
 # -- emit rules -----------------------------------------------------------------------------------------
@@ -276,13 +272,13 @@ def _emit_batch_norm(e: Emit) -> list[str]:
 def _emit_layer_norm(e: Emit) -> list[str]:
     inner = math.prod(e.node.attrs["normalized_shape"])
     return [f"{e.call(layer_norm)}({e.args[0]}.reshape(-1), {_optional(e, 1)}, {_optional(e, 2)}, "
-            f"{e.outs[0]}.reshape(-1), {_eps(e)}, {inner})"]
+            f"{e.outs[0]}.reshape(-1), {_eps(e)}, {const(inner)})"]
 
 
 @emits("group_norm")
 def _emit_group_norm(e: Emit) -> list[str]:
     return [f"{e.call(group_norm)}({_nc(e, e.args[0])}, {_optional(e, 1)}, {_optional(e, 2)}, "
-            f"{_nc(e, e.outs[0])}, {e.node.attrs['groups']}, {_eps(e)})"]
+            f"{_nc(e, e.outs[0])}, {const(e.node.attrs['groups'])}, {_eps(e)})"]
 
 
 @emits("softmax", "log_softmax")
@@ -290,5 +286,5 @@ def _emit_softmax(e: Emit) -> list[str]:
     shape = e.node.inputs[0].shape
     axis = normalize_axis(e.node.attrs["dim"], len(shape))
     outer, d, inner = math.prod(shape[:axis]), shape[axis], math.prod(shape[axis + 1:])
-    return [f"{e.call(softmax)}({e.args[0]}.reshape(-1), {e.outs[0]}.reshape(-1), {outer}, {d}, {inner}, "
-            f"{e.node.op == 'log_softmax'})"]
+    return [f"{e.call(softmax)}({e.args[0]}.reshape(-1), {e.outs[0]}.reshape(-1), "
+            f"{const_args(outer, d, inner, e.node.op == 'log_softmax')})"]

@@ -19,8 +19,8 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from codegen.kernels.data import jit_entry
-from codegen.registry import Emit, emits, lit
+from codegen.kernels.data import const, const_args
+from codegen.registry import Emit, emits
 
 PARALLEL_MIN_ELEMENTS = 1 << 15
 CHUNKS = 16  # parallel window pooling: tasks of consecutive planes, each with its own scratch
@@ -150,7 +150,7 @@ def _window_planes(x, out, lo, hi, kernel, stride, padding, dilation, fill, is_m
 
 
 @numba.njit(cache=True, nogil=True, parallel=True)
-def _pool2d(x, out, kernel, stride, padding, dilation, fill, is_max, count_include_pad, divisor):
+def pool2d(x, out, kernel, stride, padding, dilation, fill, is_max, count_include_pad, divisor):
     """Max (is_max) or average pooling; padding (top, left, bottom, right), `fill` pads a max.
     divisor > 0 overrides the average's window count."""
     planes = x.shape[0] * x.shape[1]
@@ -190,7 +190,7 @@ def _indices_plane(x, out, p, kernel, stride, padding, dilation, fill):
 
 
 @numba.njit(cache=True, nogil=True, parallel=True)
-def _max_pool2d_indices(x, out, kernel, stride, padding, dilation, fill):
+def max_pool2d_indices(x, out, kernel, stride, padding, dilation, fill):
     """out (int64) = flat index y * W + x of each window's first maximum (padding reads as `fill`)."""
     planes = x.shape[0] * x.shape[1]
     if planes > 1 and x.size >= PARALLEL_MIN_ELEMENTS:
@@ -246,7 +246,7 @@ def _adaptive_plane(x, out, p, is_max, arg):
 
 
 @numba.njit(cache=True, nogil=True, parallel=True)
-def _adaptive_pool2d(x, out, is_max, arg):
+def adaptive_pool2d(x, out, is_max, arg):
     """Adaptive average or max pooling to out's (OH, OW); arg: out (int64) gets the max's flat index."""
     planes = x.shape[0] * x.shape[1]
     if out.shape[2] == 1 and out.shape[3] == 1 and not is_max:  # global average pooling
@@ -265,10 +265,6 @@ def _adaptive_pool2d(x, out, is_max, arg):
             _adaptive_plane(x, out, p, is_max, arg)
 
 
-pool2d, max_pool2d_indices = jit_entry(_pool2d), jit_entry(_max_pool2d_indices)
-adaptive_pool2d = jit_entry(_adaptive_pool2d)
-
-
 # -- emit rules -------------------------------------------------------------------------------------
 
 
@@ -280,13 +276,13 @@ def _lowest(dtype: str) -> str:
 
 def _window_args(e: Emit) -> str:
     a = e.node.attrs
-    return f"{lit(a['kernel'])}, {lit(a['stride'])}, {lit(a['padding'])}, {lit(a.get('dilation', (1, 1)))}"
+    return f"{const(a['kernel'])}, {const(a['stride'])}, {const(a['padding'])}, {const(a.get('dilation', (1, 1)))}"
 
 
 @emits("max_pool2d")
 def _emit_max_pool2d(e: Emit) -> list[str]:
     fill = _lowest(e.node.inputs[0].dtype)
-    return [f"{e.call(pool2d)}({e.args[0]}, {e.outs[0]}, {_window_args(e)}, {fill}, True, False, 0)"]
+    return [f"{e.call(pool2d)}({e.args[0]}, {e.outs[0]}, {_window_args(e)}, {fill}, {const_args(True, False, 0)})"]
 
 
 @emits("max_pool2d_indices")
@@ -299,12 +295,12 @@ def _emit_max_pool2d_indices(e: Emit) -> list[str]:
 def _emit_avg_pool2d(e: Emit) -> list[str]:
     a = e.node.attrs
     divisor = a["divisor_override"] or 0
-    return [f"{e.call(pool2d)}({e.args[0]}, {e.outs[0]}, {_window_args(e)}, 0.0, False, "
-            f"{a['count_include_pad']}, {divisor})"]
+    return [f"{e.call(pool2d)}({e.args[0]}, {e.outs[0]}, {_window_args(e)}, 0.0, "
+            f"{const_args(False, a['count_include_pad'], divisor)})"]
 
 
 @emits("adaptive_avg_pool2d", "adaptive_max_pool2d", "adaptive_max_pool2d_indices")
 def _emit_adaptive(e: Emit) -> list[str]:
     op = e.node.op
-    return [f"{e.call(adaptive_pool2d)}({e.args[0]}, {e.outs[0]}, {op != 'adaptive_avg_pool2d'}, "
-            f"{op.endswith('indices')})"]
+    return [f"{e.call(adaptive_pool2d)}({e.args[0]}, {e.outs[0]}, {const(op != 'adaptive_avg_pool2d')}, "
+            f"{const(op.endswith('indices'))})"]

@@ -19,7 +19,7 @@ import math
 import numba
 import numpy as np
 
-from codegen.kernels.data import contiguous_strides, copy_call, jit_entry
+from codegen.kernels.data import const, const_args, contiguous_strides, copy_call
 from codegen.registry import Emit, emits
 from ir.ops.common import normalize_axis
 from ir.ops.reduce import reduce_axes
@@ -72,7 +72,7 @@ def _sum_task(x, out, t, n, inner, mean, zero, prod):
 
 
 @numba.njit(cache=True, nogil=True, parallel=True, error_model="numpy")
-def _reduce_sum(x, out, outer, n, inner, mean, zero, prod):
+def reduce_sum(x, out, outer, n, inner, mean, zero, prod):
     """out[o, i] = sum (prod if `prod`; mean if `mean`) of x[o, :, i], accumulated from `zero` (x, out flat)."""
     xf, of = x, out
     tasks = _tasks(outer, inner)
@@ -116,7 +116,7 @@ def _extreme_task(x, out, t, n, inner, is_max, arg):
 
 
 @numba.njit(cache=True, nogil=True, parallel=True)
-def _reduce_extreme(x, out, outer, n, inner, is_max, arg):
+def reduce_extreme(x, out, outer, n, inner, is_max, arg):
     """out[o, i] = max (min) of x[o, :, i] (n >= 1), or its first index if `arg` (x, out flat)."""
     xf, of = x, out
     tasks = _tasks(outer, inner)
@@ -126,9 +126,6 @@ def _reduce_extreme(x, out, outer, n, inner, is_max, arg):
     else:
         for t in range(tasks):
             _extreme_task(xf, of, t, n, inner, is_max, arg)
-
-
-reduce_sum, reduce_extreme = jit_entry(_reduce_sum), jit_entry(_reduce_extreme)
 
 
 # -- emit rules ---------------------------------------------------------------------------------
@@ -176,15 +173,15 @@ def _view(e: Emit, axes) -> tuple[list[str], str, tuple[int, int, int]]:
 def _emit_reduce(e: Emit) -> list[str]:
     x, out = e.node.inputs[0], e.node.outputs[0]
     lines, src, (outer, n, inner) = _view(e, reduce_axes(len(x.shape), e.node.attrs["dims"]))
-    view = f"{src}.reshape(-1), {e.outs[0]}.reshape(-1), {outer}, {n}, {inner}"
+    view = f"{src}.reshape(-1), {e.outs[0]}.reshape(-1), {const_args(outer, n, inner)}"
     if e.node.op in ("reduce_max", "reduce_min"):
-        return lines + [f"{e.call(reduce_extreme)}({view}, {e.node.op == 'reduce_max'}, False)"]
+        return lines + [f"{e.call(reduce_extreme)}({view}, {const(e.node.op == 'reduce_max')}, np.bool_(False))"]
     is_float = np.issubdtype(np.dtype(out.dtype), np.floating)
     if e.node.op == "reduce_prod":
         one = f"np.{out.dtype}(1)" if is_float else "np.int64(1)"
-        return lines + [f"{e.call(reduce_sum)}({view}, False, {one}, True)"]
+        return lines + [f"{e.call(reduce_sum)}({view}, np.bool_(False), {one}, np.bool_(True))"]
     zero = "np.float64(0)" if is_float else "np.int64(0)"
-    return lines + [f"{e.call(reduce_sum)}({view}, {e.node.op == 'reduce_mean'}, {zero}, False)"]
+    return lines + [f"{e.call(reduce_sum)}({view}, {const(e.node.op == 'reduce_mean')}, {zero}, np.bool_(False))"]
 
 
 @emits("argmax", "argmin")
@@ -195,5 +192,5 @@ def _emit_arg(e: Emit) -> list[str]:
     else:
         axis = normalize_axis(dim, len(x.shape))
         outer, n, inner = math.prod(x.shape[:axis]), x.shape[axis], math.prod(x.shape[axis + 1:])
-    return [f"{e.call(reduce_extreme)}({e.args[0]}.reshape(-1), {e.outs[0]}.reshape(-1), {outer}, {n}, {inner}, "
-            f"{e.node.op == 'argmax'}, True)"]
+    return [f"{e.call(reduce_extreme)}({e.args[0]}.reshape(-1), {e.outs[0]}.reshape(-1), "
+            f"{const_args(outer, n, inner)}, {const(e.node.op == 'argmax')}, np.bool_(True))"]

@@ -19,7 +19,7 @@ import math
 import numba
 import numpy as np
 
-from codegen.kernels.data import jit_entry
+from codegen.kernels.data import const
 from codegen.registry import Emit, emits, lit
 from ir.ops.resize import coordinate_scale
 
@@ -127,7 +127,7 @@ def _linear_plane(x, out, p, d0, d1, ld, h0, h1, lh, w0, w1, lw):
 
 
 @numba.njit(cache=True, nogil=True, parallel=True)
-def _resize(x, out, mode, align_corners, scales):
+def resize(x, out, mode, align_corners, scales):
     """out (B, OD, OH, OW) = x (B, D, H, W) resized; mode 0 nearest, 1 nearest-exact, 2 linear;
     scales: float32 coordinate scale (input per output pixel) of D, H, W."""
     planes, d_in, h_in, w_in = x.shape
@@ -156,9 +156,6 @@ def _resize(x, out, mode, align_corners, scales):
             _nearest_plane(x, out, p, td, th, tw)
 
 
-resize = jit_entry(_resize)
-
-
 @emits("resize")
 def _emit_resize(e: Emit) -> list[str]:
     a, x, out = e.node.attrs, e.node.inputs[0].shape, e.node.outputs[0].shape
@@ -169,5 +166,5 @@ def _emit_resize(e: Emit) -> list[str]:
     scales = ", ".join(f"np.float32({lit(float(coordinate_scale(i, o, s)))})"
                        for i, o, s in zip(in_dims, out_dims, given))
     return [f"{e.call(resize)}({e.args[0]}.reshape({lit((planes,) + in_dims)}), "
-            f"{e.outs[0]}.reshape({lit((planes,) + out_dims)}), {MODE_CODES[a['mode']]}, "
-            f"{a['align_corners']}, ({scales}))"]
+            f"{e.outs[0]}.reshape({lit((planes,) + out_dims)}), {const(MODE_CODES[a['mode']])}, "
+            f"{const(a['align_corners'])}, ({scales}))"]

@@ -1,5 +1,5 @@
-"""Convolution, pad, linear and matmul kernels, run through their emit rules inside an @njit
-function (as the generated forward runs them), match the IR reference."""
+"""Convolution, pad, linear and matmul kernels, run through their emit rules, match the IR
+reference; a few cases also run the emitted lines inside @njit, as the forward does."""
 
 from __future__ import annotations
 
@@ -18,9 +18,10 @@ RNG = np.random.default_rng(0)
 _JITTED: dict[str, object] = {}
 
 
-def run_rule(op, arrays, attrs, weights=()):
-    """Emit `op` on `arrays` (those at indices `weights` read-only, like the packed weights),
-    run the emitted lines inside an @njit function; return (output, reference)."""
+def run_rule(op, arrays, attrs, weights=(), jit=False):
+    """Emit `op` on `arrays` (those at indices `weights` read-only, like the packed weights) and
+    run the emitted lines (inside an @njit function if jit, as the forward does: slower to
+    compile, so only some tests do); return (output, reference)."""
     from codegen.registry import Emit, emit_rule
 
     arrays = [np.ascontiguousarray(a) for a in arrays]
@@ -32,20 +33,21 @@ def run_rule(op, arrays, attrs, weights=()):
     e = Emit(node, [v.name for v in values], ["y0"])
     body = "".join(f"    {line}\n" for line in emit_rule(op).fn(e))
     source = f"def f({', '.join(v.name for v in values)}, y0):\n{body}    return y0\n"
+    source += "# jit\n" if jit else ""
     if source not in _JITTED:
         ns = {"np": np, "numba": numba}
         for local, spec in e.imports.items():
             module, name = spec.split(":")
             ns[local] = getattr(__import__(module, fromlist=[name]), name)
         exec(source, ns)
-        _JITTED[source] = numba.njit(ns["f"])
+        _JITTED[source] = numba.njit(ns["f"]) if jit else ns["f"]
     out = np.full(node.outputs[0].shape, -7, node.outputs[0].dtype)
     got = _JITTED[source](*arrays, out)
     return got, get_op(op).run(arrays, node.attrs)[0]
 
 
-def check(op, arrays, attrs, weights=(), rtol=1e-4, atol=1e-4):
-    got, expected = run_rule(op, arrays, attrs, weights)
+def check(op, arrays, attrs, weights=(), rtol=1e-4, atol=1e-4, jit=False):
+    got, expected = run_rule(op, arrays, attrs, weights, jit)
     assert got.shape == expected.shape and got.dtype == expected.dtype
     np.testing.assert_allclose(got, expected, rtol=rtol, atol=atol)
 
@@ -215,3 +217,22 @@ def test_fused_linear(act, residual):
 @pytest.mark.parametrize("dtype", [np.float32, np.int32])
 def test_matmul(a_shape, b_shape, dtype):
     check("matmul", [rand(*a_shape, dtype=dtype), rand(*b_shape, dtype=dtype)], {})
+
+
+@pytest.mark.parametrize("op, arrays, attrs, weights", [
+    ("conv2d", conv_arrays(1, 4, 7, 6, 5, (3, 3), 1), conv_attrs((3, 3), (2, 2), (1, 1, 1, 1), (1, 1), 1), (1, 2)),
+    ("conv2d", conv_arrays(1, 4, 7, 6, 5, (3, 3), 1, bias=False),
+     conv_attrs((3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 1, "reflect"), (1,)),
+    ("fused_conv2d", conv_arrays(2, 4, 5, 6, 4, (3, 3), 4) + [rand(2, 4, 5, 6)],
+     {**conv_attrs((3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 4), **epilogue_attrs("silu", "relu")}, (1, 2)),
+    ("conv_transpose2d", [rand(1, 4, 3, 5), rand(4, 2, 2, 2), rand(2)],
+     {"stride": (2, 2), "padding": (0, 0, 0, 0), "output_padding": (0, 0), "dilation": (1, 1), "groups": 1}, (1, 2)),
+    ("pad", [rand(2, 3, 4, 5)], {"pads": (1, 2, 2, 1), "mode": "reflect", "value": 0.0}, ()),
+    ("fused_linear", [rand(3, 4), rand(5, 4), rand(5), rand(3, 5)], epilogue_attrs("gelu"), (1, 2)),
+    ("linear", [rand(4), rand(5, 4)], {}, (1,)),
+    ("matmul", [rand(2, 3, 4), rand(4, 5)], {}, ()),
+    ("matmul", [rand(2, 1, 3, 4), rand(3, 4, 2)], {}, (1,)),
+    ("matmul", [rand(3, 4, dtype=np.int64), rand(2, 4, 3, dtype=np.int64)], {}, ()),
+])
+def test_emitted_lines_compile_in_njit(op, arrays, attrs, weights):
+    check(op, arrays, attrs, weights=weights, jit=True)
