@@ -17,6 +17,12 @@ import os
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import numba  # noqa: E402 - must come after the environment is set
+from numba.np.ufunc.parallel import _launch_threads  # noqa: E402
+
+# Start numba's thread pool now. A forward function loaded from the cache calls cached
+# parallel kernels directly; if the pool has not been started by a compile in this
+# process, their symbols (allocate_sched, ...) are missing and LLVM aborts the process.
+_launch_threads()
 
 
 def set_threads(n: int) -> None:

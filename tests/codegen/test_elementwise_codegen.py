@@ -17,7 +17,7 @@ RNG = np.random.default_rng(0)
 def run_both(text: str, *arrays, tmp_path):
     graph = parse_graph(text)
     expected = Interpreter(graph)(*arrays)
-    got = NumbaModel(graph, cache_dir=tmp_path)(*arrays)
+    got = NumbaModel.build(graph, tmp_path)(*arrays)
     return got, expected
 
 
