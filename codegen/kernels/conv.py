@@ -146,6 +146,17 @@ def _im2col(xq, cols, kh, kw, dh, dw, ow_n):
             dst += _u(ow_n)
 
 
+@numba.njit(**_PAR)
+def _subsample(x, n, c0, cols, sh, sw, ow_n):
+    """cols[c, oy*OW + ox] = x[n, c0 + c, oy*SH, ox*SW]: the input of a 1x1 strided conv as a matrix."""
+    oh_n = cols.shape[1] // ow_n
+    for c in prange(cols.shape[0]):
+        for oy in range(oh_n):
+            row = x[n, c0 + c, oy * sh]
+            for ox in range(ow_n):
+                cols[c, oy * ow_n + ox] = row[ox * sw]
+
+
 @numba.njit(**_SEQ)
 def _conv_gemm(x, weight, out, sh, sw, pt, pl, pb, pr, dh, dw, groups):
     """out = conv(x, weight) without bias: im2col (unless 1x1 stride 1) + one GEMM per image and group."""
@@ -155,14 +166,19 @@ def _conv_gemm(x, weight, out, sh, sw, pt, pl, pb, pr, dh, dw, groups):
     og, k = o_n // groups, cg * kh * kw
     w2 = weight.reshape((o_n, k))
     direct = kh == 1 and kw == 1 and sh == 1 and sw == 1 and pt == 0 and pl == 0 and oh == h and ow == w
+    # a 1x1 conv without padding (ResNet's stride-2 downsample): subsample, then one GEMM
+    pointwise = kh == 1 and kw == 1 and pt + pl + pb + pr == 0 and not direct
     cols = np.empty((0 if direct else k, oh * ow), x.dtype)
     hq, wq = -(-(h + pt + pb) // sh), -(-(w + pl + pr) // sw)
-    xq = np.empty((0, 0, 0, 0, 0) if direct else (sh, sw, cg, hq, wq), x.dtype)
+    xq = np.empty((0, 0, 0, 0, 0) if direct or pointwise else (sh, sw, cg, hq, wq), x.dtype)
     for n in range(n_n):
         y = out[n].reshape((o_n, oh * ow))
         for g in range(groups):
             if direct:
                 np.dot(w2[g * og:(g + 1) * og], x[n].reshape((c_n, h * w))[g * cg:(g + 1) * cg], y[g * og:(g + 1) * og])
+            elif pointwise:
+                _subsample(x, n, g * cg, cols, sh, sw, ow)
+                np.dot(w2[g * og:(g + 1) * og], cols, y[g * og:(g + 1) * og])
             else:
                 _phases(x, n, g * cg, xq, pt, pl)
                 _im2col(xq, cols, kh, kw, dh, dw, ow)

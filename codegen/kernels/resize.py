@@ -9,7 +9,8 @@ tables with the same float32 arithmetic as that module's public helpers
 Linear mode interpolates one axis after the other in the input dtype, as the
 reference does (depth, then height into a row buffer, then width), so results
 agree to the last bit for finite inputs. Nearest mode copies a whole output row
-when it repeats the previous one (every other row of a x2 upsample).
+when it repeats the previous one (every other row of a x2 upsample), and writes a
+x2 row as pairs instead of gathering it.
 """
 
 from __future__ import annotations
@@ -66,8 +67,9 @@ def linear_table(in_size, out_size, scale, align_corners):
 
 
 @numba.njit(cache=True, nogil=True)
-def _nearest_plane(x, out, p, td, th, tw):
-    # rows are views indexed from 0: numba then drops its negative-index checks and the copies vectorize
+def _nearest_plane(x, out, p, td, th, tw, twice):
+    """twice: tw[i] == i // 2 (a x2 upsample), copied as pairs instead of gathered.
+    Rows are views indexed from 0: numba then drops its negative-index checks and the copies vectorize."""
     _, d_in, h_in, w_in = x.shape
     _, d_out, h_out, w_out = out.shape
     xf, of = x.reshape(-1), out.reshape(-1)
@@ -82,8 +84,14 @@ def _nearest_plane(x, out, p, td, th, tw):
                 continue
             src = ((p * d_in + td[od]) * h_in + th[oh]) * w_in
             xrow = xf[src:src + w_in]
-            for ow in range(w_out):
-                orow[ow] = xrow[tw[ow]]
+            if twice:
+                for i in range(w_in):
+                    v = xrow[i]
+                    orow[2 * i] = v
+                    orow[2 * i + 1] = v
+            else:
+                for ow in range(w_out):
+                    orow[ow] = xrow[tw[ow]]
 
 
 @numba.njit(inline="always", cache=True, nogil=True)
@@ -148,12 +156,15 @@ def resize(x, out, mode, align_corners, scales):
     td = nearest_table(d_in, d_out, scales[0], exact)
     th = nearest_table(h_in, h_out, scales[1], exact)
     tw = nearest_table(w_in, w_out, scales[2], exact)
+    twice = w_out == 2 * w_in
+    for i in range(w_out):
+        twice = twice and tw[i] == i // 2
     if parallel:
         for p in numba.prange(planes):
-            _nearest_plane(x, out, p, td, th, tw)
+            _nearest_plane(x, out, p, td, th, tw, twice)
     else:
         for p in range(planes):
-            _nearest_plane(x, out, p, td, th, tw)
+            _nearest_plane(x, out, p, td, th, tw, twice)
 
 
 @emits("resize")
