@@ -186,7 +186,8 @@ def _conv_gemm(x, weight, out, sh, sw, pt, pl, pb, pr, dh, dw, groups):
 
 
 @numba.njit(**_PAR)
-def _conv_depthwise(x, weight, bias, residual, out, sh, sw, pt, pl, dh, dw, act, alpha, beta, post, post_alpha, post_beta):
+def _conv_depthwise(x, weight, bias, residual, out, sh, sw, pt, pl, dh, dw,
+                    act, alpha, beta, post, post_alpha, post_beta):
     """groups == C: output channel o reads input channel o // (O / C). Epilogue fused per row."""
     n_n, c_n, h, w = x.shape
     o_n, _, kh, kw = weight.shape
@@ -220,10 +221,12 @@ def _conv_depthwise(x, weight, bias, residual, out, sh, sw, pt, pl, dh, dw, act,
 
 
 @numba.njit(**_SEQ)
-def _conv_body(x, weight, bias, residual, out, sh, sw, pt, pl, pb, pr, dh, dw, groups, act, alpha, beta, post, post_alpha, post_beta):
+def _conv_body(x, weight, bias, residual, out, sh, sw, pt, pl, pb, pr, dh, dw, groups,
+               act, alpha, beta, post, post_alpha, post_beta):
     n_n, c_n = x.shape[0], x.shape[1]
     if groups == c_n and weight.shape[1] == 1 and groups > 1:
-        _conv_depthwise(x, weight, bias, residual, out, sh, sw, pt, pl, dh, dw, act, alpha, beta, post, post_alpha, post_beta)
+        _conv_depthwise(x, weight, bias, residual, out, sh, sw, pt, pl, dh, dw,
+                        act, alpha, beta, post, post_alpha, post_beta)
         return
     _conv_gemm(x, weight, out, sh, sw, pt, pl, pb, pr, dh, dw, groups)
     if bias is not None or residual is not None or act != 0 or post != 0:
