@@ -4,13 +4,19 @@ An entry is a directory named by the key, holding everything a compiled model
 needs besides the kernel library: the generated module (numba keeps its machine
 code in __pycache__ beside it), the optimised IR, the packed weights (one .npy
 per dtype, memory-mapped on load) and meta.json, which records the key's inputs,
-the compile time and a checksum of every file. The key hashes the .param and
-.bin bytes, our version, numba/llvmlite/numpy/Python versions, the CPU name and
-features, and every option that changes the generated code.
+the compile time and the size, mtime and checksum of every file. The key hashes
+the .param and .bin bytes, our version, numba/llvmlite/numpy/Python versions,
+the CPU name and features, and every option that changes the generated code.
+
+A warm load must stay cheap (bench/warm_load.py), so large files are not read
+in full on every load: a model's .bin digest is memoised in the cache directory
+by its path and stat (size, mtime, ctime, inode), and an entry's large files are
+verified by size and mtime (truncation or rewriting changes them; a copy with a
+new mtime is hashed). Small files (forward.py, graph.ir) are hashed every time.
 
 Writes are atomic and locked: an entry is built in a temporary directory and
 renamed into place under a file lock, so concurrent compiles of one model leave
-one valid entry. An entry whose files fail their checksums is reported at debug
+one valid entry. An entry whose files fail their checks is reported at debug
 level and rebuilt; a cache in a directory other users can write to is not used.
 """
 
@@ -30,17 +36,22 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-import filelock
-import platformdirs
-
 log = logging.getLogger(__name__)
 
 CACHE_ENV = "PNNX_JIT_CACHE_DIR"
-FORMAT = 1  # bump when the entry layout changes
+FORMAT = 2  # bump when the entry layout changes
+BIG_FILE = 1 << 20  # bytes: files at least this large are verified by stat, not hashed on every load
+RACY_SECONDS = 2.0  # a file changed this recently may change again within one timestamp tick
+MEMO_ENTRIES = 256  # digests kept in the memo; the oldest go first
 
 
 def default_cache_dir() -> Path:
-    return Path(os.environ.get(CACHE_ENV) or platformdirs.user_cache_dir("pnnx-jit"))
+    env = os.environ.get(CACHE_ENV)
+    if env:
+        return Path(env)
+    import platformdirs  # only when needed: a warm load pays for every import
+
+    return Path(platformdirs.user_cache_dir("pnnx-jit"))
 
 
 @dataclass
@@ -63,6 +74,77 @@ def file_digest(path: Path) -> str:
     return h.hexdigest()
 
 
+def file_record(path: Path) -> dict:
+    """What load() checks a file of an entry against: its size, mtime and digest when written."""
+    st = path.stat()
+    return {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "digest": file_digest(path)}
+
+
+def file_problem(path: Path, record: dict) -> str | None:
+    """Why `path` is not the file `record` describes, or None.
+
+    A size change (truncation) is caught by stat alone. A large file whose mtime is
+    unchanged since it was written is trusted without reading it: the entry directory
+    is ours alone (untrusted_reason), and hashing a model's weights on every load
+    would cost more than the rest of the load. Everything else is hashed."""
+    st = path.stat()
+    if st.st_size != record["size"]:
+        return f"{path.name} does not match its checksum: {st.st_size} bytes, {record['size']} expected"
+    if st.st_size >= BIG_FILE and st.st_mtime_ns == record["mtime_ns"]:
+        return None
+    if file_digest(path) != record["digest"]:
+        return f"{path.name} does not match its checksum"
+    return None
+
+
+class DigestMemo:
+    """Digests of large files, remembered by path and stat so a warm load does not reread them.
+
+    The key of a model hashes its .bin (tens of MB), which would otherwise be read in
+    full on every compile() call. An entry is reused only when the file's path, size,
+    mtime, ctime, inode and device are all unchanged; ctime cannot be set back by the
+    user (unlike mtime), so any rewrite of the file invalidates the entry. A file changed
+    within RACY_SECONDS is not memoised: a second change in the same timestamp tick
+    would otherwise leave its stat identical (git's "racy" index entries)."""
+
+    def __init__(self, path: Path):
+        self.path = path
+
+    def digest(self, file: Path) -> str:
+        st = file.stat()
+        if st.st_size < BIG_FILE:
+            return file_digest(file)
+        name = str(file.resolve())
+        stamp = [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_dev]
+        memo = self._read()
+        known = memo.get(name)
+        if isinstance(known, list) and known[:-1] == stamp and isinstance(known[-1], str):
+            return known[-1]
+        digest = file_digest(file)
+        if time.time() - max(st.st_mtime_ns, st.st_ctime_ns) / 1e9 > RACY_SECONDS:
+            memo.pop(name, None)
+            memo[name] = [*stamp, digest]
+            self._write(dict(list(memo.items())[-MEMO_ENTRIES:]))
+        return digest
+
+    def _read(self) -> dict[str, list]:
+        try:
+            memo = json.loads(self.path.read_text())
+        except (OSError, ValueError):
+            return {}
+        return memo if isinstance(memo, dict) else {}
+
+    def _write(self, memo: dict[str, list]) -> None:
+        """Atomically (temp file + rename); when two processes race, the last one wins,
+        and the other's digest is simply computed again next time."""
+        tmp = self.path.with_name(f".{self.path.name}.tmp{os.getpid()}")
+        try:
+            tmp.write_text(json.dumps(memo))
+            os.replace(tmp, self.path)
+        except OSError as exc:
+            log.debug("cannot write the digest memo %s: %s", self.path, exc)
+
+
 def _cpu_signature() -> str:
     import llvmlite.binding as llvm
 
@@ -82,8 +164,11 @@ def code_digest() -> str:
     return h.hexdigest()
 
 
-def cache_key(param: Path, bin_path: Path | None, options: dict) -> str:
-    """The key of a compiled model: its bytes, every version that matters, the CPU, the options."""
+def cache_key(param: Path, bin_path: Path | None, options: dict,
+              digest: Callable[[Path], str] = file_digest) -> str:
+    """The key of a compiled model: its bytes, every version that matters, the CPU, the options.
+
+    digest(path) hashes the model's files (ModelCache.model_digest memoises large ones)."""
     import llvmlite
     import numba
     import numpy
@@ -92,8 +177,8 @@ def cache_key(param: Path, bin_path: Path | None, options: dict) -> str:
 
     material = {
         "format": FORMAT,
-        "param": file_digest(param),
-        "bin": file_digest(bin_path) if bin_path is not None and bin_path.exists() else None,
+        "param": digest(param),
+        "bin": digest(bin_path) if bin_path is not None and bin_path.exists() else None,
         "ours": compiler.__version__,
         "code": code_digest(),
         "numba": numba.__version__,
@@ -129,6 +214,10 @@ class ModelCache:
     def entry_dir(self, key: str) -> Path:
         return self.root / "models" / key
 
+    def model_digest(self, path: Path) -> str:
+        """file_digest(path), memoised for large files (only call once usable() returned None)."""
+        return DigestMemo(self.root / "digests.json").digest(path)
+
     def usable(self) -> str | None:
         """None if the cache can be used, else the reason it cannot."""
         try:
@@ -150,11 +239,10 @@ class ModelCache:
         if problem is None:
             try:
                 meta = json.loads(meta_path.read_text())
-                for name, digest in meta["files"].items():
-                    if file_digest(path / name) != digest:
-                        problem = f"{name} does not match its checksum"
+                for name, record in meta["files"].items():
+                    if problem := file_problem(path / name, record):
                         break
-            except (OSError, ValueError, KeyError) as exc:
+            except (OSError, ValueError, KeyError, TypeError) as exc:
                 problem = f"unreadable entry: {exc}"
         if problem is None:
             return meta
@@ -167,6 +255,8 @@ class ModelCache:
         meta = self.load(key)
         if meta is not None:
             return meta, True
+        import filelock  # only on a miss: a warm load pays for every import
+
         lock = filelock.FileLock(str(self.root / "models" / f"{key}.lock"))
         with lock:
             meta = self.load(key)  # another process may have built it while we waited
@@ -179,7 +269,7 @@ class ModelCache:
                 start = time.perf_counter()
                 meta = build(tmp)
                 meta["build_seconds"] = time.perf_counter() - start
-                meta["files"] = {p.name: file_digest(p) for p in sorted(tmp.iterdir()) if p.is_file()}
+                meta["files"] = {p.name: file_record(p) for p in sorted(tmp.iterdir()) if p.is_file()}
                 (tmp / "meta.json").write_text(json.dumps(meta, indent=1))  # written last: marks completeness
                 final = self.entry_dir(key)
                 shutil.rmtree(final, ignore_errors=True)

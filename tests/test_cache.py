@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 import compiler
+import compiler.cache
 
 ROOT = Path(__file__).resolve().parents[1]
 MODEL = [
@@ -45,6 +46,15 @@ def test_second_compile_is_a_hit_with_the_same_result(model, tmp_path):
     assert first.cache_info.key == second.cache_info.key and second.cache_info.path.is_dir()
     assert second.cache_info.path.parent == cache / "models"
     np.testing.assert_allclose(second(X), EXPECTED, rtol=1e-6)
+
+
+def test_the_first_call_runs_the_code_loaded_up_front(model, tmp_path):
+    cache = tmp_path / "cache"
+    compiler.compile(model, cache_dir=cache)
+    m = compiler.compile(model, cache_dir=cache)  # a hit: numba loads the machine code, runs nothing
+    assert m.cache_info.hit and len(m._forward.signatures) == 1
+    np.testing.assert_allclose(m(X.astype(np.float64)), EXPECTED, rtol=1e-6)
+    assert len(m._forward.signatures) == 1  # no second specialisation compiled at the first call
 
 
 def test_key_changes_with_weights_and_options(model, tmp_path):
@@ -112,6 +122,89 @@ def test_corrupt_entry_is_reported_and_rebuilt(model, tmp_path, caplog):
     assert any("does not match its checksum" in r.message for r in caplog.records)
     np.testing.assert_allclose(m(X), EXPECTED, rtol=1e-6)
     assert compiler.compile(model, cache_dir=cache).cache_info.hit
+
+
+@pytest.mark.parametrize("name", ["forward.py", "graph.ir"])
+def test_same_size_corruption_of_a_small_file_is_rebuilt(model, tmp_path, caplog, name):
+    cache = tmp_path / "cache"
+    entry = compiler.compile(model, cache_dir=cache).cache_info.path
+    path = entry / name
+    before = path.stat()
+    text = path.read_bytes()
+    path.write_bytes(text[:-2] + b"#\n")  # same size, same mtime: only the checksum can tell
+    os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+    with caplog.at_level(logging.DEBUG, logger="compiler.cache"):
+        m = compiler.compile(model, cache_dir=cache)
+    assert not m.cache_info.hit
+    assert any(f"{name} does not match its checksum" in r.message for r in caplog.records)
+    assert (entry / name).read_bytes() == text
+    np.testing.assert_allclose(m(X), EXPECTED, rtol=1e-6)
+
+
+def _digested(monkeypatch) -> list[str]:
+    """The names of the files compiler.cache hashes from now on."""
+    names: list[str] = []
+    digest = compiler.cache.file_digest
+
+    def recording(path: Path) -> str:
+        names.append(path.name)
+        return digest(path)
+
+    monkeypatch.setattr(compiler.cache, "file_digest", recording)
+    return names
+
+
+def test_large_entry_files_are_checked_by_stat_and_hashed_when_their_mtime_moved(model, tmp_path, monkeypatch):
+    monkeypatch.setattr(compiler.cache, "BIG_FILE", 100)  # the tiny model's weights count as large
+    cache = tmp_path / "cache"
+    entry = compiler.compile(model, cache_dir=cache).cache_info.path
+    weights = next(entry.glob("weights_*.npy"))
+    assert weights.stat().st_size >= 100
+    digested = _digested(monkeypatch)
+    assert compiler.compile(model, cache_dir=cache).cache_info.hit
+    assert weights.name not in digested
+
+    os.utime(weights, ns=(0, 10**9))  # a copied entry: same bytes, another mtime
+    digested.clear()
+    assert compiler.compile(model, cache_dir=cache).cache_info.hit
+    assert weights.name in digested
+
+    data = bytearray(weights.read_bytes())
+    data[-1] ^= 0xFF  # same size, new mtime: hashed, and rebuilt
+    weights.write_bytes(bytes(data))
+    m = compiler.compile(model, cache_dir=cache)
+    assert not m.cache_info.hit
+    np.testing.assert_allclose(m(X), EXPECTED, rtol=1e-6)
+
+
+def test_bin_digest_is_memoised_until_the_file_changes(model, tmp_path, monkeypatch):
+    monkeypatch.setattr(compiler.cache, "BIG_FILE", 1)
+    monkeypatch.setattr(compiler.cache, "RACY_SECONDS", -1.0)  # the test's files are seconds old at most
+    cache = tmp_path / "cache"
+    bin_path = tmp_path / "m.pnnx.bin"
+    base = compiler.compile(model, cache_dir=cache).cache_info.key
+    memo = json.loads((cache / "digests.json").read_text())
+    assert memo[str(bin_path.resolve())][-1] == compiler.cache.file_digest(bin_path)
+
+    digested = _digested(monkeypatch)
+    assert compiler.compile(model, cache_dir=cache).cache_info.key == base
+    assert bin_path.name not in digested
+
+    size = bin_path.stat().st_size
+    with zipfile.ZipFile(bin_path, "w") as z:  # rewritten in place: same inode and size
+        z.writestr("scale.data", (SCALE * 2).tobytes())
+    assert bin_path.stat().st_size == size
+    m = compiler.compile(model, cache_dir=cache)
+    assert m.cache_info.key != base and bin_path.name in digested
+    np.testing.assert_allclose(m(X), 2 * EXPECTED, rtol=1e-6)
+
+
+def test_a_just_written_bin_is_not_memoised(model, tmp_path, monkeypatch):
+    monkeypatch.setattr(compiler.cache, "BIG_FILE", 1)
+    cache = tmp_path / "cache"
+    compiler.compile(model, cache_dir=cache)
+    memo_path = cache / "digests.json"
+    assert not memo_path.exists() or str((tmp_path / "m.pnnx.bin").resolve()) not in json.loads(memo_path.read_text())
 
 
 def test_cache_writable_by_others_is_not_used(model, tmp_path, caplog):
