@@ -37,26 +37,49 @@ class CodegenUnsupportedError(CompilerError):
 
 @dataclass
 class WeightPack:
-    """Constants packed into one flat array per dtype; each constant is a view at an offset."""
+    """Constants packed into one flat array per dtype; each constant is a view at an offset.
+
+    Besides the graph's constants it holds those the emit rules prepacked (weights in the
+    layout a kernel wants), which have a name but no Value."""
 
     arrays: dict[str, np.ndarray] = field(default_factory=dict)  # dtype name -> flat array
     slots: dict[Value, tuple[str, int]] = field(default_factory=dict)  # constant -> (dtype, offset)
+    prepacked: dict[str, tuple[str, int, tuple]] = field(default_factory=dict)  # name -> (dtype, offset, shape)
 
     @staticmethod
-    def build(constants: list[Value]) -> WeightPack:
+    def build(constants: list[Value], prepacked: dict[str, np.ndarray] | None = None) -> WeightPack:
         pack = WeightPack()
         sizes: dict[str, int] = {}
+
+        def place(dtype: str, size: int) -> int:
+            start = sizes.get(dtype, 0)
+            sizes[dtype] = start + -(-max(size, 1) // WEIGHT_ALIGN) * WEIGHT_ALIGN
+            return start
+
         for c in constants:
-            start = sizes.get(c.dtype, 0)
-            pack.slots[c] = (c.dtype, start)
-            sizes[c.dtype] = start + -(-max(c.type.size, 1) // WEIGHT_ALIGN) * WEIGHT_ALIGN
+            pack.slots[c] = (c.dtype, place(c.dtype, c.type.size))
+        extra = prepacked or {}
+        for name, array in extra.items():
+            pack.prepacked[name] = (array.dtype.name, place(array.dtype.name, array.size), array.shape)
         for dtype, size in sizes.items():
             pack.arrays[dtype] = np.zeros(size, dtype)
         for c, (dtype, start) in pack.slots.items():
             pack.arrays[dtype][start:start + c.type.size] = c.data.reshape(-1)
+        for name, (dtype, start, _) in pack.prepacked.items():
+            pack.arrays[dtype][start:start + extra[name].size] = extra[name].reshape(-1)
         for array in pack.arrays.values():
             array.flags.writeable = False
         return pack
+
+    def views(self, names: Callable[[Value, str], str]) -> list[str]:
+        """Lines of the forward that bind each constant's name to its view of the packed arrays."""
+        lines = []
+        for c, (dtype, start) in self.slots.items():
+            lines.append(f"{names(c, 'c_')} = w_{dtype}[{start}:{start + c.type.size}].reshape({lit(c.shape)})")
+        for name, (dtype, start, shape) in self.prepacked.items():
+            size = int(np.prod(shape, dtype=np.int64))
+            lines.append(f"{name} = w_{dtype}[{start}:{start + size}].reshape({lit(shape)})")
+        return lines
 
 
 @dataclass
@@ -109,18 +132,15 @@ def generate_module(graph: Graph, comment: str = "", profile: bool = False) -> G
     reading after every node (times has len(graph.nodes) + 1 entries)."""
     check_supported(graph)
     plan = plan_memory(graph, is_view)
-    used = [c for c in graph.constants.values()]
-    weights = WeightPack.build(used)
     names = _Names()
+    for c in graph.constants.values():
+        names(c, "c_")
     inputs = [names(v, "x_") for v in graph.inputs]
-    weight_args = [f"w_{dtype}" for dtype in weights.arrays]
-    body = [f"arena = np.empty({plan.arena_bytes}, np.uint8)"]
-    for c in used:
-        dtype, start = weights.slots[c]
-        body.append(f"{names(c, 'c_')} = w_{dtype}[{start}:{start + c.type.size}].reshape({lit(c.shape)})")
     imports: dict[str, str] = {}
     definitions: dict[str, str] = {}
-    timed = list(body) + ["times[0] = _clock()"]  # the same body, timing each node (profile_kernels)
+    prepacked: dict[str, np.ndarray] = {}
+    body: list[str] = []
+    timed = ["times[0] = _clock()"]  # the same body, timing each node (profile_kernels)
     for step, node in enumerate(graph.nodes):
         rule = emit_rule(node.op)
         outs = [names(v, "v_") for v in node.outputs]
@@ -132,8 +152,17 @@ def generate_module(graph: Graph, comment: str = "", profile: bool = False) -> G
         timed += lines + [f"times[{step + 1}] = _clock()"]
         imports.update(e.imports)
         definitions.update(e.definitions)
-    body += _return(graph, names)
-    timed += _return(graph, names)
+        for name, array in e.prepacked.items():
+            if name not in prepacked:
+                if name in names.taken:
+                    raise CodegenUnsupportedError(f"{node.name}: prepacked constant {name} clashes with a value")
+                names.taken.add(name)
+                prepacked[name] = array
+    weights = WeightPack.build(list(graph.constants.values()), prepacked)
+    weight_args = [f"w_{dtype}" for dtype in weights.arrays]
+    head = [f"arena = np.empty({plan.arena_bytes}, np.uint8)"] + weights.views(names)
+    body = head + body + _return(graph, names)
+    timed = head + timed + _return(graph, names)
     header = [f"# Generated by pnnx-jit{': ' + comment if comment else ''}. Do not edit.",
               "import math  # noqa: F401", "import time", "", "import numba", "import numpy as np", ""]
     header += [f"from {spec.split(':')[0]} import {spec.split(':')[1]} as {local}"

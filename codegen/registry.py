@@ -22,6 +22,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from ir.graph import Node
 
 
@@ -32,6 +34,19 @@ class Emit:
     outs: list[str]  # names of the output arrays
     imports: dict[str, str] = field(default_factory=dict)  # local name -> "module:function"
     definitions: dict[str, str] = field(default_factory=dict)  # module-level functions this node needs
+    prepacked: dict[str, np.ndarray] = field(default_factory=dict)  # constants made at compile time, by name
+
+    def prepack(self, index: int, tag: str, compute: Callable[[np.ndarray], np.ndarray]) -> str:
+        """The name of compute(data of constant input `index`): a weight rearranged into the layout a
+        kernel wants (Winograd's transformed filters, say), computed once at compile time and passed
+        to the forward with the other weights."""
+        value = self.node.inputs[index]
+        if not value.is_constant:
+            raise ValueError(f"{self.node.name}: input {index} ({value.name}) is not a constant")
+        name = f"{self.args[index]}__{tag}"
+        if name not in self.prepacked:
+            self.prepacked[name] = np.ascontiguousarray(compute(value.data))
+        return name
 
     def define(self, name: str, source: str) -> str:
         """Add a function generated for this model (source defines `name`) to the module; return its name."""
@@ -88,6 +103,26 @@ def lit(value: Any) -> str:
         inner = ", ".join(lit(v) for v in value)
         return f"({inner},)" if len(value) == 1 else f"({inner})"
     return repr(value)
+
+
+def const(value) -> str:
+    """A literal for generated code that numba types as a plain int64 / bool (tuples of them).
+
+    numba compiles a kernel called from jitted code for the *literal* types of constant arguments
+    (Literal[int](3)), so each call site of a forward function, with its own shapes and attributes,
+    would compile and cache its own specialization of the kernel. np.int64(3) is typed int64."""
+    if isinstance(value, bool):
+        return f"np.bool_({value})"
+    if isinstance(value, int):
+        return f"np.int64({value})"
+    if isinstance(value, (tuple, list)):
+        return "(" + "".join(f"{const(v)}, " for v in value).rstrip(" ") + ")"
+    return lit(value)
+
+
+def const_args(*values) -> str:
+    """const() of each value, comma-separated (a run of call arguments)."""
+    return ", ".join(const(v) for v in values)
 
 
 def _load_rules() -> None:

@@ -1,18 +1,33 @@
 """Thread ownership for compiled code. Import this before numba runs a parallel kernel.
 
-Two thread pools share the cores: numba's (OpenMP layer, for prange loops) and
-OpenBLAS's (np.dot inside @njit calls scipy's sgemm). They take turns: a prange
-loop (im2col, epilogue) then a GEMM. With OpenMP's default active wait policy,
-numba's idle workers spin after each parallel region and starve the GEMM that
-follows: we measured a 1.5 ms sgemm taking 8 ms after a prange loop. With the
-passive policy idle workers sleep at once, and the same sequence takes 1.6 ms.
-The policy is read when the OpenMP runtime starts, so it is set here, before
-numba loads it; a value the user set is left alone.
+numba's thread pool owns the cores. Kernels that multiply matrices call OpenBLAS
+(np.dot inside @njit calls scipy's sgemm) from inside their own prange loops, one
+block of the product per task, so scipy's OpenBLAS is set to a single thread here.
+Two pools taking turns (a prange loop for im2col, then a threaded GEMM) lose badly on
+a small machine: idle workers of one pool spin while the other works, and every
+hand-over costs a wake-up; we measured a 1.5 ms GEMM take 8 ms after a prange loop.
+
+Large buffers (the forward's arena, im2col and Winograd scratch) are allocated on
+every call. glibc serves allocations above its mmap threshold with fresh mappings,
+whose pages fault in one by one on every call (3 ms of a 1.2 ms Winograd conv), and
+its dynamic threshold never lifts for a repeated size; so the threshold is raised,
+and the heap is trimmed less eagerly, here: freed buffers are reused warm. The cost
+is memory the process keeps after a large free (at most TRIM_BYTES).
+
+The OpenMP wait policy is set to passive (unless the user set one) before numba
+loads its OpenMP runtime: idle workers then sleep instead of spinning, which leaves
+the cores to the rest of the process between calls of the model.
 """
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import os
+import sys
+
+MMAP_THRESHOLD_BYTES = 256 << 20
+TRIM_BYTES = 512 << 20
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
@@ -25,9 +40,38 @@ from numba.np.ufunc.parallel import _launch_threads  # noqa: E402
 _launch_threads()
 
 
-def set_threads(n: int) -> None:
-    """Use n threads for numba's parallel loops and for OpenBLAS's GEMMs."""
+def _reuse_large_allocations() -> None:
+    """Raise glibc's mmap threshold and trim threshold (see the module docstring); no-op elsewhere."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        mallopt = libc.mallopt
+    except (OSError, AttributeError):  # not glibc (musl has no mallopt)
+        return
+    m_trim_threshold, m_mmap_threshold = -1, -3  # from <malloc.h>
+    mallopt(m_mmap_threshold, MMAP_THRESHOLD_BYTES)
+    mallopt(m_trim_threshold, TRIM_BYTES)
+
+
+_reuse_large_allocations()
+
+
+def _single_threaded_blas() -> None:
+    """Run the OpenBLAS that numba's np.dot calls (scipy's) on one thread; numpy's own is left alone."""
+    import scipy.linalg.cython_blas  # noqa: F401 - loads the library numba calls
     import threadpoolctl
 
-    numba.set_num_threads(min(n, numba.config.NUMBA_NUM_THREADS))
-    threadpoolctl.threadpool_limits(n, user_api="blas")
+    scipy_dir = os.path.dirname(os.path.dirname(scipy.linalg.cython_blas.__file__))
+    controller = threadpoolctl.ThreadpoolController().select(user_api="blas")
+    ours = [lib for lib in controller.lib_controllers if lib.filepath.startswith(scipy_dir)]
+    for lib in ours or controller.lib_controllers:  # a scipy built on the system BLAS shares it
+        lib.set_num_threads(1)
+
+
+_single_threaded_blas()
+
+
+def set_threads(n: int) -> None:
+    """Use n threads for the compiled forward (numba's parallel loops)."""
+    numba.set_num_threads(max(1, min(n, numba.config.NUMBA_NUM_THREADS)))

@@ -58,7 +58,8 @@ class CompiledModel:
         return [outs[index[n]] for n in output_names]
 
     def check_inputs(self, arrays: Sequence[np.ndarray]) -> list[np.ndarray]:
-        """Validate count, shape and dtype; convert other float dtypes and non-contiguous arrays."""
+        """Validate count, shape and dtype; convert other float dtypes; copy arrays that are not
+        C-contiguous, aligned and writable."""
         if len(arrays) != len(self.inputs):
             expected = ", ".join(f"{s.name} {s.shape}" for s in self.inputs)
             raise InputError(f"expected {len(self.inputs)} input(s) ({expected}), got {len(arrays)}")
@@ -74,7 +75,9 @@ class CompiledModel:
                 if not same_kind:
                     raise InputError(f"input {spec.name}: expected dtype {want.name}, got {a.dtype.name}")
                 a = a.astype(want)
-            checked.append(np.ascontiguousarray(a))
+            if not (a.flags.c_contiguous and a.flags.aligned and a.flags.writeable):
+                a = np.array(a, order="C")  # the compiled forward has one signature: contiguous, aligned, writable
+            checked.append(a)
         return checked
 
     def _execute(self, arrays: list[np.ndarray]) -> list[np.ndarray]:

@@ -64,7 +64,10 @@ class NumbaModel(CompiledModel):
         self._forward = module.forward
         self._weights = weights
         start = time.perf_counter()
-        self._forward.compile(self._signature())  # compile (or load) now, not at first call
+        signature = self._signature()
+        if signature not in self._forward.overloads:  # the module may be shared by models of one entry
+            self._forward.compile(signature)  # compile (or load) now, not at first call
+        self._forward.disable_compile()  # inputs are checked and converted: a new signature would be a bug
         self.jit_seconds = time.perf_counter() - start
 
     def _signature(self) -> tuple:

@@ -23,33 +23,13 @@ import math
 
 import numba
 
-from codegen.registry import Emit, emits, lit
+from codegen.registry import Emit, const, emits, lit
 from ir.ops.common import normalize_axis
 
 CHUNK = 16384  # elements per task (rows mode)
 RUN, TILE = 128, 32  # transposes copy RUN x TILE blocks, RUN along the longer unit-stride dim
 PARALLEL_MIN_ELEMENTS = 1 << 15  # below this a prange loop costs more than it saves
 RANK = 6  # copies are padded to this many dims, so one compiled kernel serves them all
-
-
-def const(value) -> str:
-    """A literal for generated code that numba types as a plain int64 / bool (tuples of them).
-
-    numba compiles a kernel called from jitted code for the *literal* types of constant arguments
-    (Literal[int](3)), so each call site of a forward function, with its own shapes and attributes,
-    would compile and cache its own specialization of the kernel. np.int64(3) is typed int64."""
-    if isinstance(value, bool):
-        return f"np.bool_({value})"
-    if isinstance(value, int):
-        return f"np.int64({value})"
-    if isinstance(value, (tuple, list)):
-        return "(" + "".join(f"{const(v)}, " for v in value).rstrip(" ") + ")"
-    return lit(value)
-
-
-def const_args(*values) -> str:
-    """const() of each value, comma-separated (a run of call arguments)."""
-    return ", ".join(const(v) for v in values)
 
 
 @numba.njit(inline="always", cache=True, nogil=True)

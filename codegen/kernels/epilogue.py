@@ -1,4 +1,5 @@
-"""Scalar activations applied inside other kernels' loops (conv, linear epilogues).
+"""Epilogues: what conv and linear kernels apply to a GEMM's result on its way out,
+post(act(v + bias) + residual), one contiguous run at a time (`epilogue_run`).
 
 Activations are passed to kernels as small int codes so one compiled kernel
 serves every activation; `activate` is inlined into the caller's loop.
@@ -10,6 +11,8 @@ import math
 
 import numba
 import numpy as np
+
+from codegen.kernels.common import u
 
 ACTIVATION_CODES = {
     "none": 0, "relu": 1, "clamp": 2, "leaky_relu": 3, "silu": 4, "sigmoid": 5, "tanh": 6,
@@ -50,3 +53,35 @@ def activate(v, code, alpha, beta):
     # 12: mish = x * tanh(softplus(x))
     sp = math.log1p(math.exp(-abs(v))) + max(v, 0.0)
     return np.float32(v * math.tanh(sp))
+
+
+@numba.njit(inline="always", cache=True, nogil=True)
+def _finish(dst, d, n, src, s, bias, res, act, alpha, beta, post, post_alpha, post_beta):
+    a, b = np.float32(alpha), np.float32(beta)
+    pa, pb = np.float32(post_alpha), np.float32(post_beta)
+    bv = np.float32(bias)
+    if act <= 1 and post <= 1:  # none/relu: a loop LLVM vectorises
+        lo = np.float32(-np.inf if act == 0 else 0.0)
+        top = np.float32(0.0 if post == 1 else -np.inf)
+        if res is None:
+            for i in range(n):
+                dst[u(d + i)] = max(max(src[u(s + i)] + bv, lo), top)
+        else:
+            for i in range(n):
+                dst[u(d + i)] = max(max(src[u(s + i)] + bv, lo) + res[u(d + i)], top)
+    elif res is None:
+        for i in range(n):
+            dst[u(d + i)] = activate(activate(src[u(s + i)] + bv, act, a, b), post, pa, pb)
+    else:
+        for i in range(n):
+            dst[u(d + i)] = activate(activate(src[u(s + i)] + bv, act, a, b) + res[u(d + i)], post, pa, pb)
+
+
+@numba.njit(cache=True, nogil=True, error_model="numpy")
+def epilogue_run(dst, d, n, src, s, bias, res, act, alpha, beta, post, post_alpha, post_beta):
+    """dst[d:d+n] = post(act(v + bias) + res[d:d+n]) over flat arrays, v = src[s:s+n] (or
+    dst[d:d+n] itself when src is None); bias is a scalar, res None or indexed like dst."""
+    if src is None:
+        _finish(dst, d, n, dst, d, bias, res, act, alpha, beta, post, post_alpha, post_beta)
+    else:
+        _finish(dst, d, n, src, s, bias, res, act, alpha, beta, post, post_alpha, post_beta)

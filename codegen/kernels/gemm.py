@@ -1,9 +1,8 @@
-"""Matrix products: linear, fused_linear and matmul (torch semantics), and the epilogue
-pass that conv and linear kernels run over a GEMM's result.
+"""Matrix products: linear, fused_linear and matmul (torch semantics).
 
-The products run in OpenBLAS (np.dot inside @njit calls scipy's sgemm, which uses its
-own threads); np.dot is called at the top level of a kernel, never inside prange.
-Integer or mixed-dtype matmuls fall back to a plain loop.
+The products run in single-threaded OpenBLAS (common.gemm), one block of rows (or of
+output features) per task of a parallel loop. Integer or mixed-dtype matmuls fall back
+to a plain loop.
 """
 
 from __future__ import annotations
@@ -14,81 +13,64 @@ import numba
 import numpy as np
 from numba import prange
 
-from codegen.kernels.epilogue import ACTIVATION_CODES, activate
-from codegen.registry import Emit, emits, lit
+from codegen.kernels.common import PAR, blocks, gemm, u
+from codegen.kernels.epilogue import ACTIVATION_CODES, epilogue_run
+from codegen.registry import Emit, const_args, emits, lit
 
-_PAR = {"cache": True, "nogil": True, "parallel": True, "error_model": "numpy"}
-_SEQ = {"cache": True, "nogil": True, "error_model": "numpy"}
-
-
-@numba.njit(**_SEQ)
-def epilogue_row(row, bias, res, act, alpha, beta, post, post_alpha, post_beta):
-    """In place over the 1-D row: v = post(act(v + bias) + res); res is None or a row."""
-    a, b = np.float32(alpha), np.float32(beta)
-    pa, pb = np.float32(post_alpha), np.float32(post_beta)
-    bv = np.float32(bias)
-    if act <= 1 and post <= 1:  # none/relu: a loop LLVM vectorises
-        lo = np.float32(-np.inf if act == 0 else 0.0)
-        top = np.float32(0.0 if post == 1 else -np.inf)
-        if res is None:
-            for i in range(row.shape[0]):
-                row[i] = max(max(row[i] + bv, lo), top)
-        else:
-            for i in range(row.shape[0]):
-                row[i] = max(max(row[i] + bv, lo) + res[i], top)
-    elif res is None:
-        for i in range(row.shape[0]):
-            row[i] = activate(activate(row[i] + bv, act, a, b), post, pa, pb)
-    else:
-        for i in range(row.shape[0]):
-            row[i] = activate(activate(row[i] + bv, act, a, b) + res[i], post, pa, pb)
+MIN_ROWS = 8  # rows (or output features) per block of a split product, at least
 
 
-@numba.njit(**_PAR)
-def epilogue(y, bias, residual, bias_per_row, act, alpha, beta, post, post_alpha, post_beta):
-    """In place over y (R, L): v = post(act(v + bias) + residual).
-
-    bias: None or 1-D, indexed by row (r % len) if bias_per_row, else by column;
-    residual: None or an array of y's shape."""
-    for r in prange(y.shape[0]):
-        row = y[r]
-        bv = 0.0
-        if bias is not None:
-            if bias_per_row:
-                bv = bias[r % bias.shape[0]]
-            else:
-                row += bias
-        if residual is None:
-            epilogue_row(row, bv, None, act, alpha, beta, post, post_alpha, post_beta)
-        else:
-            epilogue_row(row, bv, residual[r], act, alpha, beta, post, post_alpha, post_beta)
-
-
-@numba.njit(**_SEQ)
+@numba.njit(**PAR)
 def linear(x, weight, bias, residual, out, act, alpha, beta, post, post_alpha, post_beta):
-    """out (M, O) = epilogue(x (M, K) @ weight (O, K).T + bias)."""
-    np.dot(x, weight.T, out)
-    if bias is not None or residual is not None or act != 0 or post != 0:
-        epilogue(out, bias, residual, False, act, alpha, beta, post, post_alpha, post_beta)
+    """out (M, O) = epilogue(x (M, K) @ weight (O, K).T + bias): blocks of rows times blocks of
+    output features, one GEMM each; the features are split only when rows are too few."""
+    m_n, o_n = out.shape
+    n_m, mb = blocks(1, m_n, MIN_ROWS)
+    n_o, ob = blocks(n_m, o_n, MIN_ROWS) if n_m == 1 else (1, o_n)
+    of = out.reshape(-1)
+    rf = of if residual is None else residual.reshape(-1)
+    for t in prange(n_m * n_o):
+        m0, o0 = (t // n_o) * mb, (t % n_o) * ob
+        m1, o1 = min(m_n, m0 + mb), min(o_n, o0 + ob)
+        if n_o == 1:  # whole rows of out: multiply into them
+            tmp = out[m0:m1]
+        else:
+            tmp = np.empty((m1 - m0, o1 - o0), out.dtype)
+        gemm(x[m0:m1], weight[o0:o1].T, tmp)
+        tf = tmp.reshape(-1)
+        width = o1 - o0
+        for r in range(m1 - m0):
+            if bias is not None:
+                for i in range(width):
+                    tf[u(r * width + i)] += bias[u(o0 + i)]
+            d = (m0 + r) * o_n + o0
+            if residual is None:
+                epilogue_run(of, d, width, tf, r * width, 0.0, None, act, alpha, beta, post, post_alpha, post_beta)
+            else:
+                epilogue_run(of, d, width, tf, r * width, 0.0, rf, act, alpha, beta, post, post_alpha, post_beta)
 
 
-@numba.njit(**_SEQ)
+@numba.njit(**PAR)
 def matmul(a, b, out, batch, a_step, b_step):
-    """out[i] = a[ia] @ b[ib] over the flat batch index i of out (B, M, N).
+    """out[i] = a[ia] @ b[ib] over the flat batch index i of out (B, M, N), in blocks of rows.
 
     batch: out's batch dims (padded with leading 1s); a_step/b_step: each operand's
     stride per batch dim, in matrices (0 where it broadcasts)."""
-    for i in range(out.shape[0]):
+    m_n = out.shape[1]
+    n_m, mb = blocks(out.shape[0], m_n, MIN_ROWS)
+    for t in prange(out.shape[0] * n_m):
+        i, m0 = t // n_m, (t % n_m) * mb
+        m1 = min(m_n, m0 + mb)
         ia, ib, rest = 0, 0, i
         for d in range(len(batch) - 1, -1, -1):
             k = rest % batch[d]
             rest //= batch[d]
             ia += k * a_step[d]
             ib += k * b_step[d]
-        np.dot(a[ia], b[ib], out[i])
+        gemm(a[ia, m0:m1], b[ib], out[i, m0:m1])
 
 
-@numba.njit(**_PAR)
+@numba.njit(**PAR)
 def matmul_loops(a, b, out, batch, a_step, b_step):
     """matmul for dtypes OpenBLAS does not take (integers, mixed): a plain loop."""
     m_n, n_n = out.shape[1], out.shape[2]
@@ -112,12 +94,12 @@ def matmul_loops(a, b, out, batch, a_step, b_step):
 
 def epilogue_args(attrs: dict) -> str:
     """The activation arguments of an epilogue kernel call, from fused op attributes."""
-    return ", ".join([lit(ACTIVATION_CODES[attrs["activation"]]), lit(float(attrs["alpha"])),
-                      lit(float(attrs["beta"])), lit(ACTIVATION_CODES[attrs["post_activation"]]),
-                      lit(float(attrs["post_alpha"])), lit(float(attrs["post_beta"]))])
+    return const_args(ACTIVATION_CODES[attrs["activation"]], float(attrs["alpha"]), float(attrs["beta"]),
+                      ACTIVATION_CODES[attrs["post_activation"]], float(attrs["post_alpha"]),
+                      float(attrs["post_beta"]))
 
 
-NO_EPILOGUE = "0, 0.0, 0.0, 0, 0.0, 0.0"
+NO_EPILOGUE = const_args(0, 0.0, 0.0, 0, 0.0, 0.0)
 BATCH_DIMS = 6  # matmul broadcasts over at most this many (merged) batch dims
 
 
@@ -174,4 +156,4 @@ def _emit_matmul(e: Emit) -> list[str]:
         dims, a_step, b_step = _batch_plan(a_shape[:-2], b_shape[:-2], batch)
     kernel = matmul if blas else matmul_loops
     return [f"{e.call(kernel)}({e.args[0]}.reshape({lit((a_n, m, k))}), {e.args[1]}.reshape({lit((b_n, k, n))}), "
-            f"{e.outs[0]}.reshape({lit((out_n, m, n))}), {lit(dims)}, {lit(a_step)}, {lit(b_step)})"]
+            f"{e.outs[0]}.reshape({lit((out_n, m, n))}), {const_args(dims, a_step, b_step)})"]

@@ -19,8 +19,7 @@ from llvmlite import ir
 from numba.core import types
 from numba.extending import intrinsic, overload
 
-from codegen.kernels.data import const, const_args
-from codegen.registry import Emit, emits, lit
+from codegen.registry import Emit, const, const_args, emits, lit
 from ir.ops.common import normalize_axis
 
 PARALLEL_MIN_ELEMENTS = 1 << 15

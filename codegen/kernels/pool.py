@@ -19,8 +19,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from codegen.kernels.data import const, const_args
-from codegen.registry import Emit, emits
+from codegen.registry import Emit, const, const_args, emits
 
 PARALLEL_MIN_ELEMENTS = 1 << 15
 CHUNKS = 16  # parallel window pooling: tasks of consecutive planes, each with its own scratch

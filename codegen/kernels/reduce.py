@@ -19,8 +19,8 @@ import math
 import numba
 import numpy as np
 
-from codegen.kernels.data import const, const_args, contiguous_strides, copy_call
-from codegen.registry import Emit, emits
+from codegen.kernels.data import contiguous_strides, copy_call
+from codegen.registry import Emit, const, const_args, emits
 from ir.ops.common import normalize_axis
 from ir.ops.reduce import reduce_axes
 

@@ -20,8 +20,7 @@ import math
 import numba
 import numpy as np
 
-from codegen.kernels.data import const
-from codegen.registry import Emit, emits, lit
+from codegen.registry import Emit, const, emits, lit
 from ir.ops.resize import coordinate_scale
 
 PARALLEL_MIN_ELEMENTS = 1 << 15

@@ -19,20 +19,23 @@ _JITTED: dict[str, object] = {}
 
 
 def run_rule(op, arrays, attrs, weights=(), jit=False):
-    """Emit `op` on `arrays` (those at indices `weights` read-only, like the packed weights) and
-    run the emitted lines (inside an @njit function if jit, as the forward does: slower to
-    compile, so only some tests do); return (output, reference)."""
+    """Emit `op` on `arrays` (those at indices `weights` read-only constants, like the packed weights,
+    which emit rules may prepack) and run the emitted lines (inside an @njit function if jit, as the
+    forward does: slower to compile, so only some tests do); return (output, reference, lines)."""
     from codegen.registry import Emit, emit_rule
 
     arrays = [np.ascontiguousarray(a) for a in arrays]
     for i in weights:
         arrays[i] = arrays[i].copy()
         arrays[i].flags.writeable = False
-    values = [Value(f"x{i}", TensorType(a.shape, a.dtype.name)) for i, a in enumerate(arrays)]
+    values = [Value(f"x{i}", TensorType(a.shape, a.dtype.name), a if i in weights else None)
+              for i, a in enumerate(arrays)]
     node = make_node(op, "n", values, ["y0"], attrs)
     e = Emit(node, [v.name for v in values], ["y0"])
-    body = "".join(f"    {line}\n" for line in emit_rule(op).fn(e))
-    source = f"def f({', '.join(v.name for v in values)}, y0):\n{body}    return y0\n"
+    lines = emit_rule(op).fn(e)
+    body = "".join(f"    {line}\n" for line in lines)
+    params = [v.name for v in values] + list(e.prepacked) + ["y0"]
+    source = f"def f({', '.join(params)}):\n{body}    return y0\n"
     source += "# jit\n" if jit else ""
     if source not in _JITTED:
         ns = {"np": np, "numba": numba}
@@ -42,14 +45,16 @@ def run_rule(op, arrays, attrs, weights=(), jit=False):
         exec(source, ns)
         _JITTED[source] = numba.njit(ns["f"]) if jit else ns["f"]
     out = np.full(node.outputs[0].shape, -7, node.outputs[0].dtype)
-    got = _JITTED[source](*arrays, out)
-    return got, get_op(op).run(arrays, node.attrs)[0]
+    got = _JITTED[source](*arrays, *e.prepacked.values(), out)
+    return got, get_op(op).run(arrays, node.attrs)[0], lines
 
 
 def check(op, arrays, attrs, weights=(), rtol=1e-4, atol=1e-4, jit=False):
-    got, expected = run_rule(op, arrays, attrs, weights, jit)
+    """Run op's emit rule and compare with the IR reference; return the emitted lines."""
+    got, expected, lines = run_rule(op, arrays, attrs, weights, jit)
     assert got.shape == expected.shape and got.dtype == expected.dtype
     np.testing.assert_allclose(got, expected, rtol=rtol, atol=atol)
+    return lines
 
 
 def rand(*shape, scale=1.0, dtype=np.float32):
@@ -146,6 +151,49 @@ def test_fused_conv2d_post_activation(post):
     arrays.append(rand(1, 6, 6, 7))
     attrs = {**conv_attrs((3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 1), **epilogue_attrs("leaky_relu", post)}
     check("fused_conv2d", arrays, attrs, weights=(1, 2))
+
+
+WINOGRAD_CONVS = [  # (n, c, h, w), o, padding (t, l, b, r)
+    ((1, 16, 12, 12), 16, (1, 1, 1, 1)),
+    ((2, 16, 13, 15), 24, (1, 1, 1, 1)),  # odd sizes: the last tiles hang over
+    ((1, 24, 14, 17), 16, (0, 0, 0, 0)),  # valid conv
+    ((1, 16, 15, 13), 20, (2, 0, 1, 2)),  # asymmetric padding
+    ((3, 32, 12, 16), 48, (1, 1, 1, 1)),
+]
+
+
+@pytest.mark.parametrize("shape, o, padding", WINOGRAD_CONVS)
+@pytest.mark.parametrize("act, residual", [("none", False), ("relu", False), ("silu", True), ("none", True)])
+def test_winograd_conv2d(shape, o, padding, act, residual):
+    attrs = {**conv_attrs((3, 3), (1, 1), padding, (1, 1), 1), **epilogue_attrs(act, "relu" if residual else "none")}
+    arrays = conv_arrays(*shape, o, (3, 3), 1)
+    if residual:
+        out = get_op("conv2d").infer_types([TensorType(a.shape) for a in arrays[:3]],
+                                           get_op("conv2d").normalize_attrs(conv_attrs((3, 3), (1, 1), padding,
+                                                                                      (1, 1), 1)))[0]
+        arrays.append(rand(*out.shape))
+    lines = check("fused_conv2d", arrays, attrs, weights=(1, 2), rtol=1e-5, atol=1e-5)
+    assert "winograd_conv2d" in lines[0] and "__winograd" in lines[0]
+
+
+@pytest.mark.parametrize("shape, o, kernel, stride, dilation, groups, mode", [
+    ((1, 16, 12, 12), 16, (3, 3), (1, 1), (1, 1), 1, "reflect"),  # padding mode
+    ((1, 16, 12, 12), 16, (3, 3), (2, 2), (1, 1), 1, "zeros"),  # stride
+    ((1, 16, 14, 14), 16, (3, 3), (1, 1), (2, 2), 1, "zeros"),  # dilation
+    ((1, 16, 12, 12), 16, (3, 3), (1, 1), (1, 1), 2, "zeros"),  # groups
+    ((1, 8, 12, 12), 16, (3, 3), (1, 1), (1, 1), 1, "zeros"),  # too few channels to gain
+    ((1, 16, 8, 8), 16, (3, 3), (1, 1), (1, 1), 1, "zeros"),  # too few pixels to gain
+])
+def test_convs_winograd_does_not_take(shape, o, kernel, stride, dilation, groups, mode):
+    lines = check("conv2d", conv_arrays(*shape, o, kernel, groups), conv_attrs(kernel, stride, (1, 1, 1, 1), dilation,
+                                                                           groups, mode), weights=(1, 2))
+    assert "winograd" not in lines[0]
+
+
+def test_winograd_needs_constant_weights():
+    arrays = conv_arrays(1, 16, 12, 12, 16, (3, 3), 1)
+    lines = check("conv2d", arrays, conv_attrs((3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 1), weights=(2,))
+    assert "winograd" not in lines[0]
 
 
 @pytest.mark.parametrize("shape, og, kernel, stride, padding, output_padding, dilation, groups", [

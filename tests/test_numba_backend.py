@@ -1,0 +1,35 @@
+"""compile(..., backend="numba"): the compiled model's call surface and the threads it uses."""
+
+from __future__ import annotations
+
+import numpy as np
+import threadpoolctl
+
+import codegen.runtime
+import compiler
+from tests.test_interpreter import two_inputs  # noqa: F401 - the fixture
+
+
+def test_inputs_of_any_layout_run_without_a_second_compile(two_inputs, tmp_path):  # noqa: F811
+    param, x, y, expected = two_inputs
+    m = compiler.compile(param, cache_dir=tmp_path)
+    read_only = x.copy()
+    read_only.flags.writeable = False
+    y_strided = np.repeat(y, 2, axis=3)[..., ::2]
+    for args in [(x, y), (read_only, y), (np.asfortranarray(x), y_strided), (x.astype(np.float64), y)]:
+        a, b = m(*args)
+        np.testing.assert_allclose(a, expected[0], rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(b, expected[1], rtol=1e-5, atol=1e-5)
+    assert len(m._forward.signatures) == 1  # a read-only or unaligned input would otherwise recompile the forward
+
+
+def test_numba_owns_the_threads_and_scipy_blas_runs_single_threaded():
+    codegen.runtime.set_threads(2)
+    import numba
+    import scipy.linalg.cython_blas
+
+    assert numba.get_num_threads() == min(2, numba.config.NUMBA_NUM_THREADS)
+    scipy_dir = scipy.linalg.cython_blas.__file__.rsplit("/", 2)[0]
+    libs = [lib for lib in threadpoolctl.threadpool_info()
+            if lib["user_api"] == "blas" and lib["filepath"].startswith(scipy_dir)]
+    assert libs and all(lib["num_threads"] == 1 for lib in libs)
