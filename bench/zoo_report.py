@@ -1,0 +1,230 @@
+"""Results of the zoo benchmark and how they are written: markdown tables, a PNG chart, JSON.
+
+Kept apart from the measuring (bench/zoo_bench.py) so the writers can be tested on
+made-up results in a second, and so that re-rendering never needs a re-run:
+
+    python -m bench.zoo_report bench/results/zoo.json     # rewrites zoo.md and zoo.png beside it
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime
+import importlib.metadata
+import json
+import os
+import platform
+import subprocess
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+RUNTIMES = ("compiled", "interpreter", "torch", "onnxruntime")
+LABELS = {"compiled": "compiled (numba)", "interpreter": "interpreter", "torch": "torch eager",
+          "onnxruntime": "onnxruntime"}
+REFERENCE = "onnxruntime"
+# An output further than this from torch eager's (relative to its largest magnitude) is flagged: a
+# check that a runtime computes the same function, not a precision test (tests/test_zoo.py is). Float32
+# runtimes legitimately differ by 1e-3 of the output's scale on YOLOv5's box decode.
+TOLERANCE = 1e-2
+# Other processes' CPU share that makes numbers suspect: with 2 threads on 2 cores, one busy neighbour makes
+# every runtime's thread barriers wait for a descheduled thread, and latencies grow tenfold.
+BUSY = 0.05
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@dataclass
+class ModelResult:
+    """Everything measured for one model at one batch size; None where a step failed or did not run."""
+
+    model: str
+    batch: int
+    latency_ms: dict[str, float | None] = field(default_factory=dict)  # median, by runtime
+    compile_cold_s: float | None = None
+    compile_warm_s: float | None = None
+    peak_mb: dict[str, float | None] = field(default_factory=dict)  # by runtime
+    max_error: dict[str, float | None] = field(default_factory=dict)  # vs torch eager, by runtime
+    errors: dict[str, str] = field(default_factory=dict)  # step -> one-line error
+    seconds: float = 0.0  # how long measuring all of this took
+    others_cpu: float = 0.0  # share of the machine's CPU time other processes used meanwhile
+
+    def ratio(self, runtime: str) -> float | None:
+        """Latency relative to onnxruntime: above 1 is slower than onnxruntime."""
+        ms, ref = self.latency_ms.get(runtime), self.latency_ms.get(REFERENCE)
+        return ms / ref if ms is not None and ref else None
+
+
+@dataclass
+class Report:
+    results: list[ModelResult]
+    machine: dict[str, str]  # cpu, cpus, threads, versions, date, commit
+    command: str
+    duration_s: float
+    others_cpu: float  # share of the machine's CPU time other processes used during the run
+
+
+def machine_info(threads: int) -> dict[str, str]:
+    """The machine and software the numbers belong to."""
+    from bench.runtimes import cpu_name
+
+    versions = {name: importlib.metadata.version(name) for name in ("numpy", "numba", "torch", "onnxruntime")}
+    commit = subprocess.run(["git", "describe", "--always", "--dirty"], cwd=ROOT, capture_output=True,
+                            text=True).stdout.strip()
+    return {"cpu": cpu_name(), "cpus": str(os.cpu_count()), "threads": str(threads),
+            "python": platform.python_version(), **versions, "commit": commit or "unknown",
+            "date": datetime.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z")}
+
+
+def _num(value: float) -> str:
+    """Three significant digits or more, never exponent notation: 1234, 123, 12.3, 1.23, 0.012."""
+    for bound, digits in ((100, 0), (10, 1), (1, 2)):
+        if value >= bound:
+            return f"{value:.{digits}f}"
+    return f"{value:.3f}"
+
+
+def _cell(value: float | None, fmt: Callable[[float], str]) -> str:
+    return "—" if value is None else fmt(value)
+
+
+def _duration(seconds: float) -> str:
+    return f"{seconds:.0f} s" if seconds < 120 else f"{seconds / 60:.0f} min"
+
+
+def render_markdown(report: Report) -> str:
+    m = report.machine
+    lines = [
+        "# Zoo benchmark",
+        "",
+        f"`{report.command}` on {m['cpu']} ({m['cpus']} CPUs), {m['threads']} threads per runtime; "
+        f"Python {m['python']}, numpy {m['numpy']}, numba {m['numba']}, torch {m['torch']}, "
+        f"onnxruntime {m['onnxruntime']}; commit {m['commit']}; {m['date']}; "
+        f"the run took {_duration(report.duration_s)}, other processes used {report.others_cpu:.0%} of the CPU.",
+        "",
+        "## Latency",
+        "",
+        "Median milliseconds per forward pass, and the ratio to onnxruntime (below 1: faster than onnxruntime).",
+        "",
+        "| model | batch | " + " | ".join(f"{LABELS[r]} ms" for r in RUNTIMES) + " | "
+        + " | ".join(f"{LABELS[r]} / ort" for r in RUNTIMES if r != REFERENCE) + " |",
+        "|---|--:|" + "--:|" * (2 * len(RUNTIMES) - 1),
+    ]
+    flagged = any_disturbed = False
+    for r in report.results:
+        cells = []
+        for runtime in RUNTIMES:
+            cell = _cell(r.latency_ms.get(runtime), _num)
+            error = r.max_error.get(runtime)
+            if error is not None and error > TOLERANCE:
+                cell += " †"
+                flagged = True
+            cells.append(cell)
+        cells += [_cell(r.ratio(rt), lambda v: f"{_num(v)}x") for rt in RUNTIMES if rt != REFERENCE]
+        disturbed = r.others_cpu > BUSY
+        lines.append(f"| {r.model}{' *' if disturbed else ''} | {r.batch} | " + " | ".join(cells) + " |")
+        any_disturbed |= disturbed
+    lines += [
+        "",
+        "## Compile time and peak memory",
+        "",
+        "| model | batch | compile cold s | compile warm s | " + " | ".join(f"{LABELS[r]} MB" for r in RUNTIMES) + " |",
+        "|---|--:|--:|--:|" + "--:|" * len(RUNTIMES),
+    ]
+    for r in report.results:
+        cells = [_cell(r.compile_cold_s, lambda v: f"{v:.1f}"), _cell(r.compile_warm_s, lambda v: f"{v:.2f}")]
+        cells += [_cell(r.peak_mb.get(rt), lambda v: f"{v:.0f}") for rt in RUNTIMES]
+        lines.append(f"| {r.model} | {r.batch} | " + " | ".join(cells) + " |")
+    lines += ["", "Notes:", ""] + [f"- {note}" for note in NOTES]
+    if flagged:
+        lines.append(f"- †: the output differs from torch eager's by more than {TOLERANCE:g} "
+                     "(relative to its largest magnitude); see `max_error` in the JSON.")
+    if any_disturbed:
+        lines.append(f"- *: other processes used more than {BUSY:.0%} of the CPU while this row was measured; "
+                     "its latencies are not to be trusted (`others_cpu` in the JSON).")
+    failures = [f"{r.model} batch {r.batch}, {step}: {error}" for r in report.results
+                for step, error in r.errors.items()]
+    if failures:
+        lines += ["", "Failures:", ""] + [f"- {f}" for f in failures]
+    return "\n".join(lines) + "\n"
+
+
+NOTES = (
+    "All four runtimes run in one process with the same thread count, each on the same input: "
+    "warm-up runs, then the median of repeated runs (repetitions are capped by time, so the "
+    "interpreter on large models has fewer). onnxruntime runs the torch model exported with "
+    "`torch.onnx.export` (CPU provider); torch eager runs under `torch.no_grad()`.",
+    "Compile cold: `compiler.compile()` in a fresh process with an empty cache directory (passes, "
+    "code generation, numba's JIT of the forward); numba's cache of our kernel library "
+    "(`codegen/kernels/__pycache__`) is warm, as it is after the first use of the package (when it "
+    "was cold, the benchmark filled it and measured again). "
+    "Compile warm: the same call again in another fresh process, loading from that cache. "
+    "Neither includes `import compiler` (about half a second).",
+    "Peak memory: each runtime in its own fresh process loads the model and runs it twice; the "
+    "number is the peak resident set during that minus the resident set just before it (after the "
+    "imports; the high-water mark is reset there through `/proc/self/clear_refs`), so native "
+    "allocations count and the libraries do not. Compiled: loaded from the warm cache (the JIT's "
+    "own memory is not counted), including the machine code of our kernel library that numba loads, "
+    "a cost per process rather than per model (the small models show its size); torch: the module "
+    "unpickled with `torch.load`; onnxruntime: session creation and runs.",
+    "—: not measured (quick mode skips peak memory) or failed (see Failures).",
+)
+
+
+def write_chart(report: Report, path: Path) -> None:
+    """Grouped bars: each runtime's latency ratio to onnxruntime per model and batch, log scale."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    others = [r for r in RUNTIMES if r != REFERENCE]
+    width = 0.8 / len(others)
+    fig, ax = plt.subplots(figsize=(max(6.0, 0.9 * len(report.results) + 2), 5.0))
+    for i, runtime in enumerate(others):
+        xs, ys = [], []
+        for j, result in enumerate(report.results):
+            ratio = result.ratio(runtime)
+            if ratio is not None:
+                xs.append(j + (i - (len(others) - 1) / 2) * width)
+                ys.append(ratio)
+        bars = ax.bar(xs, ys, width, label=LABELS[runtime])
+        ax.bar_label(bars, labels=[_num(y) for y in ys], fontsize=7, padding=1)
+    ax.axhline(1.0, color="black", linewidth=1, linestyle="--", label="onnxruntime = 1")
+    ax.set_yscale("log")
+    ax.set_xticks(range(len(report.results)), [f"{r.model}\nbatch {r.batch}" for r in report.results], fontsize=8)
+    ax.set_ylabel("latency / onnxruntime latency (lower is faster)")
+    m = report.machine
+    ax.set_title(f"Latency relative to onnxruntime, {m['threads']} threads, {m['cpu']}", fontsize=10)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def write_all(report: Report, stem: Path) -> list[Path]:
+    """stem.md, stem.png and stem.json; return their paths."""
+    stem.parent.mkdir(parents=True, exist_ok=True)
+    md, png, js = stem.with_suffix(".md"), stem.with_suffix(".png"), stem.with_suffix(".json")
+    md.write_text(render_markdown(report))
+    write_chart(report, png)
+    js.write_text(json.dumps(dataclasses.asdict(report), indent=1) + "\n")
+    return [md, png, js]
+
+
+def load(path: Path) -> Report:
+    data = json.loads(path.read_text())
+    data["results"] = [ModelResult(**r) for r in data["results"]]
+    return Report(**data)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("json", type=Path, help="a zoo.json written by bench.zoo_bench")
+    args = parser.parse_args()
+    for path in write_all(load(args.json), args.json.with_suffix("")):
+        print(path)
+
+
+if __name__ == "__main__":
+    main()
