@@ -63,6 +63,7 @@ class NumbaModel(CompiledModel):
         self._module = module
         self._forward = module.forward
         self._weights = weights
+        self.threads: int | None = None  # threads for the forward's parallel loops (None: numba's default)
         start = time.perf_counter()
         signature = self._signature()
         if signature not in self._forward.overloads:  # the module may be shared by models of one entry
@@ -148,6 +149,8 @@ class NumbaModel(CompiledModel):
         if not hasattr(self._module, "forward_profiled"):
             raise RuntimeError("compile with profile=True to time kernels")
         arrays = self.check_inputs(x if isinstance(x, list) else [x])
+        if self.threads is not None:
+            codegen.runtime.set_threads(self.threads)
         runs = []
         for _ in range(repeat + 1):  # the first run compiles
             times = np.zeros(len(self.graph.nodes) + 1)
@@ -157,6 +160,8 @@ class NumbaModel(CompiledModel):
         return [(n.name, n.op, float(ms)) for n, ms in zip(self.graph.nodes, median)]
 
     def _execute(self, arrays: list[np.ndarray]) -> list[np.ndarray]:
+        if self.threads is not None:  # numba's thread count is per calling thread: set it for this one
+            codegen.runtime.set_threads(self.threads)
         result = self._forward(*arrays, *self._weights)
         return list(result) if isinstance(result, tuple) else [result]
 
@@ -169,19 +174,24 @@ def compile_numba(param: Path, bin_path: Path, build_graph: Callable[[], Graph],
     if threads is not None:
         codegen.runtime.set_threads(threads)
     reason = "cache=False" if not use_cache else ""
+    model = None
     if use_cache:
         store = ModelCache(Path(cache_dir) if cache_dir is not None else None)
         problem = store.usable()
         if problem is None:
             key = cache_key(param, bin_path, options, digest=store.model_digest)
-            return NumbaModel.cached(key, build_graph, store, on_step)
-        log.warning("not using the compile cache: %s", problem)
-        reason = problem
-    start = time.perf_counter()
-    module_dir = Path(tempfile.mkdtemp(prefix="pnnx_jit_"))  # numba's cache needs a real file
-    graph = build_graph()
-    if on_step:
-        on_step("generate code and jit (numba)")
-    model = NumbaModel.build(graph, module_dir, profile)
-    model.cache_info = CacheInfo(False, "", None, time.perf_counter() - start, time.perf_counter() - start, reason)
+            model = NumbaModel.cached(key, build_graph, store, on_step)
+        else:
+            log.warning("not using the compile cache: %s", problem)
+            reason = problem
+    if model is None:
+        start = time.perf_counter()
+        module_dir = Path(tempfile.mkdtemp(prefix="pnnx_jit_"))  # numba's cache needs a real file
+        graph = build_graph()
+        if on_step:
+            on_step("generate code and jit (numba)")
+        model = NumbaModel.build(graph, module_dir, profile)
+        elapsed = time.perf_counter() - start
+        model.cache_info = CacheInfo(False, "", None, elapsed, elapsed, reason)
+    model.threads = threads
     return model

@@ -33,3 +33,22 @@ def test_numba_owns_the_threads_and_scipy_blas_runs_single_threaded():
     libs = [lib for lib in threadpoolctl.threadpool_info()
             if lib["user_api"] == "blas" and lib["filepath"].startswith(scipy_dir)]
     assert libs and all(lib["num_threads"] == 1 for lib in libs)
+
+
+def test_the_threads_option_holds_in_other_calling_threads(two_inputs, tmp_path):  # noqa: F811
+    import threading
+
+    import numba
+
+    param, x, y, expected = two_inputs
+    m = compiler.compile(param, cache_dir=tmp_path, threads=1)
+    seen = []
+
+    def call():
+        a, _ = m(x, y)
+        seen.append((numba.get_num_threads(), np.abs(a - expected[0]).max()))
+
+    worker = threading.Thread(target=call)  # numba's thread count is per thread; the model sets its own
+    worker.start()
+    worker.join()
+    assert seen[0][0] == 1 and seen[0][1] < 1e-5
