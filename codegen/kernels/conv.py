@@ -21,7 +21,7 @@ from numba import prange
 
 from codegen.kernels.common import PAR, SEQ, blocks, gemm, span, u
 from codegen.kernels.conv_gemm import conv_gemm
-from codegen.kernels.epilogue import epilogue_run
+from codegen.kernels.depthwise import conv_depthwise
 from codegen.kernels.gemm import NO_EPILOGUE, epilogue_args
 from codegen.kernels.winograd import weight_transform, winograd_conv2d
 from codegen.registry import Emit, const_args, emits, lit
@@ -81,51 +81,12 @@ def pad5(x, out, before, crop, kept, mode, value):
 
 # -- conv2d ------------------------------------------------------------------------------------
 
-@numba.njit(**PAR)
-def _conv_depthwise(x, weight, bias, residual, out, sh, sw, pt, pl, dh, dw,
-                    act, alpha, beta, post, post_alpha, post_beta):
-    """groups == C: output channel o reads input channel o // (O / C). Direct loops over taps,
-    the inner one along an output row; epilogue fused per row."""
-    n_n, c_n, h, w = x.shape
-    o_n, _, kh, kw = weight.shape
-    oh, ow = out.shape[2], out.shape[3]
-    mult = o_n // c_n
-    xf, wf, of = x.reshape(-1), weight.reshape(-1), out.reshape(-1)
-    rf = of if residual is None else residual.reshape(-1)
-    for t in prange(n_n * o_n):
-        o = t % o_n
-        x0 = (t // o_n * c_n + o // mult) * h * w
-        bv = 0.0 if bias is None else bias[o]
-        for oy in range(oh):
-            d = (t * oh + oy) * ow
-            for ox in range(ow):
-                of[u(d + ox)] = 0
-            for i in range(kh):
-                iy = oy * sh - pt + i * dh
-                if iy < 0 or iy >= h:
-                    continue
-                for j in range(kw):
-                    wv, off = wf[u((o * kh + i) * kw + j)], j * dw - pl
-                    lo, hi = span(off, sw, w, ow)
-                    s = x0 + iy * w + off
-                    if sw == 1:
-                        for ox in range(lo, hi):
-                            of[u(d + ox)] += wv * xf[u(s + ox)]
-                    else:
-                        for ox in range(lo, hi):
-                            of[u(d + ox)] += wv * xf[u(s + ox * sw)]
-            if residual is None:
-                epilogue_run(of, d, ow, None, 0, bv, None, act, alpha, beta, post, post_alpha, post_beta)
-            else:
-                epilogue_run(of, d, ow, None, 0, bv, rf, act, alpha, beta, post, post_alpha, post_beta)
-
-
 @numba.njit(**SEQ)
 def _conv_body(x, weight, bias, residual, out, sh, sw, pt, pl, dh, dw, groups,
                act, alpha, beta, post, post_alpha, post_beta):
     if groups == x.shape[1] and weight.shape[1] == 1 and groups > 1:
-        _conv_depthwise(x, weight, bias, residual, out, sh, sw, pt, pl, dh, dw,
-                        act, alpha, beta, post, post_alpha, post_beta)
+        conv_depthwise(x, weight, bias, residual, out, sh, sw, pt, pl, dh, dw,
+                       act, alpha, beta, post, post_alpha, post_beta)
     else:
         conv_gemm(x, weight, bias, residual, out, sh, sw, pt, pl, dh, dw, groups,
                   act, alpha, beta, post, post_alpha, post_beta)
