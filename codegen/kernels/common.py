@@ -11,6 +11,10 @@ from __future__ import annotations
 
 import numba
 import numpy as np
+from llvmlite import ir
+from numba.core import cgutils, types
+from numba.extending import intrinsic
+from numba.np.linalg import check_blas_return, ensure_blas, get_blas_kind  # numba's own np.dot plumbing
 from numba.np.ufunc.parallel import _iget_num_threads
 
 SEQ = {"cache": True, "nogil": True, "error_model": "numpy"}
@@ -41,6 +45,51 @@ def num_threads():
 def gemm(a, b, out):
     """out = a @ b in single-threaded OpenBLAS (a, b, out 2-D and contiguous)."""
     np.dot(a, b, out)
+
+
+@intrinsic
+def _xxgemm(typingctx, m, n, k, a, a0, lda, b, b0, ldb, b_transposed, c, c0, ldc, beta):
+    """BLAS ?gemm on row-major blocks of flat arrays, through numba_xxgemm: the symbol numba's
+    own np.dot calls (scipy's BLAS behind it), so the caller stays cacheable."""
+    if not (isinstance(a, types.Array) and a.dtype == b.dtype == c.dtype and a.dtype in (types.float32, types.float64)):
+        return None
+    sig = types.intc(m, n, k, a, a0, lda, b, b0, ldb, b_transposed, c, c0, ldc, beta)
+
+    def codegen(context, builder, signature, args):
+        ensure_blas()
+        m_, n_, k_, a_, a0_, lda_, b_, b0_, ldb_, bt_, c_, c0_, ldc_, beta_ = args
+        i8, vp, intp = ir.IntType(8), ir.IntType(8).as_pointer(), context.get_value_type(types.intp)
+        fnty = ir.FunctionType(ir.IntType(32), [i8, i8, i8, intp, intp, intp, vp, vp, intp, vp, intp, vp, vp, intp])
+        fn = cgutils.get_or_insert_function(builder.module, fnty, "numba_xxgemm")
+
+        def pointer(array_type, value, offset):
+            data = cgutils.create_struct_proxy(array_type)(context, builder, value=value).data
+            return builder.bitcast(builder.gep(data, [offset]), vp)
+
+        dtype = signature.args[3].dtype
+        alpha = cgutils.alloca_once_value(builder, context.get_constant(dtype, 1.0))
+        beta_slot = cgutils.alloca_once_value(builder, context.cast(builder, beta_, signature.args[13], dtype))
+        kind = ir.Constant(i8, ord(get_blas_kind(dtype)))
+        # row-major C (m x n) = A (m x k) @ B is column-major C^T = B^T @ A^T: swap the operands;
+        # B given transposed (row-major n x k) is a transposed column-major operand
+        trans_b = builder.select(builder.icmp_unsigned("!=", bt_, ir.Constant(bt_.type, 0)),
+                                 ir.Constant(i8, ord("t")), ir.Constant(i8, ord("n")))
+        res = builder.call(fn, (kind, trans_b, ir.Constant(i8, ord("n")), n_, m_, k_,
+                                builder.bitcast(alpha, vp), pointer(signature.args[6], b_, b0_), ldb_,
+                                pointer(signature.args[3], a_, a0_), lda_, builder.bitcast(beta_slot, vp),
+                                pointer(signature.args[10], c_, c0_), ldc_))
+        check_blas_return(context, builder, res)
+        return res
+
+    return sig, codegen
+
+
+@numba.njit(inline="always", **SEQ)
+def gemm_blocks(m, n, k, a, a0, lda, b, b0, ldb, b_transposed, c, c0, ldc, accumulate):
+    """c[c0 + i*ldc + j] (+)= sum_p a[a0 + i*lda + p] * b[b0 + p*ldb + j] for i < m, j < n, in
+    single-threaded BLAS, over flat (1-D, contiguous) arrays: blocks of larger matrices are
+    multiplied where they lie, without copies. b_transposed: b holds B^T, b[b0 + j*ldb + p]."""
+    _xxgemm(m, n, k, a, a0, lda, b, b0, ldb, b_transposed, c, c0, ldc, 1.0 if accumulate else 0.0)
 
 
 @numba.njit(inline="always", **SEQ)

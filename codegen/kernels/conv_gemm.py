@@ -1,15 +1,16 @@
 """Convolution as GEMM, one tile of the output at a time (every conv that is neither
 depthwise nor Winograd's).
 
-The output of each image and group is cut into tiles: runs of whole output rows
-(sized so a tile's im2col matrix stays in L2), times blocks of output channels when
+The output of each image and group is cut into tiles of pixels (whole output rows,
+sized so a tile's im2col matrix stays in L2), times blocks of output channels when
 there are too few tiles to keep every thread busy. Each task of one parallel loop
   1. copies its tile's input windows into a (C*KH*KW, pixels) matrix (im2col; a 1x1
-     stride-1 conv reads its input in place instead),
-  2. multiplies its block of the weights by it in single-threaded OpenBLAS,
-  3. writes the result through the epilogue (bias, activation, residual) into the output.
-So the im2col matrix never leaves the core that made it, and the GEMM's result is
-touched once more, on its way out.
+     stride-1 conv reads its input block where it lies instead),
+  2. multiplies its block of the weights by it in single-threaded BLAS, writing the
+     product straight into its block of the output (common.gemm_blocks),
+  3. applies the epilogue (bias, activation, residual) to that block in place.
+So the im2col matrix never leaves the core that made it, and the product is touched
+once more, while it is still in cache.
 """
 
 from __future__ import annotations
@@ -18,11 +19,12 @@ import numba
 import numpy as np
 from numba import prange
 
-from codegen.kernels.common import PAR, SEQ, blocks, gemm, span, u
+from codegen.kernels.common import PAR, SEQ, blocks, gemm_blocks, span, u
 from codegen.kernels.epilogue import epilogue_run
 
-TILE_BYTES = 1 << 19  # im2col matrix of one tile: about half of a core's L2
+TILE_BYTES = 1 << 19  # im2col matrix (or input block of a 1x1 conv) of one tile: about half of a core's L2
 MIN_BLOCK = 16  # output channels per block, at least
+MIN_PIXELS = 128  # pixels per tile of a 1x1 conv, at least: narrower GEMMs lose efficiency
 
 
 @numba.njit(**SEQ)
@@ -67,41 +69,35 @@ def conv_gemm(x, weight, bias, residual, out, sh, sw, pt, pl, dh, dw, groups,
     n_n, c_n, h, w = x.shape
     o_n, cg, kh, kw = weight.shape
     oh, ow = out.shape[2], out.shape[3]
-    og, k = o_n // groups, cg * kh * kw
-    w2 = weight.reshape((o_n, k))
-    in_place = kh == 1 and kw == 1 and sh == 1 and sw == 1 and pt == 0 and pl == 0 and oh == h and ow == w
-    rows = oh if in_place else max(1, min(oh, TILE_BYTES // (x.itemsize * k * ow)))
-    n_p = -(-oh // rows)
+    og, k, p_n = o_n // groups, cg * kh * kw, oh * ow
+    pointwise = kh == 1 and kw == 1 and sh == 1 and sw == 1 and pt == 0 and pl == 0 and oh == h and ow == w
+    if pointwise:  # tiles of any pixels: the GEMM reads the input where it lies
+        tile = min(p_n, max(MIN_PIXELS, TILE_BYTES // (x.itemsize * (cg + og))))
+    else:  # tiles of whole output rows, for im2col
+        tile = max(1, min(oh, TILE_BYTES // (x.itemsize * k * ow))) * ow
+    n_p = -(-p_n // tile)
     n_o, ob = blocks(n_n * groups * n_p, og, MIN_BLOCK)
-    xf, of = x.reshape(-1), out.reshape(-1)
+    xf, wf, of = x.reshape(-1), weight.reshape(-1), out.reshape(-1)
     rf = of if residual is None else residual.reshape(-1)
     for t in prange(n_n * groups * n_p * n_o):
         oi, pi = t % n_o, (t // n_o) % n_p
         g, n = (t // (n_o * n_p)) % groups, t // (n_o * n_p * groups)
-        oy0 = pi * rows
-        p = min(rows, oh - oy0) * ow
+        p0 = pi * tile
+        p = min(tile, p_n - p0)
         o0 = g * og + oi * ob
         o1 = min(g * og + og, o0 + ob)
         x0 = (n * c_n + g * cg) * h * w
-        if in_place:
-            cols = xf[x0:x0 + cg * p].reshape((cg, p))
+        c0 = (n * o_n + o0) * p_n + p0  # the block's tile of the output: rows of p pixels, p_n apart
+        if pointwise:
+            gemm_blocks(o1 - o0, p, k, wf, o0 * k, k, xf, x0 + p0, h * w, False, of, c0, p_n, False)
         else:
-            cols = np.empty((k, p), x.dtype)
-            im2col_rows(xf, x0, h, w, cg, cols, oy0, ow, sh, sw, pt, pl, dh, dw, kh, kw)
-        d0 = (n * o_n + o0) * oh * ow + oy0 * ow
-        if n_p == 1:  # the block's rows of the output are contiguous: multiply into them
-            y = of[d0:d0 + (o1 - o0) * p].reshape((o1 - o0, p))
-            gemm(w2[o0:o1], cols, y)
-            src, s_row = of, 0
-        else:
-            tmp = np.empty((o1 - o0, p), x.dtype)
-            gemm(w2[o0:o1], cols, tmp)
-            src, s_row = tmp.reshape(-1), p
-        for r in range(o1 - o0):
-            d = d0 + r * oh * ow
+            cols = np.empty(k * p, x.dtype)
+            im2col_rows(xf, x0, h, w, cg, cols.reshape((k, p)), p0 // ow, ow, sh, sw, pt, pl, dh, dw, kh, kw)
+            gemm_blocks(o1 - o0, p, k, wf, o0 * k, k, cols, 0, p, False, of, c0, p_n, False)
+        for r in range(o1 - o0):  # the epilogue while the tile is still in cache
+            d = c0 + r * p_n
             bv = 0.0 if bias is None else bias[o0 + r]
-            s = d if n_p == 1 else r * s_row
             if residual is None:
-                epilogue_run(of, d, p, src, s, bv, None, act, alpha, beta, post, post_alpha, post_beta)
+                epilogue_run(of, d, p, None, 0, bv, None, act, alpha, beta, post, post_alpha, post_beta)
             else:
-                epilogue_run(of, d, p, src, s, bv, rf, act, alpha, beta, post, post_alpha, post_beta)
+                epilogue_run(of, d, p, None, 0, bv, rf, act, alpha, beta, post, post_alpha, post_beta)

@@ -21,8 +21,8 @@ from ir.registry import Trait, all_ops
 
 PARALLEL_MIN_ELEMENTS = 1 << 15  # below this a prange loop costs more than it saves
 
-_SIGMOID = "(1.0 / (1.0 + math.exp(-{0})))"
-_SQRT_HALF = 0.7071067811865476
+#: vectorising float32 versions of transcendentals (exact libm for other dtypes), imported by every loop
+FAST_MATH = ("fast_exp", "fast_sigmoid", "fast_tanh", "fast_erf", "fast_gelu", "fast_gelu_tanh")
 
 #: op -> scalar expression over operands {0}, {1}, ... and attributes {name}
 SCALAR: dict[str, str] = {
@@ -39,16 +39,16 @@ SCALAR: dict[str, str] = {
     "bitwise_and": "({0} & {1})", "bitwise_or": "({0} | {1})", "bitwise_xor": "({0} ^ {1})",
     "bitwise_not": "(~{0})", "lshift": "({0} << {1})", "rshift": "({0} >> {1})",
     "neg": "(-{0})", "abs": "abs({0})", "square": "({0} * {0})", "reciprocal": "(1.0 / {0})",
-    "exp": "np.exp({0})", "exp2": "np.exp2({0})", "expm1": "np.expm1({0})",
+    "exp": "fast_exp({0})", "exp2": "np.exp2({0})", "expm1": "np.expm1({0})",
     "log": "np.log({0})", "log2": "np.log2({0})", "log10": "np.log10({0})", "log1p": "np.log1p({0})",
     "sqrt": "np.sqrt({0})", "rsqrt": "(1.0 / np.sqrt({0}))",
     "sin": "np.sin({0})", "cos": "np.cos({0})", "tan": "np.tan({0})", "asin": "np.arcsin({0})",
     "acos": "np.arccos({0})", "atan": "np.arctan({0})", "sinh": "np.sinh({0})", "cosh": "np.cosh({0})",
-    "tanh": "np.tanh({0})", "asinh": "np.arcsinh({0})", "acosh": "np.arccosh({0})", "atanh": "np.arctanh({0})",
+    "tanh": "fast_tanh({0})", "asinh": "np.arcsinh({0})", "acosh": "np.arccosh({0})", "atanh": "np.arctanh({0})",
     "floor": "np.floor({0})", "ceil": "np.ceil({0})", "trunc": "np.trunc({0})", "round": "np.rint({0})",
     "sign": "np.sign({0})", "signbit": "np.signbit({0})", "isnan": "np.isnan({0})",
-    "frac": "({0} - np.trunc({0}))", "erf": "math.erf({0})", "erfc": "math.erfc({0})",
-    "relu": "({0} if {0} > 0 else 0.0)", "sigmoid": _SIGMOID, "silu": "({0} * " + _SIGMOID + ")",
+    "frac": "({0} - np.trunc({0}))", "erf": "fast_erf({0})", "erfc": "math.erfc({0})",
+    "relu": "({0} if {0} > 0 else 0.0)", "sigmoid": "fast_sigmoid({0})", "silu": "({0} * fast_sigmoid({0}))",
     "logsigmoid": "(-np.logaddexp(0.0, -{0}))",
     "hardswish": "({0} * min(max({0} + 3.0, 0.0), 6.0) / 6.0)", "hardsigmoid": "(min(max({0} + 3.0, 0.0), 6.0) / 6.0)",
     "mish": "({0} * math.tanh(np.logaddexp(0.0, {0})))",
@@ -74,10 +74,7 @@ def scalar_expression(op: str, args: list[str], attrs: dict) -> str:
         expr = f"max({expr}, {lit(lo)})" if lo is not None else expr
         return f"min({expr}, {lit(hi)})" if hi is not None else expr
     if op == "gelu":
-        if attrs["approximate"] == "tanh":
-            inner = f"0.7978845608028654 * ({args[0]} + 0.044715 * {args[0]} ** 3)"
-            return f"(0.5 * {args[0]} * (1.0 + math.tanh({inner})))"
-        return f"(0.5 * {args[0]} * (1.0 + math.erf({args[0]} * {_SQRT_HALF})))"
+        return f"fast_gelu_tanh({args[0]})" if attrs["approximate"] == "tanh" else f"fast_gelu({args[0]})"
     if op == "cast":
         dtype = attrs["dtype"]
         return _CASTS.get(dtype, f"np.{dtype}({{0}})").format(*args)
@@ -171,6 +168,7 @@ def generate_loop(name: str, node: Node) -> str:
 def _emit_elementwise(e: Emit) -> list[str]:
     name = "ew_" + re.sub(r"\W", "_", e.node.name)[:60]
     e.define(name, generate_loop(name, e.node))
+    e.imports.update({f: f"codegen.kernels.vmath:{f}" for f in FAST_MATH})
     args = [a for i, a in enumerate(e.args) if _inline_constant(e.node, i) is None]
     return [f"{name}({', '.join(args + [e.outs[0]])})"]
 

@@ -2,7 +2,8 @@
 post(act(v + bias) + residual), one contiguous run at a time (`epilogue_run`).
 
 Activations are passed to kernels as small int codes so one compiled kernel
-serves every activation; `activate` is inlined into the caller's loop.
+serves every activation; a run branches on the code once and loops (`_activate_run`),
+so each loop vectorises, transcendental ones included (vmath.py).
 """
 
 from __future__ import annotations
@@ -13,54 +14,85 @@ import numba
 import numpy as np
 
 from codegen.kernels.common import u
+from codegen.kernels.vmath import fast_exp, fast_gelu, fast_gelu_tanh, fast_sigmoid, fast_tanh
 
 ACTIVATION_CODES = {
     "none": 0, "relu": 1, "clamp": 2, "leaky_relu": 3, "silu": 4, "sigmoid": 5, "tanh": 6,
     "hardswish": 7, "hardsigmoid": 8, "gelu": 9, "gelu_tanh": 10, "elu": 11, "mish": 12,
 }
 
-_SQRT_HALF = 0.7071067811865476
-_SQRT_2_OVER_PI = 0.7978845608028654
+_F = np.float32
+_ZERO, _HALF, _ONE, _THREE, _SIX = _F(0.0), _F(0.5), _F(1.0), _F(3.0), _F(6.0)
+_ELU_SERIES = _F(1e-2)  # below this |v|, expm1(v) = v + v^2/2 + v^3/6 (exp(v) - 1 would cancel)
 
 
 @numba.njit(inline="always", cache=True, nogil=True)
 def activate(v, code, alpha, beta):
-    """Apply activation `code` to the float32 scalar v (alpha/beta: its parameters)."""
+    """Apply activation `code` to the scalar v (alpha/beta: its parameters; float32 constants, so
+    float32 stays float32). Transcendentals come from vmath, which vectorises."""
     if code == 0:
         return v
     if code == 1:
-        return v if v > 0 else np.float32(0.0)
+        return max(v, _ZERO)
     if code == 2:
-        return np.float32(min(max(v, alpha), beta))
+        return min(max(v, alpha), beta)
     if code == 3:
-        return v if v >= 0 else np.float32(v * alpha)
+        return v if v >= 0 else v * alpha
     if code == 4:
-        return np.float32(v / (1.0 + math.exp(-v)))
+        return v * fast_sigmoid(v)
     if code == 5:
-        return np.float32(1.0 / (1.0 + math.exp(-v)))
+        return fast_sigmoid(v)
     if code == 6:
-        return np.float32(math.tanh(v))
+        return fast_tanh(v)
     if code == 7:
-        return np.float32(v * min(max(v + 3.0, 0.0), 6.0) / 6.0)
+        return v * min(max(v + _THREE, _ZERO), _SIX) / _SIX
     if code == 8:
-        return np.float32(min(max(v + 3.0, 0.0), 6.0) / 6.0)
+        return min(max(v + _THREE, _ZERO), _SIX) / _SIX
     if code == 9:
-        return np.float32(0.5 * v * (1.0 + math.erf(v * _SQRT_HALF)))
+        return fast_gelu(v)
     if code == 10:
-        return np.float32(0.5 * v * (1.0 + math.tanh(_SQRT_2_OVER_PI * (v + 0.044715 * v * v * v))))
+        return fast_gelu_tanh(v)
     if code == 11:
-        return v if v > 0 else np.float32(alpha * math.expm1(v))
-    # 12: mish = x * tanh(softplus(x))
+        expm1 = fast_exp(v) - _ONE if v < -_ELU_SERIES else v + v * v * (_HALF + v / _SIX)
+        return v if v > 0 else alpha * expm1
+    # 12: mish = x * tanh(softplus(x)), rare: exact libm calls
     sp = math.log1p(math.exp(-abs(v))) + max(v, 0.0)
-    return np.float32(v * math.tanh(sp))
+    return v * math.tanh(sp)
+
+
+@numba.njit(inline="always", cache=True, nogil=True)
+def _activate_run(dst, d, n, src, s, bias, code, a, b):
+    """dst[d + i] = activate(src[s + i] + bias) for i < n: one loop per activation, so the branch
+    on `code` is taken once per run and each loop vectorises."""
+    if code == 0:
+        for i in range(n):
+            dst[u(d + i)] = src[u(s + i)] + bias
+    elif code == 1:
+        for i in range(n):
+            dst[u(d + i)] = max(src[u(s + i)] + bias, _ZERO)
+    elif code == 2:
+        for i in range(n):
+            dst[u(d + i)] = min(max(src[u(s + i)] + bias, a), b)
+    elif code == 4:
+        for i in range(n):
+            v = src[u(s + i)] + bias
+            dst[u(d + i)] = v * fast_sigmoid(v)
+    elif code == 5:
+        for i in range(n):
+            dst[u(d + i)] = fast_sigmoid(src[u(s + i)] + bias)
+    elif code == 9:
+        for i in range(n):
+            dst[u(d + i)] = fast_gelu(src[u(s + i)] + bias)
+    else:
+        for i in range(n):
+            dst[u(d + i)] = activate(src[u(s + i)] + bias, code, a, b)
 
 
 @numba.njit(inline="always", cache=True, nogil=True)
 def _finish(dst, d, n, src, s, bias, res, act, alpha, beta, post, post_alpha, post_beta):
     a, b = np.float32(alpha), np.float32(beta)
-    pa, pb = np.float32(post_alpha), np.float32(post_beta)
     bv = np.float32(bias)
-    if act <= 1 and post <= 1:  # none/relu: a loop LLVM vectorises
+    if act <= 1 and post <= 1:  # none/relu, the most common: one pass
         lo = np.float32(-np.inf if act == 0 else 0.0)
         top = np.float32(0.0 if post == 1 else -np.inf)
         if res is None:
@@ -69,12 +101,13 @@ def _finish(dst, d, n, src, s, bias, res, act, alpha, beta, post, post_alpha, po
         else:
             for i in range(n):
                 dst[u(d + i)] = max(max(src[u(s + i)] + bv, lo) + res[u(d + i)], top)
-    elif res is None:
+        return
+    _activate_run(dst, d, n, src, s, bv, act, a, b)  # then, over the run still in L1:
+    if res is not None:
         for i in range(n):
-            dst[u(d + i)] = activate(activate(src[u(s + i)] + bv, act, a, b), post, pa, pb)
-    else:
-        for i in range(n):
-            dst[u(d + i)] = activate(activate(src[u(s + i)] + bv, act, a, b) + res[u(d + i)], post, pa, pb)
+            dst[u(d + i)] += res[u(d + i)]
+    if post != 0:
+        _activate_run(dst, d, n, dst, d, _ZERO, post, np.float32(post_alpha), np.float32(post_beta))
 
 
 @numba.njit(cache=True, nogil=True, error_model="numpy")

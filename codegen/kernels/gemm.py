@@ -10,10 +10,9 @@ from __future__ import annotations
 import math
 
 import numba
-import numpy as np
 from numba import prange
 
-from codegen.kernels.common import PAR, blocks, gemm, u
+from codegen.kernels.common import PAR, blocks, gemm, gemm_blocks, u
 from codegen.kernels.epilogue import ACTIVATION_CODES, epilogue_run
 from codegen.registry import Emit, const_args, emits, lit
 
@@ -23,31 +22,28 @@ MIN_ROWS = 8  # rows (or output features) per block of a split product, at least
 @numba.njit(**PAR)
 def linear(x, weight, bias, residual, out, act, alpha, beta, post, post_alpha, post_beta):
     """out (M, O) = epilogue(x (M, K) @ weight (O, K).T + bias): blocks of rows times blocks of
-    output features, one GEMM each; the features are split only when rows are too few."""
+    output features, each multiplied into its block of out and finished there; the features
+    are split only when rows are too few."""
     m_n, o_n = out.shape
+    k = x.shape[1]
     n_m, mb = blocks(1, m_n, MIN_ROWS)
     n_o, ob = blocks(n_m, o_n, MIN_ROWS) if n_m == 1 else (1, o_n)
-    of = out.reshape(-1)
+    xf, wf, of = x.reshape(-1), weight.reshape(-1), out.reshape(-1)
     rf = of if residual is None else residual.reshape(-1)
     for t in prange(n_m * n_o):
         m0, o0 = (t // n_o) * mb, (t % n_o) * ob
         m1, o1 = min(m_n, m0 + mb), min(o_n, o0 + ob)
-        if n_o == 1:  # whole rows of out: multiply into them
-            tmp = out[m0:m1]
-        else:
-            tmp = np.empty((m1 - m0, o1 - o0), out.dtype)
-        gemm(x[m0:m1], weight[o0:o1].T, tmp)
-        tf = tmp.reshape(-1)
         width = o1 - o0
-        for r in range(m1 - m0):
+        gemm_blocks(m1 - m0, width, k, xf, m0 * k, k, wf, o0 * k, k, True, of, m0 * o_n + o0, o_n, False)
+        for r in range(m0, m1):
+            d = r * o_n + o0
             if bias is not None:
                 for i in range(width):
-                    tf[u(r * width + i)] += bias[u(o0 + i)]
-            d = (m0 + r) * o_n + o0
+                    of[u(d + i)] += bias[u(o0 + i)]
             if residual is None:
-                epilogue_run(of, d, width, tf, r * width, 0.0, None, act, alpha, beta, post, post_alpha, post_beta)
+                epilogue_run(of, d, width, None, 0, 0.0, None, act, alpha, beta, post, post_alpha, post_beta)
             else:
-                epilogue_run(of, d, width, tf, r * width, 0.0, rf, act, alpha, beta, post, post_alpha, post_beta)
+                epilogue_run(of, d, width, None, 0, 0.0, rf, act, alpha, beta, post, post_alpha, post_beta)
 
 
 @numba.njit(**PAR)
