@@ -23,6 +23,7 @@ from codegen.kernels.common import PAR, SEQ, blocks, gemm_blocks, span, u
 from codegen.kernels.epilogue import epilogue_run
 
 TILE_BYTES = 1 << 19  # im2col matrix (or input block of a 1x1 conv) of one tile: about half of a core's L2
+WHOLE_IMAGE_BYTES = 1 << 21  # an im2col matrix up to this size is one tile
 MIN_BLOCK = 16  # output channels per block, at least
 MIN_PIXELS = 128  # pixels per tile of a 1x1 conv, at least: narrower GEMMs lose efficiency
 
@@ -73,6 +74,8 @@ def conv_gemm(x, weight, bias, residual, out, sh, sw, pt, pl, dh, dw, groups,
     pointwise = kh == 1 and kw == 1 and sh == 1 and sw == 1 and pt == 0 and pl == 0 and oh == h and ow == w
     if pointwise:  # tiles of any pixels: the GEMM reads the input where it lies
         tile = min(p_n, max(MIN_PIXELS, TILE_BYTES // (x.itemsize * (cg + og))))
+    elif x.itemsize * k * p_n <= WHOLE_IMAGE_BYTES:  # small images: split output channels, which
+        tile = p_n  # divide evenly (7 rows cut into tiles of 4 and 3 keep one thread idle 1/7 of the time)
     else:  # tiles of whole output rows, for im2col
         tile = max(1, min(oh, TILE_BYTES // (x.itemsize * k * ow))) * ow
     n_p = -(-p_n // tile)
