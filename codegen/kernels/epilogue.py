@@ -90,11 +90,11 @@ def _activate_run(dst, d, n, src, s, bias, code, a, b):
 
 @numba.njit(inline="always", cache=True, nogil=True)
 def _finish(dst, d, n, src, s, bias, res, act, alpha, beta, post, post_alpha, post_beta):
-    a, b = np.float32(alpha), np.float32(beta)
-    bv = np.float32(bias)
+    typed = dst.dtype.type  # parameters in the output's precision: float32 stays float32, float64 exact
+    a, b, bv = typed(alpha), typed(beta), typed(bias)
     if act <= 1 and post <= 1:  # none/relu, the most common: one pass
-        lo = np.float32(-np.inf if act == 0 else 0.0)
-        top = np.float32(0.0 if post == 1 else -np.inf)
+        lo = typed(-np.inf if act == 0 else 0.0)
+        top = typed(0.0 if post == 1 else -np.inf)
         if res is None:
             for i in range(n):
                 dst[u(d + i)] = max(max(src[u(s + i)] + bv, lo), top)
@@ -107,7 +107,7 @@ def _finish(dst, d, n, src, s, bias, res, act, alpha, beta, post, post_alpha, po
         for i in range(n):
             dst[u(d + i)] += res[u(d + i)]
     if post != 0:
-        _activate_run(dst, d, n, dst, d, _ZERO, post, np.float32(post_alpha), np.float32(post_beta))
+        _activate_run(dst, d, n, dst, d, _ZERO, post, typed(post_alpha), typed(post_beta))
 
 
 @numba.njit(cache=True, nogil=True, error_model="numpy")

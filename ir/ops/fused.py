@@ -72,7 +72,7 @@ def _epilogue(y, residual, activation, alpha, beta, post_activation, post_alpha,
     y = apply_activation(y, activation, alpha, beta)
     if residual is not None:
         y = y + residual
-    return np.ascontiguousarray(apply_activation(y, post_activation, post_alpha, post_beta), dtype=np.float32)
+    return np.ascontiguousarray(apply_activation(y, post_activation, post_alpha, post_beta), dtype=y.dtype)
 
 
 @register("fused_conv2d", ["x", "weight", "bias", "residual?"], {**_CONV_ATTRS, **_EPILOGUE_ATTRS},

@@ -1,0 +1,97 @@
+"""The depthwise conv kernel (codegen/kernels/depthwise.py), called directly, against the IR
+reference of fused_conv2d: every path of its scratch copy (stride 1, 2, other; either
+parity of the left padding; odd widths; rows and columns in the padding; unread columns),
+of its sums (3x3 in registers, any other kernel tap by tap), of its epilogue (the clamp
+written in place, the rest through epilogue_run, with a residual), row blocks, float64."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from codegen.kernels.depthwise import conv_depthwise
+from codegen.kernels.epilogue import ACTIVATION_CODES
+from ir.registry import get_op
+from ir.types import TensorType
+
+RNG = np.random.default_rng(0)
+
+
+def run_depthwise(shape, mult, kernel, stride, padding, dilation, dtype=np.float32, bias=True, residual=False,
+                  act=("clamp", 0.0, 6.0), post=("none", 0.0, 0.0)):
+    """Run conv_depthwise on random inputs; return (output, IR reference)."""
+    n, c, h, w = shape
+    x = RNG.normal(size=shape).astype(dtype)
+    weight = (RNG.normal(size=(c * mult, 1, *kernel)) / kernel[0]).astype(dtype)
+    b = RNG.normal(size=c * mult).astype(dtype) if bias else None
+    attrs = {"stride": stride, "padding": padding, "dilation": dilation, "groups": c, "padding_mode": "zeros",
+             "activation": act[0], "alpha": act[1], "beta": act[2],
+             "post_activation": post[0], "post_alpha": post[1], "post_beta": post[2]}
+    op = get_op("fused_conv2d")
+    attrs = op.normalize_attrs(attrs)
+    types = [TensorType(a.shape, a.dtype.name) for a in (x, weight, b) if a is not None]
+    out_type = op.infer_types(types, attrs)[0]
+    res = RNG.normal(size=out_type.shape).astype(dtype) if residual else None
+    out = np.full(out_type.shape, np.nan, dtype)
+    conv_depthwise(x, weight, b, res, out, *stride, padding[0], padding[1], *dilation,
+                   ACTIVATION_CODES[act[0]], act[1], act[2], ACTIVATION_CODES[post[0]], post[1], post[2])
+    return out, op.compute(x, weight, b, res, **attrs)
+
+
+# (n, c, h, w), multiplier, kernel, stride, padding (t, l, b, r), dilation
+GEOMETRIES = {
+    "3x3_s1": ((2, 8, 14, 14), 1, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1)),
+    "3x3_s1_7x7": ((1, 16, 7, 7), 1, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1)),
+    "3x3_s2": ((2, 6, 16, 16), 1, (3, 3), (2, 2), (1, 1, 1, 1), (1, 1)),
+    "3x3_s2_odd": ((1, 4, 15, 13), 1, (3, 3), (2, 2), (1, 1, 1, 1), (1, 1)),
+    "3x3_s2_no_padding_last_column_unread": ((1, 4, 9, 8), 1, (3, 3), (2, 2), (0, 0, 0, 0), (1, 1)),
+    "3x3_s2_even_left_padding": ((1, 4, 11, 11), 1, (3, 3), (2, 2), (2, 2, 2, 2), (1, 1)),
+    "3x3_s2_odd_width_no_padding": ((1, 3, 9, 11), 1, (3, 3), (2, 2), (0, 0, 0, 0), (1, 1)),
+    "3x3_s3": ((1, 5, 13, 14), 1, (3, 3), (3, 3), (1, 1, 1, 1), (1, 1)),
+    "3x3_s1x2": ((1, 4, 10, 12), 1, (3, 3), (1, 2), (1, 1, 1, 1), (1, 1)),
+    "3x3_s2x1": ((1, 4, 12, 10), 1, (3, 3), (2, 1), (1, 1, 1, 1), (1, 1)),
+    "3x3_dilated": ((2, 8, 9, 9), 1, (3, 3), (1, 1), (2, 2, 2, 2), (2, 2)),
+    "3x3_s2_dilated": ((1, 4, 13, 12), 1, (3, 3), (2, 2), (2, 2, 2, 2), (2, 2)),
+    "3x3_multiplier_3": ((1, 4, 8, 9), 3, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1)),
+    "3x3_asymmetric_padding": ((1, 4, 8, 9), 1, (3, 3), (1, 1), (0, 1, 2, 0), (1, 1)),
+    "3x3_padding_wider_than_kernel": ((1, 3, 6, 7), 1, (3, 3), (1, 1), (4, 3, 4, 3), (1, 1)),
+    "3x3_row_blocks_s1": ((1, 2, 112, 112), 1, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1)),
+    "3x3_row_blocks_s2": ((1, 3, 57, 57), 1, (3, 3), (2, 2), (1, 1, 1, 1), (1, 1)),
+    "5x5_s1": ((1, 6, 12, 11), 1, (5, 5), (1, 1), (2, 2, 2, 2), (1, 1)),
+    "5x5_s2": ((2, 6, 14, 13), 1, (5, 5), (2, 2), (2, 2, 2, 2), (1, 1)),
+    "7x7_s1": ((1, 4, 14, 14), 1, (7, 7), (1, 1), (3, 3, 3, 3), (1, 1)),
+    "5x3_everything": ((1, 6, 11, 9), 2, (5, 3), (2, 1), (2, 0, 1, 2), (1, 2)),
+    "5x5_one_output_pixel": ((1, 3, 5, 5), 1, (5, 5), (1, 1), (0, 0, 0, 0), (1, 1)),
+    "1x1": ((2, 5, 6, 7), 1, (1, 1), (1, 1), (0, 0, 0, 0), (1, 1)),
+}
+
+
+@pytest.mark.parametrize("geometry", GEOMETRIES.values(), ids=GEOMETRIES.keys())
+def test_depthwise_geometry(geometry):
+    got, expected = run_depthwise(*geometry)
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
+
+
+EPILOGUES = {  # activation, post-activation, residual, bias
+    "none_no_bias": (("none", 0.0, 0.0), ("none", 0.0, 0.0), False, False),
+    "relu": (("relu", 0.0, 0.0), ("none", 0.0, 0.0), False, True),
+    "silu": (("silu", 0.0, 0.0), ("none", 0.0, 0.0), False, True),
+    "residual": (("none", 0.0, 0.0), ("none", 0.0, 0.0), True, True),
+    "clamp_residual_relu": (("clamp", -0.5, 0.75), ("relu", 0.0, 0.0), True, True),
+    "hardswish_residual": (("hardswish", 0.0, 0.0), ("none", 0.0, 0.0), True, False),
+}
+
+
+@pytest.mark.parametrize("geometry", ["3x3_s1", "3x3_s2", "5x5_s1"])
+@pytest.mark.parametrize("epilogue", EPILOGUES.values(), ids=EPILOGUES.keys())
+def test_depthwise_epilogue(geometry, epilogue):
+    act, post, residual, bias = epilogue
+    got, expected = run_depthwise(*GEOMETRIES[geometry], act=act, post=post, residual=residual, bias=bias)
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("geometry", ["3x3_s1", "3x3_s2_odd", "3x3_s3", "5x3_everything"])
+def test_depthwise_float64(geometry):
+    got, expected = run_depthwise(*GEOMETRIES[geometry], dtype=np.float64, residual=True)
+    assert got.dtype == np.float64
+    np.testing.assert_allclose(got, expected, rtol=1e-12, atol=1e-12)
