@@ -1,9 +1,18 @@
-"""The numba backend: the optimised graph becomes one generated module with an @njit forward.
+"""The numba backend: the optimised graph becomes generated modules with one @njit forward.
 
-The module is written to a real file and imported, so numba's own `cache=True`
-keeps its machine code on disk beside it. With the AOT cache (compiler/cache.py)
-the module, optimised IR and packed weights live in the model's cache entry, and
-a warm load skips pnnx parsing, passes and code generation altogether.
+The emitter (codegen/emitter.py) writes the kernels module and the forward; the linker
+(codegen/linker.py) binds the forward's kernels by address, so that numba compiles the
+forward alone instead of linking every kernel's code into it and compiling that again.
+A model's modules live in one directory, as real files, so numba's `cache=True` keeps
+their machine code on disk beside them:
+
+    kernels.py    the kernels the forward calls: library imports, loops generated for the model
+    forward.py    the linked forward (and forward_profiled), which takes its kernels as an argument
+    linkage.pkl   the kernel table: name in kernels.py and signature of each kernel it binds
+
+With the AOT cache (compiler/cache.py) that directory is the model's cache entry, which
+also holds the optimised IR and packed weights: a warm load skips pnnx parsing, passes,
+code generation and type inference altogether.
 """
 
 from __future__ import annotations
@@ -12,6 +21,7 @@ import hashlib
 import importlib.util
 import logging
 import os
+import pickle
 import sys
 import tempfile
 import time
@@ -23,7 +33,8 @@ import numba
 import numpy as np
 
 import codegen.runtime  # noqa: F401 - thread policy before numba's pool starts
-from codegen.emitter import generate_module, is_view
+from codegen.emitter import GeneratedModule, generate_module, is_view
+from codegen.linker import BoundKernels, bind, link
 from compiler.cache import CacheInfo, ModelCache, cache_key
 from compiler.model import CompiledModel
 from compiler.passes.plan_memory import MemoryPlan, plan_memory
@@ -32,6 +43,8 @@ from ir.parser import parse_graph
 from ir.printer import print_graph
 
 log = logging.getLogger(__name__)
+
+KERNELS, FORWARD, LINKAGE = "kernels.py", "forward.py", "linkage.pkl"
 
 
 def import_file(path: Path, name: str) -> ModuleType:
@@ -45,60 +58,84 @@ def import_file(path: Path, name: str) -> ModuleType:
     return module
 
 
-def write_atomic(path: Path, text: str) -> None:
+def write_atomic(path: Path, data: str | bytes) -> None:
     tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    tmp.write_text(text)
+    tmp.write_bytes(data.encode() if isinstance(data, str) else data)
     os.replace(tmp, path)  # another process never imports half a file
+
+
+def argument_types(graph: Graph, weights: list[np.ndarray]) -> tuple:
+    """numba's types of the forward's inputs (contiguous, of the declared shapes) and weights."""
+    arrays = [np.empty(v.shape, v.dtype) for v in graph.inputs]  # pages never touched
+    return tuple(numba.typeof(a) for a in [*arrays, *weights])
+
+
+def write_modules(generated: GeneratedModule, directory: Path, name: str, argtypes: tuple, profile: bool) -> None:
+    """Write the model's modules into `directory`: kernels.py, then the forward linked against it.
+
+    name: the module name load_modules() will import them under (linking imports kernels.py,
+    and compiles the kernels generated for the model into numba's cache beside it)."""
+    write_atomic(directory / KERNELS, generated.kernels)
+    kernels = import_file(directory / KERNELS, f"{name}_kernels")
+    entry_points = {"forward": argtypes}
+    if profile:
+        entry_points["forward_profiled"] = (*argtypes, numba.float64[::1])  # times
+    linked = link(generated.forward, kernels, entry_points)
+    write_atomic(directory / FORWARD, linked.source)
+    write_atomic(directory / LINKAGE, pickle.dumps(linked.table))
+
+
+def load_modules(directory: Path, name: str) -> tuple[ModuleType, BoundKernels, str]:
+    """The forward module written by write_modules(), its kernels bound, and the source of both modules."""
+    kernels = import_file(directory / KERNELS, f"{name}_kernels")
+    forward = import_file(directory / FORWARD, name)
+    bound = bind(kernels, pickle.loads((directory / LINKAGE).read_bytes()))
+    source = (directory / KERNELS).read_text() + "\n\n" + (directory / FORWARD).read_text()
+    return forward, bound, source
 
 
 class NumbaModel(CompiledModel):
     backend = "numba"
 
-    def __init__(self, graph: Graph, module: ModuleType, weights: list[np.ndarray], source: str,
-                 plan: MemoryPlan, cache_info: CacheInfo | None = None):
+    def __init__(self, graph: Graph, module: ModuleType, kernels: BoundKernels, weights: list[np.ndarray],
+                 source: str, plan: MemoryPlan, cache_info: CacheInfo | None = None):
         super().__init__(graph)
         self.source = source
         self.memory_plan = plan
         self.cache_info = cache_info
         self._module = module
         self._forward = module.forward
+        self._kernels = kernels
         self._weights = weights
         self.threads: int | None = None  # threads for the forward's parallel loops (None: numba's default)
         start = time.perf_counter()
-        signature = self._signature()
+        signature = (*argument_types(graph, weights), numba.typeof(kernels))
         if signature not in self._forward.overloads:  # the module may be shared by models of one entry
             self._forward.compile(signature)  # compile (or load) now, not at first call
         self._forward.disable_compile()  # inputs are checked and converted: a new signature would be a bug
         self.jit_seconds = time.perf_counter() - start
 
-    def _signature(self) -> tuple:
-        """numba's types for a call with contiguous inputs of the declared shapes and our weights.
-
-        Compiling this signature up front loads the machine code without running a whole
-        inference (which a warm load would pay twice: once here, once at the first call)."""
-        inputs = [np.empty(s.shape, s.dtype) for s in self.inputs]  # pages never touched
-        return tuple(numba.typeof(a) for a in [*inputs, *self._weights])
-
     # -- construction ------------------------------------------------------------------
 
     @classmethod
     def build(cls, graph: Graph, module_dir: Path, profile: bool = False) -> NumbaModel:
-        """Generate the module into module_dir and import it, without the AOT cache."""
+        """Generate the modules into a directory under module_dir and import them, without the AOT cache."""
         generated = generate_module(graph, comment=graph.name, profile=profile)
-        digest = hashlib.sha256(generated.source.encode()).hexdigest()[:24]
-        module_dir.mkdir(parents=True, exist_ok=True)
-        path = module_dir / f"forward_{digest}.py"
-        if not path.exists() or path.read_text() != generated.source:
-            write_atomic(path, generated.source)
-        module = import_file(path, f"pnnx_jit_forward_{digest}")
+        digest = hashlib.sha256((generated.kernels + generated.forward).encode()).hexdigest()[:24]
+        directory, name = module_dir / f"forward_{digest}", f"pnnx_jit_forward_{digest}"
         weights = list(generated.weights.arrays.values())
-        return cls(graph, module, weights, generated.source, generated.plan)
+        if not (directory / LINKAGE).exists():  # written last
+            directory.mkdir(parents=True, exist_ok=True)
+            write_modules(generated, directory, name, argument_types(graph, weights), profile)
+        module, kernels, source = load_modules(directory, name)
+        return cls(graph, module, kernels, weights, source, generated.plan)
 
-    @staticmethod
-    def write_entry(graph: Graph, directory: Path) -> dict:
-        """Write a cache entry for `graph` into `directory`; return its meta."""
+    @classmethod
+    def write_entry(cls, graph: Graph, directory: Path, name: str) -> dict:
+        """Write a cache entry for `graph` into `directory`; return its meta. name: see write_modules."""
         generated = generate_module(graph, comment=graph.name)
-        (directory / "forward.py").write_text(generated.source)
+        weights = list(generated.weights.arrays.values())
+        write_modules(generated, directory, name, argument_types(graph, weights), profile=False)
         (directory / "graph.ir").write_text(print_graph(graph))
         for dtype, array in generated.weights.arrays.items():
             np.save(directory / f"weights_{dtype}.npy", array)
@@ -108,17 +145,16 @@ class NumbaModel(CompiledModel):
 
     @classmethod
     def load_entry(cls, directory: Path, meta: dict, info: CacheInfo) -> NumbaModel:
-        """A model from a cache entry: weights memory-mapped, module imported from the entry."""
+        """A model from a cache entry: weights memory-mapped, modules imported from the entry."""
         packs = {dtype: np.load(directory / f"weights_{dtype}.npy", mmap_mode="r") for dtype in meta["weight_dtypes"]}
         weights = {}
         for name, (dtype, offset, shape) in meta["constants"].items():
             size = int(np.prod(shape, dtype=np.int64))
             weights[name] = packs[dtype][offset:offset + size].reshape(shape)
         graph = parse_graph((directory / "graph.ir").read_text(), weights)
-        source = (directory / "forward.py").read_text()
-        module = import_file(directory / "forward.py", f"pnnx_jit_entry_{directory.name}")
+        module, kernels, source = load_modules(directory, _entry_module(directory.name))
         plan = plan_memory(graph, is_view)
-        return cls(graph, module, [np.asarray(p) for p in packs.values()], source, plan, info)
+        return cls(graph, module, kernels, [np.asarray(p) for p in packs.values()], source, plan, info)
 
     @classmethod
     def cached(cls, key: str, build_graph, cache: ModelCache, on_step=None) -> NumbaModel:
@@ -128,8 +164,8 @@ class NumbaModel(CompiledModel):
         def build(tmp: Path) -> dict:
             graph = build_graph()
             if on_step:
-                on_step("generate code")
-            return cls.write_entry(graph, tmp)
+                on_step("generate code, link kernels")
+            return cls.write_entry(graph, tmp, _entry_module(key))
 
         meta, hit = cache.get_or_build(key, build)
         if on_step:
@@ -154,7 +190,7 @@ class NumbaModel(CompiledModel):
         runs = []
         for _ in range(repeat + 1):  # the first run compiles
             times = np.zeros(len(self.graph.nodes) + 1)
-            self._module.forward_profiled(*arrays, *self._weights, times)
+            self._module.forward_profiled(*arrays, *self._weights, times, self._kernels)
             runs.append(np.diff(times) * 1e3)
         median = np.median(np.array(runs[1:]), axis=0)
         return [(n.name, n.op, float(ms)) for n, ms in zip(self.graph.nodes, median)]
@@ -162,9 +198,12 @@ class NumbaModel(CompiledModel):
     def _execute(self, arrays: list[np.ndarray]) -> list[np.ndarray]:
         if self.threads is not None:  # numba's thread count is per calling thread: set it for this one
             codegen.runtime.set_threads(self.threads)
-        result = self._forward(*arrays, *self._weights)
+        result = self._forward(*arrays, *self._weights, self._kernels)
         return list(result) if isinstance(result, tuple) else [result]
 
+
+def _entry_module(key: str) -> str:
+    return f"pnnx_jit_entry_{key}"
 
 
 def compile_numba(param: Path, bin_path: Path, build_graph: Callable[[], Graph], options: dict, use_cache: bool,

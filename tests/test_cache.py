@@ -99,6 +99,32 @@ def test_fresh_process_loads_from_the_cache(model, tmp_path):
     np.testing.assert_allclose(result["y"], EXPECTED, rtol=1e-6)
 
 
+SHIPPED = Path(compiler.__file__).parent / "data" / "tiny_cnn.pnnx.param"  # conv, pool, linear, elementwise
+RUN_SHIPPED = """
+import json, sys
+import numpy as np, compiler
+m = compiler.compile(sys.argv[1], cache_dir=sys.argv[2])
+x = np.random.default_rng(0).normal(size=m.inputs[0].shape).astype(np.float32)
+print(json.dumps({"hit": m.cache_info.hit, "y": m(x).tolist()}))
+"""
+
+
+def test_a_fresh_process_loads_the_forward_and_its_kernels_without_compiling(tmp_path):
+    cache = tmp_path / "cache"
+    m = compiler.compile(SHIPPED, cache_dir=cache)
+    x = np.random.default_rng(0).normal(size=m.inputs[0].shape).astype(np.float32)
+    env = dict(os.environ, PYTHONPATH=str(ROOT), NUMBA_DEBUG_CACHE="1")
+    out = subprocess.run([sys.executable, "-c", RUN_SHIPPED, str(SHIPPED), str(cache)], env=env,
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    assert result["hit"] is True
+    np.testing.assert_array_equal(np.array(result["y"], np.float32), m(x))
+    assert "[cache] data loaded from" in out.stdout
+    saved = [line for line in out.stdout.splitlines() if "saved to" in line]
+    assert not saved, saved  # numba compiled nothing: the forward and its kernels came from its cache
+
+
 def test_concurrent_compiles_all_succeed_and_leave_one_entry(model, tmp_path):
     cache = tmp_path / "cache"
     procs = [_compile_in_subprocess(model, cache) for _ in range(3)]
@@ -124,7 +150,7 @@ def test_corrupt_entry_is_reported_and_rebuilt(model, tmp_path, caplog):
     assert compiler.compile(model, cache_dir=cache).cache_info.hit
 
 
-@pytest.mark.parametrize("name", ["forward.py", "graph.ir"])
+@pytest.mark.parametrize("name", ["forward.py", "kernels.py", "linkage.pkl", "graph.ir"])
 def test_same_size_corruption_of_a_small_file_is_rebuilt(model, tmp_path, caplog, name):
     cache = tmp_path / "cache"
     entry = compiler.compile(model, cache_dir=cache).cache_info.path

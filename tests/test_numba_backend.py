@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import threadpoolctl
 
 import codegen.runtime
 import compiler
 from tests.test_interpreter import two_inputs  # noqa: F401 - the fixture
+
+SHIPPED = Path(compiler.__file__).parent / "data" / "tiny_cnn.pnnx.param"
 
 
 def test_inputs_of_any_layout_run_without_a_second_compile(two_inputs, tmp_path):  # noqa: F811
@@ -52,3 +56,30 @@ def test_the_threads_option_holds_in_other_calling_threads(two_inputs, tmp_path)
     worker.start()
     worker.join()
     assert seen[0][0] == 1 and seen[0][1] < 1e-5
+
+
+def test_profile_times_every_node(two_inputs, tmp_path):  # noqa: F811
+    param, x, y, _ = two_inputs
+    m = compiler.compile(param, cache_dir=tmp_path, profile=True)
+    rows = m.profile_kernels([x, y], repeat=2)
+    assert [(name, op) for name, op, _ in rows] == [(n.name, n.op) for n in m.graph.nodes]
+    assert all(np.isfinite(ms) and ms >= 0 for _, _, ms in rows)
+
+
+def test_the_forward_binds_its_kernels_instead_of_linking_their_code(tmp_path):
+    import llvmlite.binding as llvm
+
+    from codegen.linker import KernelTable
+
+    m = compiler.compile(SHIPPED, cache_dir=tmp_path)  # compiled here: its LLVM IR is at hand
+    assert not m.cache_info.hit
+    (signature,) = m._forward.signatures
+    assert isinstance(signature[-1], KernelTable) and len(signature[-1].functions) >= 3  # conv, pool, linear
+    assert "conv_conv2d = kernel(kernels, " in m.source
+    module = llvm.parse_assembly(m._forward.overloads[signature].library.get_llvm_str())
+    defined = {f.name for f in module.functions if not f.is_declaration}
+    kernel_code = {r.fndesc.mangled_name for d in m._kernels.dispatchers for r in d.overloads.values()}
+    assert kernel_code and not kernel_code & defined
+    x = np.random.default_rng(0).normal(size=m.inputs[0].shape).astype(np.float32)
+    reference = compiler.compile(SHIPPED, backend="interpreter")(x)
+    np.testing.assert_allclose(m(x), reference, rtol=1e-4, atol=1e-5)

@@ -1,0 +1,315 @@
+"""Bind a generated forward's kernels by address instead of linking their code into it.
+
+Why: when a jitted function calls another one, numba links the callee's LLVM IR into
+the caller's module, then optimises (O3) and compiles the whole module to machine code
+again, although every kernel is already compiled and in numba's cache. ResNet-18's
+forward took ~13 s to compile that way, ~9 s of it re-optimising and re-compiling
+kernels. A first-class function (numba's FunctionType) is called through a pointer
+instead: its code is not linked in, so the forward compiles alone (~5 s).
+
+How, for a module whose @njit entry functions (`forward`, `forward_profiled`) call
+kernels by name (the emitter's output):
+
+1. link(): numba's type inference alone runs on each entry function (no lowering), which
+   gives every kernel call's callee and exact signature. Each entry function is rewritten
+   to take one more argument, `kernels`, and to bind at its top every kernel it calls:
+
+       def forward(x_in0, w_float32, kernels):
+           conv_conv2d = kernel(kernels, 0)
+           conv_conv2d_2 = kernel(kernels, 1)   # the same kernel with other argument types
+           ...
+           conv_conv2d(x_in0, ...)  # conv1      (the op lines are unchanged)
+
+   The result is the linked module's source and its kernel table: (name, signature) of
+   each kernel, which is all a warm load needs (no type inference).
+2. bind(): the compiled code of each (kernel, signature) (from numba's cache) and its
+   address, resolved once; the forward takes them as one argument, BoundKernels, whose
+   numba type (KernelTable) holds the first-class function type of each kernel.
+
+Passing the kernels themselves as first-class function arguments would be simpler, but
+numba unboxes each one through Python on every call (~45 us each: 2.7 ms for 60
+kernels); BoundKernels unboxes as one pointer.
+
+Kernel calls must pass every argument by position (no keywords, no omitted defaults):
+a first-class function has no defaults.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import linecache
+import re
+from dataclasses import dataclass
+from types import ModuleType
+from typing import NamedTuple
+
+import numba
+import numpy as np
+from numba.core import cgutils, ir, types, typing
+from numba.core.compiler import CompilerBase, DefaultPassBuilder
+from numba.core.compiler_machinery import AnalysisPass, register_pass
+from numba.core.dispatcher import Dispatcher
+from numba.core.typed_passes import NopythonTypeInference
+from numba.core.typing import Signature
+from numba.extending import NativeValue, intrinsic, models, register_model, typeof_impl, unbox
+
+from compiler.errors import CompilerError
+
+
+class LinkError(CompilerError):
+    """A kernel call of the forward cannot be bound by address."""
+
+
+class KernelRef(NamedTuple):
+    """One entry of a kernel table: a kernel, by its name in the module, and the signature it is called with."""
+
+    name: str
+    signature: Signature
+
+
+@dataclass
+class LinkedModule:
+    source: str  # the entry functions, each taking `kernels` and binding its kernels from it
+    table: list[KernelRef]  # what `kernels` holds, in order
+
+
+# -- the kernel table: its numba type, its value, and the intrinsic that reads it ------------------
+
+
+class KernelTable(types.Type):
+    """numba type of a linked forward's `kernels` argument: one first-class function type per entry.
+
+    At run time the value is a pointer to the entries' addresses (an intp array)."""
+
+    def __init__(self, functions: tuple[types.FunctionType, ...]):
+        self.functions = functions
+        self.digest = hashlib.sha256("\n".join(map(str, functions)).encode()).hexdigest()
+        super().__init__(name=f"KernelTable({len(functions)} kernels, {self.digest[:16]})")
+
+    @property
+    def key(self) -> str:
+        return self.digest  # hashed on every call of the forward: a string caches its hash, a tuple does not
+
+
+register_model(KernelTable)(models.OpaqueModel)
+
+
+@dataclass(frozen=True)
+class BoundKernels:
+    """The value a linked forward takes as `kernels`: the address of each table entry's machine code."""
+
+    numba_type: KernelTable
+    addresses: np.ndarray  # intp, one per entry
+    dispatchers: tuple[Dispatcher, ...]  # keeps the kernels, and so their machine code, alive
+    address: int  # of `addresses`' data: what the forward unboxes
+
+
+@typeof_impl.register(BoundKernels)
+def _typeof_bound_kernels(value: BoundKernels, context) -> KernelTable:
+    return value.numba_type
+
+
+@unbox(KernelTable)
+def _unbox_kernel_table(typ, obj, c):
+    address = c.pyapi.object_getattr_string(obj, "address")
+    pointer = c.pyapi.long_as_voidptr(address)
+    c.pyapi.decref(address)
+    return NativeValue(pointer, is_error=cgutils.is_not_null(c.builder, c.pyapi.err_occurred()))
+
+
+@intrinsic
+def kernel(typingctx, table, index):
+    """kernel(kernels, i): entry i of the table, as a first-class function (i a constant)."""
+    if not isinstance(table, KernelTable) or not isinstance(index, types.IntegerLiteral):
+        return None
+    function = table.functions[index.literal_value]
+
+    def codegen(context, builder, signature, args):
+        intp = context.get_value_type(types.intp)
+        entries = builder.bitcast(args[0], intp.as_pointer())
+        address = builder.load(builder.gep(entries, [context.get_constant(types.intp, index.literal_value)]))
+        # numba-internal (0.68): FunctionType's data model holds c_addr, py_addr and jit_addr. With
+        # jit_addr set, a call goes straight to the compiled function in numba's calling convention,
+        # so a kernel's exception propagates; c_addr (its C wrapper) and py_addr stay null.
+        value = cgutils.create_struct_proxy(function)(context, builder)
+        value.jit_addr = builder.inttoptr(address, context.get_value_type(types.voidptr))
+        return value._getvalue()
+
+    return function(table, index), codegen
+
+
+def table_type(table: list[KernelRef]) -> KernelTable:
+    return KernelTable(tuple(types.FunctionType(ref.signature) for ref in table))
+
+
+def bind(module: ModuleType, table: list[KernelRef]) -> BoundKernels:
+    """Each entry's machine code (compiled or loaded from numba's cache now if need be) and its address."""
+    dispatchers, addresses = [], []
+    for ref in table:
+        dispatcher = getattr(module, ref.name, None)
+        if not isinstance(dispatcher, Dispatcher):
+            raise LinkError(f"{module.__name__}.{ref.name} is not a jitted kernel")
+        dispatchers.append(dispatcher)
+        addresses.append(_jit_address(dispatcher, ref.signature))
+    array = np.array(addresses, dtype=np.intp)
+    return BoundKernels(table_type(table), array, tuple(dispatchers), array.ctypes.data)
+
+
+def _jit_address(dispatcher: Dispatcher, signature: Signature) -> int:
+    """Address of the compiled function (numba's calling convention) of `dispatcher` for `signature`."""
+    result = dispatcher.get_compile_result(signature)
+    if result.signature.return_type != signature.return_type:
+        raise LinkError(f"{dispatcher.py_func.__qualname__}{signature.args} returns {result.signature.return_type}, "
+                        f"the forward was compiled for {signature.return_type}")
+    # numba-internal (0.68): what numba.experimental.function_type._get_jit_address does
+    return result.library.get_pointer_to_function(result.fndesc.llvm_func_name)
+
+
+# -- link(): type the entry functions, rewrite them ---------------------------------------------------
+
+
+class _TypedError(Exception):
+    """Carries numba's compiler state out of a pipeline that stops after type inference."""
+
+    def __init__(self, state):
+        super().__init__("type inference done")
+        self.state = state
+
+
+@register_pass(mutates_CFG=False, analysis_only=True)
+class _StopAfterTyping(AnalysisPass):
+    _name = "pnnx_jit_stop_after_typing"
+
+    def __init__(self):
+        AnalysisPass.__init__(self)
+
+    def run_pass(self, state):
+        raise _TypedError(state)
+
+
+class _TypeOnly(CompilerBase):
+    """numba's nopython pipeline up to type inference, then stop: no lowering, no machine code."""
+
+    def define_pipelines(self):
+        pm = DefaultPassBuilder.define_untyped_pipeline(self.state)
+        pm.add_pass(NopythonTypeInference, "nopython type inference")
+        pm.add_pass(_StopAfterTyping, "stop after type inference")
+        pm.finalize()
+        return [pm]
+
+
+class _Call(NamedTuple):
+    line: int
+    name: str
+    signature: Signature
+
+
+def _kernel_calls(function, argtypes: tuple[types.Type, ...]) -> list[_Call]:
+    """Every call of `function` to a jitted function, by line, global name and signature."""
+    try:
+        numba.njit(pipeline_class=_TypeOnly)(function).compile(argtypes)
+    except _TypedError as typed:
+        state = typed.state
+    else:
+        raise AssertionError("the type-only pipeline did not stop")
+    calls = []
+    for expr, signature in state.calltypes.items():
+        if not (isinstance(expr, ir.Expr) and expr.op == "call"
+                and isinstance(state.typemap[expr.func.name], types.Dispatcher)):
+            continue
+        callee = state.func_ir.get_definition(expr.func)
+        where = f"{function.__name__}, line {expr.loc.line}"
+        if not isinstance(callee, (ir.Global, ir.FreeVar)):
+            raise LinkError(f"{where}: a kernel must be called by its global name")
+        if expr.kws or expr.vararg or any(isinstance(t, types.Omitted) for t in signature.args):
+            raise LinkError(f"{where}: pass every argument of {callee.name} by position")
+        calls.append(_Call(expr.loc.line, callee.name, typing.signature(signature.return_type, *signature.args)))
+    return sorted(calls)
+
+
+def link(source: str, module: ModuleType, entry_points: dict[str, tuple[types.Type, ...]]) -> LinkedModule:
+    """Bind the kernels of `source`'s entry functions by address (see the module docstring).
+
+    source defines the entry functions, which call jitted functions of `module` by name;
+    entry_points maps each one's name to its argument types. The linked source needs
+    `module` no more: it gets its kernels from the table (bind(module, table))."""
+    filename = f"<unlinked {module.__name__}>"
+    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)  # numba's error messages
+    tree = ast.parse(source, filename)
+    for node in tree.body:  # typed as plain functions: the decorators would compile them
+        if isinstance(node, ast.FunctionDef):
+            node.decorator_list = []
+    namespace = dict(vars(module))
+    exec(compile(tree, filename, "exec"), namespace)  # noqa: S102 - our own generated code
+
+    functions = {node.name: node for node in tree.body if isinstance(node, ast.FunctionDef)}
+    calls: dict[str, list[_Call]] = {}
+    for name, argtypes in entry_points.items():
+        if name not in functions:
+            raise LinkError(f"{filename} defines no function {name}")
+        calls[name] = _kernel_calls(namespace[name], argtypes)
+
+    table: list[KernelRef] = []
+    for name in entry_points:
+        for call in calls[name]:
+            if (ref := KernelRef(call.name, call.signature)) not in table:
+                table.append(ref)
+    local = _local_names(table, set(re.findall(r"\w+", source)))
+
+    lines = source.splitlines()
+    for name in entry_points:
+        _rename_calls(lines, functions[name], calls[name], local)
+    for name in sorted(entry_points, key=lambda n: -functions[n].lineno):  # bottom up: line numbers hold
+        used = {KernelRef(c.name, c.signature) for c in calls[name]}
+        bindings = [(local[ref], i) for i, ref in enumerate(table) if ref in used]
+        _add_kernels_argument(lines, functions[name], bindings)
+    imports = [node.end_lineno for node in tree.body if isinstance(node, (ast.Import, ast.ImportFrom))]
+    lines[max(imports, default=0):max(imports, default=0)] = ["", "from codegen.linker import kernel"]
+    return LinkedModule("\n".join(lines) + "\n", table)
+
+
+def _local_names(table: list[KernelRef], taken: set[str]) -> dict[KernelRef, str]:
+    """The name each entry is bound to in the entry functions: the kernel's own name, unless the
+    kernel is called with several signatures (then name, name_2, name_3 ...)."""
+    local: dict[KernelRef, str] = {}
+    seen: dict[str, int] = {}
+    for ref in table:
+        seen[ref.name] = seen.get(ref.name, 0) + 1
+        if seen[ref.name] == 1:
+            local[ref] = ref.name
+            continue
+        k = seen[ref.name]
+        while f"{ref.name}_{k}" in taken:
+            k += 1
+        taken.add(f"{ref.name}_{k}")
+        local[ref] = f"{ref.name}_{k}"
+    return local
+
+
+def _rename_calls(lines: list[str], function: ast.FunctionDef, calls: list[_Call],
+                  local: dict[KernelRef, str]) -> None:
+    """Call each kernel of `function` by the local name of its (kernel, signature)."""
+    by_site: dict[tuple[int, str], KernelRef] = {}
+    for call in calls:
+        ref = KernelRef(call.name, call.signature)
+        if by_site.setdefault((call.line, call.name), ref) != ref:
+            raise LinkError(f"{function.name}, line {call.line}: {call.name} is called with two signatures on one line")
+    sites = [node.func for node in ast.walk(function) if isinstance(node, ast.Call)
+             and isinstance(node.func, ast.Name) and (node.func.lineno, node.func.id) in by_site]
+    for site in sorted(sites, key=lambda s: (s.lineno, -s.col_offset)):  # right to left: offsets hold
+        new = local[by_site[(site.lineno, site.id)]]
+        if new != site.id:
+            raw = lines[site.lineno - 1].encode()  # ast offsets count UTF-8 bytes
+            lines[site.lineno - 1] = (raw[:site.col_offset] + new.encode() + raw[site.end_col_offset:]).decode()
+
+
+def _add_kernels_argument(lines: list[str], function: ast.FunctionDef, bindings: list[tuple[str, int]]) -> None:
+    """def f(a, b): -> def f(a, b, kernels):, then bind each kernel f calls at its top."""
+    index = function.lineno - 1
+    head = re.fullmatch(rf"def {function.name}\((.*)\):", lines[index])
+    if head is None:
+        raise LinkError(f"the head of {function.name} must be one line: def {function.name}(...):")
+    lines[index] = f"def {function.name}({head.group(1) + ', ' if head.group(1) else ''}kernels):"
+    indent = " " * function.body[0].col_offset
+    lines[index + 1:index + 1] = [f"{indent}{name} = kernel(kernels, {i})" for name, i in bindings]

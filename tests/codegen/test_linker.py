@@ -1,0 +1,132 @@
+"""codegen/linker.py: a forward's kernels bound by address, not linked into its code."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import llvmlite.binding as llvm
+import numba
+import numpy as np
+import pytest
+from numba.core import types
+
+from codegen.linker import KernelTable, LinkError, bind, link
+
+KERNELS = '''
+import numba
+import numpy as np
+
+
+@numba.njit(cache=True)
+def scale(x, k, out):
+    for i in range(x.size):
+        out[i] = x[i] * k
+
+
+@numba.njit(cache=True)
+def total(x):
+    if x[0] < 0:
+        raise ValueError("negative first element")
+    return x.sum()
+
+
+@numba.njit(cache=True)
+def offset(x, by=1.0):
+    return x + by
+'''
+
+FORWARD = '''import numba
+import numpy as np
+
+
+@numba.njit(cache=True)
+def forward(x):
+    out = np.empty_like(x)
+    scale(x, 2.0, out)  # float factor
+    scale(out, np.int64(3), out)  # int factor: another signature of scale
+    return total(out)
+'''
+
+ARGTYPES = (numba.float64[::1],)
+
+
+def _import(path: Path, name: str):
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture
+def kernels(tmp_path, request):
+    path = tmp_path / "kernels.py"
+    path.write_text(KERNELS)
+    name = f"linker_test_kernels_{request.node.name}"
+    yield _import(path, name)
+    sys.modules.pop(name, None)
+
+
+def _linked_forward(tmp_path: Path, kernels, source: str = FORWARD):
+    linked = link(source, kernels, {"forward": ARGTYPES})
+    path = tmp_path / "forward.py"
+    path.write_text(linked.source)
+    forward = _import(path, f"{kernels.__name__}_forward").forward
+    return linked, forward, bind(kernels, linked.table)
+
+
+def test_each_kernel_signature_is_bound_once_and_op_lines_keep_their_text(tmp_path, kernels):
+    linked, forward, bound = _linked_forward(tmp_path, kernels)
+    assert [(ref.name, [str(t) for t in ref.signature.args]) for ref in linked.table] == [
+        ("scale", ["array(float64, 1d, C)", "float64", "array(float64, 1d, C)"]),
+        ("scale", ["array(float64, 1d, C)", "int64", "array(float64, 1d, C)"]),
+        ("total", ["array(float64, 1d, C)"]),
+    ]
+    assert ("def forward(x, kernels):\n"
+            "    scale = kernel(kernels, 0)\n"
+            "    scale_2 = kernel(kernels, 1)\n"
+            "    total = kernel(kernels, 2)\n") in linked.source
+    assert "    scale(x, 2.0, out)  # float factor\n" in linked.source
+    assert "    scale_2(out, np.int64(3), out)  # int factor: another signature of scale\n" in linked.source
+    x = np.array([1.0, 2.0, 4.0])
+    assert forward(x, bound) == 42.0
+
+
+def test_the_forward_takes_its_kernels_as_first_class_functions_without_their_code(tmp_path, kernels):
+    _, forward, bound = _linked_forward(tmp_path, kernels)
+    forward(np.ones(3), bound)
+    (signature,) = forward.signatures
+    assert isinstance(signature[-1], KernelTable)
+    assert all(isinstance(f, types.FunctionType) for f in signature[-1].functions)
+    module = llvm.parse_assembly(forward.overloads[signature].library.get_llvm_str())
+    defined = {f.name for f in module.functions if not f.is_declaration}
+    for dispatcher in (kernels.scale, kernels.total):
+        for result in dispatcher.overloads.values():
+            assert result.fndesc.mangled_name not in defined
+
+
+def test_an_exception_in_a_kernel_propagates_through_the_forward(tmp_path, kernels):
+    _, forward, bound = _linked_forward(tmp_path, kernels)
+    with pytest.raises(ValueError, match="negative first element"):
+        forward(np.array([-1.0, 2.0]), bound)
+
+
+def test_a_kernel_call_with_an_omitted_default_is_refused(kernels):
+    source = FORWARD.replace("return total(out)", "return offset(out)")
+    with pytest.raises(LinkError, match="forward, line 10: pass every argument of offset by position"):
+        link(source, kernels, {"forward": ARGTYPES})
+
+
+def test_a_kernel_call_with_a_keyword_is_refused(kernels):
+    source = FORWARD.replace("return total(out)", "return offset(out, by=2.0)")
+    with pytest.raises(LinkError, match="pass every argument of offset by position"):
+        link(source, kernels, {"forward": ARGTYPES})
+
+
+def test_binding_names_something_that_is_not_a_kernel_fails(tmp_path, kernels):
+    linked = link(FORWARD, kernels, {"forward": ARGTYPES})
+    kernels.scale = np.sum
+    with pytest.raises(LinkError, match=r"\.scale is not a jitted kernel"):
+        bind(kernels, linked.table)
