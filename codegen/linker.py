@@ -158,7 +158,12 @@ def bind(module: ModuleType, table: list[KernelRef]) -> BoundKernels:
 
 def _jit_address(dispatcher: Dispatcher, signature: Signature) -> int:
     """Address of the compiled function (numba's calling convention) of `dispatcher` for `signature`."""
-    result = dispatcher.get_compile_result(signature)
+    args = tuple(signature.args)
+    if args not in dispatcher.overloads:
+        # by the argument types, as a call from jitted code compiles it: numba's cache keys an entry
+        # on what compile() was given, so a Signature here would miss the entry typing saved, and add one
+        dispatcher.compile(args)
+    result = dispatcher.overloads[args]
     if result.signature.return_type != signature.return_type:
         raise LinkError(f"{dispatcher.py_func.__qualname__}{signature.args} returns {result.signature.return_type}, "
                         f"the forward was compiled for {signature.return_type}")
