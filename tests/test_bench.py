@@ -6,6 +6,7 @@ No timing assertions: speed targets live in the benchmark's output, never in tes
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -88,7 +89,8 @@ def test_a_small_real_run_writes_positive_numbers_for_every_runtime(tmp_path):
                            "--repeat", "3", "--max-seconds", "0.5", "--out", str(tmp_path)],
                           cwd=ROOT, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
-    assert (tmp_path / "zoo_partial.md").read_text().count("| mlp | 2 |") == 2
+    # one row in each table; ' *' marks a row measured while other processes were busy (other test workers)
+    assert len(re.findall(r"\| mlp( \*)? \| 2 \|", (tmp_path / "zoo_partial.md").read_text())) == 2
     assert (tmp_path / "zoo_partial.png").read_bytes()[:8] == PNG_SIGNATURE
     (result,) = json.loads((tmp_path / "zoo_partial.json").read_text())["results"]
     assert result["errors"] == {}
