@@ -1,8 +1,9 @@
 """Matrix products: linear, fused_linear and matmul (torch semantics).
 
 The products run in single-threaded OpenBLAS (common.gemm), one block of rows (or of
-output features) per task of a parallel loop. Integer or mixed-dtype matmuls fall back
-to a plain loop.
+output features) per task of a parallel loop. A product too small to repay waking the
+other threads (PARALLEL_MIN_MACS) runs its tasks in the calling thread. Integer or
+mixed-dtype matmuls fall back to a plain loop.
 """
 
 from __future__ import annotations
@@ -12,11 +13,32 @@ import math
 import numba
 from numba import prange
 
-from codegen.kernels.common import PAR, blocks, gemm, gemm_blocks, u
+from codegen.kernels.common import PAR, SEQ, blocks, gemm, gemm_blocks, u
 from codegen.kernels.epilogue import ACTIVATION_CODES, epilogue_run
 from codegen.registry import Emit, const_args, emits, lit
 
 MIN_ROWS = 8  # rows (or output features) per block of a split product, at least
+# below this many multiply-adds (a few microseconds on one core) a product runs in the calling
+# thread: waking the others for a parallel loop costs more (an MLP's layers, a transformer's heads)
+PARALLEL_MIN_MACS = 1 << 17
+
+
+@numba.njit(inline="always", **SEQ)
+def _linear_task(t, n_o, mb, ob, m_n, o_n, k, xf, wf, of, bias, residual, rf,
+                 act, alpha, beta, post, post_alpha, post_beta):
+    m0, o0 = (t // n_o) * mb, (t % n_o) * ob
+    m1, o1 = min(m_n, m0 + mb), min(o_n, o0 + ob)
+    width = o1 - o0
+    gemm_blocks(m1 - m0, width, k, xf, m0 * k, k, wf, o0 * k, k, True, of, m0 * o_n + o0, o_n, False)
+    for r in range(m0, m1):
+        d = r * o_n + o0
+        if bias is not None:
+            for i in range(width):
+                of[u(d + i)] += bias[u(o0 + i)]
+        if residual is None:
+            epilogue_run(of, d, width, None, 0, 0.0, None, act, alpha, beta, post, post_alpha, post_beta)
+        else:
+            epilogue_run(of, d, width, None, 0, 0.0, rf, act, alpha, beta, post, post_alpha, post_beta)
 
 
 @numba.njit(**PAR)
@@ -30,20 +52,14 @@ def linear(x, weight, bias, residual, out, act, alpha, beta, post, post_alpha, p
     n_o, ob = blocks(n_m, o_n, MIN_ROWS) if n_m == 1 else (1, o_n)
     xf, wf, of = x.reshape(-1), weight.reshape(-1), out.reshape(-1)
     rf = of if residual is None else residual.reshape(-1)
-    for t in prange(n_m * n_o):
-        m0, o0 = (t // n_o) * mb, (t % n_o) * ob
-        m1, o1 = min(m_n, m0 + mb), min(o_n, o0 + ob)
-        width = o1 - o0
-        gemm_blocks(m1 - m0, width, k, xf, m0 * k, k, wf, o0 * k, k, True, of, m0 * o_n + o0, o_n, False)
-        for r in range(m0, m1):
-            d = r * o_n + o0
-            if bias is not None:
-                for i in range(width):
-                    of[u(d + i)] += bias[u(o0 + i)]
-            if residual is None:
-                epilogue_run(of, d, width, None, 0, 0.0, None, act, alpha, beta, post, post_alpha, post_beta)
-            else:
-                epilogue_run(of, d, width, None, 0, 0.0, rf, act, alpha, beta, post, post_alpha, post_beta)
+    if m_n * o_n * k < PARALLEL_MIN_MACS:
+        for t in range(n_m * n_o):
+            _linear_task(t, n_o, mb, ob, m_n, o_n, k, xf, wf, of, bias, residual, rf,
+                         act, alpha, beta, post, post_alpha, post_beta)
+    else:
+        for t in prange(n_m * n_o):
+            _linear_task(t, n_o, mb, ob, m_n, o_n, k, xf, wf, of, bias, residual, rf,
+                         act, alpha, beta, post, post_alpha, post_beta)
 
 
 @numba.njit(**PAR)
@@ -54,16 +70,25 @@ def matmul(a, b, out, batch, a_step, b_step):
     stride per batch dim, in matrices (0 where it broadcasts)."""
     m_n = out.shape[1]
     n_m, mb = blocks(out.shape[0], m_n, MIN_ROWS)
-    for t in prange(out.shape[0] * n_m):
-        i, m0 = t // n_m, (t % n_m) * mb
-        m1 = min(m_n, m0 + mb)
-        ia, ib, rest = 0, 0, i
-        for d in range(len(batch) - 1, -1, -1):
-            k = rest % batch[d]
-            rest //= batch[d]
-            ia += k * a_step[d]
-            ib += k * b_step[d]
-        gemm(a[ia, m0:m1], b[ib], out[i, m0:m1])
+    if out.size * a.shape[2] < PARALLEL_MIN_MACS:
+        for t in range(out.shape[0] * n_m):
+            _matmul_task(t, n_m, mb, m_n, a, b, out, batch, a_step, b_step)
+    else:
+        for t in prange(out.shape[0] * n_m):
+            _matmul_task(t, n_m, mb, m_n, a, b, out, batch, a_step, b_step)
+
+
+@numba.njit(inline="always", **SEQ)
+def _matmul_task(t, n_m, mb, m_n, a, b, out, batch, a_step, b_step):
+    i, m0 = t // n_m, (t % n_m) * mb
+    m1 = min(m_n, m0 + mb)
+    ia, ib, rest = 0, 0, i
+    for d in range(len(batch) - 1, -1, -1):
+        k = rest % batch[d]
+        rest //= batch[d]
+        ia += k * a_step[d]
+        ib += k * b_step[d]
+    gemm(a[ia, m0:m1], b[ib], out[i, m0:m1])
 
 
 @numba.njit(**PAR)
