@@ -152,7 +152,7 @@ class NumbaModel(CompiledModel):
             size = int(np.prod(shape, dtype=np.int64))
             weights[name] = packs[dtype][offset:offset + size].reshape(shape)
         graph = parse_graph((directory / "graph.ir").read_text(), weights)
-        module, kernels, source = load_modules(directory, _entry_module(directory.name))
+        module, kernels, source = load_modules(directory, _entry_module(directory))
         plan = plan_memory(graph, is_view)
         return cls(graph, module, kernels, [np.asarray(p) for p in packs.values()], source, plan, info)
 
@@ -165,7 +165,7 @@ class NumbaModel(CompiledModel):
             graph = build_graph()
             if on_step:
                 on_step("generate code, link kernels")
-            return cls.write_entry(graph, tmp, _entry_module(key))
+            return cls.write_entry(graph, tmp, _entry_module(cache.entry_dir(key)))
 
         meta, hit = cache.get_or_build(key, build)
         if on_step:
@@ -202,8 +202,12 @@ class NumbaModel(CompiledModel):
         return list(result) if isinstance(result, tuple) else [result]
 
 
-def _entry_module(key: str) -> str:
-    return f"pnnx_jit_entry_{key}"
+def _entry_module(entry: Path) -> str:
+    """The module name of a cache entry's forward: one per entry directory, not per key, since modules
+    are imported once per process and numba caches a function beside the file it was imported from
+    (the same model in two cache directories of one process would otherwise share the first one's)."""
+    where = hashlib.sha256(str(entry.resolve()).encode()).hexdigest()[:12]
+    return f"pnnx_jit_entry_{entry.name}_{where}"
 
 
 def compile_numba(param: Path, bin_path: Path, build_graph: Callable[[], Graph], options: dict, use_cache: bool,

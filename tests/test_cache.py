@@ -249,3 +249,14 @@ def test_cache_can_be_disabled(model, tmp_path):
     assert not m.cache_info.hit and m.cache_info.reason == "cache=False"
     assert not (tmp_path / "cache").exists()
     np.testing.assert_allclose(m(X), EXPECTED, rtol=1e-6)
+
+
+def test_one_model_in_two_cache_directories_of_one_process_runs_from_each(tmp_path):
+    # modules import once per process, and numba caches a function beside its file: each entry
+    # must run its own files, or the second entry never gets its machine code cached
+    first = compiler.compile(SHIPPED, cache_dir=tmp_path / "a")
+    second = compiler.compile(SHIPPED, cache_dir=tmp_path / "b")
+    assert first.cache_info.key == second.cache_info.key
+    for m in (first, second):
+        assert Path(m._module.__file__).parent == Path(m.cache_info.path)
+    assert list((Path(second.cache_info.path) / "__pycache__").glob("forward.forward-*.nbi"))
