@@ -79,15 +79,22 @@ def matmul(a, b, out, batch, a_step, b_step):
 
 
 @numba.njit(inline="always", **SEQ)
-def _matmul_task(t, n_m, mb, m_n, a, b, out, batch, a_step, b_step):
-    i, m0 = t // n_m, (t % n_m) * mb
-    m1 = min(m_n, m0 + mb)
+def _operands(i, batch, a_step, b_step):
+    """The matrices of a and of b that make matrix i of out (flat index over the batch dims)."""
     ia, ib, rest = 0, 0, i
     for d in range(len(batch) - 1, -1, -1):
         k = rest % batch[d]
         rest //= batch[d]
         ia += k * a_step[d]
         ib += k * b_step[d]
+    return ia, ib
+
+
+@numba.njit(inline="always", **SEQ)
+def _matmul_task(t, n_m, mb, m_n, a, b, out, batch, a_step, b_step):
+    i, m0 = t // n_m, (t % n_m) * mb
+    m1 = min(m_n, m0 + mb)
+    ia, ib = _operands(i, batch, a_step, b_step)
     gemm(a[ia, m0:m1], b[ib], out[i, m0:m1])
 
 
@@ -97,12 +104,7 @@ def matmul_loops(a, b, out, batch, a_step, b_step):
     m_n, n_n = out.shape[1], out.shape[2]
     for t in prange(out.shape[0] * m_n):
         i, m = t // m_n, t % m_n
-        ia, ib, rest = 0, 0, i
-        for d in range(len(batch) - 1, -1, -1):
-            k = rest % batch[d]
-            rest //= batch[d]
-            ia += k * a_step[d]
-            ib += k * b_step[d]
+        ia, ib = _operands(i, batch, a_step, b_step)
         row = out[i, m]
         row[:] = 0
         for k in range(a.shape[2]):
