@@ -73,8 +73,9 @@ def argument_types(graph: Graph, weights: list[np.ndarray]) -> tuple:
 def write_modules(generated: GeneratedModule, directory: Path, name: str, argtypes: tuple, profile: bool) -> None:
     """Write the model's modules into `directory`: kernels.py, then the forward linked against it.
 
-    name: the module name load_modules() will import them under (linking imports kernels.py,
-    and compiles the kernels generated for the model into numba's cache beside it)."""
+    name: the module name load_modules() will import them under, also when `directory` is a build
+    directory renamed into place afterwards: linking imports kernels.py and compiles the kernels
+    generated for the model into numba's cache beside it, and that cache names their module."""
     write_atomic(directory / KERNELS, generated.kernels)
     kernels = import_file(directory / KERNELS, f"{name}_kernels")
     entry_points = {"forward": argtypes}
