@@ -29,16 +29,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from codegen.registry import Emit, emit_rule, lit
-from compiler.errors import CompilerError
-from compiler.passes.plan_memory import MemoryPlan, plan_memory
+from codegen.emit import Emit, emit_rule, lit
+from codegen.memory_plan import MemoryPlan, plan_memory
+from ir.errors import CodegenUnsupportedError
 from ir.graph import Graph, Node, Value
 
 WEIGHT_ALIGN = 16  # elements: 64-byte aligned float32 weights
 
-
-class CodegenUnsupportedError(CompilerError):
-    """The numba backend has no kernel for some ops of the model; all are listed."""
 
 
 @dataclass
@@ -153,7 +150,10 @@ def generate_module(graph: Graph, comment: str = "", profile: bool = False) -> G
         outs = [names(v, "v_") for v in node.outputs]
         lines = [] if rule.alias else [_allocate(v, outs[i], plan) for i, v in enumerate(node.outputs)]
         e = Emit(node, [names(v, "v_") for v in node.inputs], outs)
-        lines += rule.fn(e)
+        try:
+            lines += rule.fn(e)
+        except CodegenUnsupportedError as exc:  # a limit of the rule: name the node
+            raise CodegenUnsupportedError(f"{node.name} ({node.op}): {exc}; use backend='interpreter'") from None
         lines[-1] += f"  # {node.name}"
         body += lines
         timed += lines + [f"times[{step + 1}] = _clock()"]

@@ -54,11 +54,7 @@ from numba.core.typed_passes import NopythonTypeInference
 from numba.core.typing import Signature
 from numba.extending import NativeValue, intrinsic, models, register_model, typeof_impl, unbox
 
-from compiler.errors import CompilerError
-
-
-class LinkError(CompilerError):
-    """A kernel call of the forward cannot be bound by address."""
+from ir.errors import LinkError
 
 
 class KernelRef(NamedTuple):

@@ -1,23 +1,31 @@
 """A JIT graph compiler for PNNX models: compile(path) -> callable on numpy arrays."""
 
 from compiler.api import compile, load_graph
-from compiler.errors import (
+from compiler.model import CompiledModel, TensorSpec
+from ir.errors import (
+    CodegenUnsupportedError,
     CompilerError,
     InputError,
+    IRParseError,
+    LinkError,
     ModelFormatError,
+    NodeExecutionError,
     ShapeMismatchError,
     UnsupportedOperatorError,
     VerificationError,
 )
-from compiler.model import CompiledModel, TensorSpec
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "CodegenUnsupportedError",
     "CompiledModel",
     "CompilerError",
+    "IRParseError",
     "InputError",
+    "LinkError",
     "ModelFormatError",
+    "NodeExecutionError",
     "ShapeMismatchError",
     "TensorSpec",
     "UnsupportedOperatorError",

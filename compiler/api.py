@@ -6,13 +6,13 @@ import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from compiler.errors import ModelFormatError
 from compiler.interpreter import Interpreter
 from compiler.lowering import lower_model
 from compiler.model import CompiledModel
 from compiler.passes import PassManager, pipeline
 from compiler.passes.manager import DUMP_ENV
 from compiler.pnnx_format import load_pnnx
+from ir.errors import ModelFormatError
 from ir.graph import Graph
 from ir.verifier import verify
 

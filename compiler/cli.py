@@ -24,7 +24,7 @@ import numpy as np
 
 import compiler
 from compiler.api import BACKENDS, load_graph, model_paths, optimize
-from compiler.errors import CompilerError, InputError
+from ir.errors import CompilerError, InputError
 
 
 def shipped_model() -> Path:

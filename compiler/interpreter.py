@@ -12,14 +12,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from compiler.errors import CompilerError
 from compiler.model import CompiledModel, owned
-from compiler.schedule import topological_order
+from ir.errors import NodeExecutionError
 from ir.graph import Graph, Node, Value
-
-
-class NodeExecutionError(CompilerError, RuntimeError):
-    """A node failed while running; the message names it."""
+from ir.topological_order import topological_order
 
 
 @dataclass(frozen=True)

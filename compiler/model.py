@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from compiler.errors import InputError
+from ir.errors import InputError
 from ir.graph import Graph
 
 

@@ -35,9 +35,9 @@ import numpy as np
 import codegen.runtime  # noqa: F401 - thread policy before numba's pool starts
 from codegen.emitter import GeneratedModule, generate_module, is_view
 from codegen.linker import BoundKernels, bind, link
+from codegen.memory_plan import MemoryPlan, plan_memory
 from compiler.cache import CacheInfo, ModelCache, cache_key
 from compiler.model import CompiledModel
-from compiler.passes.plan_memory import MemoryPlan, plan_memory
 from ir.graph import Graph
 from ir.parser import parse_graph
 from ir.printer import print_graph

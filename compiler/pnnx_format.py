@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from compiler.errors import ModelFormatError
+from ir.errors import ModelFormatError
 
 MAGIC = "7767517"
 

@@ -1,9 +1,9 @@
 """The IR: SSA values and nodes in a straight-line graph, the op registry, text form, verifier."""
 
 from ir.graph import Graph, Node, Value, make_node
+from ir.op_registry import OpDef, Trait, all_ops, get_op
 from ir.parser import parse_graph
 from ir.printer import print_graph
-from ir.registry import OpDef, Trait, all_ops, get_op
 from ir.types import TensorType
 from ir.verifier import verify
 

@@ -85,8 +85,8 @@ def _number(text: str) -> int | float:
 
 
 def _arities(name: str) -> tuple[int, ...]:
+    from ir.op_registry import get_op
     from ir.ops.expression import CASTS, FUNCTIONS  # the function tables belong to the op (a cycle at import)
-    from ir.registry import get_op
 
     if name == "size":
         return 1, 2

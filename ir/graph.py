@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from ir.registry import OpDef, get_op
+from ir.op_registry import OpDef, get_op
 from ir.types import TensorType
 
 

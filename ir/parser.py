@@ -12,9 +12,9 @@ from typing import Any
 
 import numpy as np
 
-from compiler.errors import IRParseError
+from ir.errors import IRParseError
 from ir.graph import Graph, Node, Value
-from ir.registry import get_op
+from ir.op_registry import get_op
 from ir.types import DTYPES, TensorType
 
 _TOKEN = re.compile(

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from compiler.errors import VerificationError
+from ir.errors import VerificationError
 from ir.graph import Graph, Node, Value
-from ir.registry import get_op
+from ir.op_registry import get_op
 from ir.types import TensorType
 
 

@@ -10,8 +10,8 @@ import torch
 import torch.nn as nn
 
 import compiler
-from compiler.errors import InputError, ModelFormatError, ShapeMismatchError, UnsupportedOperatorError
 from compiler.interpreter import Interpreter, _release_plan
+from ir.errors import InputError, ModelFormatError, ShapeMismatchError, UnsupportedOperatorError
 from tests.optest import export
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from compiler.errors import IRParseError, VerificationError
 from ir import Graph, Node, TensorType, Value, make_node, parse_graph, print_graph, verify
+from ir.errors import IRParseError, VerificationError
 
 
 def small_graph() -> Graph:

@@ -9,13 +9,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from compiler.errors import ModelFormatError
 from compiler.pnnx_format import (
     OperandInfo,
     load_pnnx,
     parse_param_text,
     parse_param_value,
 )
+from ir.errors import ModelFormatError
 
 EXAMPLE = """\
 7767517

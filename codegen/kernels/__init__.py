@@ -1,5 +1,7 @@
-"""The kernel library: @njit(cache=True, nogil=True) functions shared by every model,
-each family with the emit rules that call them."""
+"""The kernel library: @njit(cache=True, nogil=True) functions shared by every model.
+
+Only kernels live here (the rules that emit calls to them are in codegen/emit/), so the
+numba cache files beside them are dropped only when a kernel's source changes."""
 
 import hashlib
 import os
@@ -37,14 +39,3 @@ def _drop_stale_numba_caches() -> None:
 
 
 _drop_stale_numba_caches()
-
-from codegen.kernels import (  # noqa: E402, F401 - importing registers every family's emit rules
-    conv,
-    data,
-    elementwise,
-    gemm,
-    norm,
-    pool,
-    reduce,
-    resize,
-)

@@ -19,8 +19,6 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from codegen.registry import Emit, const, const_args, emits
-
 PARALLEL_MIN_ELEMENTS = 1 << 15
 CHUNKS = 16  # parallel window pooling: tasks of consecutive planes, each with its own scratch
 BLOCK_ELEMENTS = 2048  # window pooling works on blocks of rows of about this many elements
@@ -265,41 +263,3 @@ def adaptive_pool2d(x, out, is_max, arg):
 
 
 # -- emit rules -------------------------------------------------------------------------------------
-
-
-def _lowest(dtype: str) -> str:
-    if np.issubdtype(np.dtype(dtype), np.floating):
-        return "-np.inf"
-    return f"np.{dtype}({np.iinfo(np.dtype(dtype)).min})"
-
-
-def _window_args(e: Emit) -> str:
-    a = e.node.attrs
-    return f"{const(a['kernel'])}, {const(a['stride'])}, {const(a['padding'])}, {const(a.get('dilation', (1, 1)))}"
-
-
-@emits("max_pool2d")
-def _emit_max_pool2d(e: Emit) -> list[str]:
-    fill = _lowest(e.node.inputs[0].dtype)
-    return [f"{e.call(pool2d)}({e.args[0]}, {e.outs[0]}, {_window_args(e)}, {fill}, {const_args(True, False, 0)})"]
-
-
-@emits("max_pool2d_indices")
-def _emit_max_pool2d_indices(e: Emit) -> list[str]:
-    fill = _lowest(e.node.inputs[0].dtype)
-    return [f"{e.call(max_pool2d_indices)}({e.args[0]}, {e.outs[0]}, {_window_args(e)}, {fill})"]
-
-
-@emits("avg_pool2d")
-def _emit_avg_pool2d(e: Emit) -> list[str]:
-    a = e.node.attrs
-    divisor = a["divisor_override"] or 0
-    return [f"{e.call(pool2d)}({e.args[0]}, {e.outs[0]}, {_window_args(e)}, 0.0, "
-            f"{const_args(False, a['count_include_pad'], divisor)})"]
-
-
-@emits("adaptive_avg_pool2d", "adaptive_max_pool2d", "adaptive_max_pool2d_indices")
-def _emit_adaptive(e: Emit) -> list[str]:
-    op = e.node.op
-    return [f"{e.call(adaptive_pool2d)}({e.args[0]}, {e.outs[0]}, {const(op != 'adaptive_avg_pool2d')}, "
-            f"{const(op.endswith('indices'))})"]

@@ -18,8 +18,8 @@ from typing import Any
 
 import numpy as np
 
-from compiler.errors import InputError, ModelFormatError, ShapeMismatchError, UnsupportedOperatorError
 from compiler.pnnx_format import PnnxModel, PnnxOperator
+from ir.errors import InputError, ModelFormatError, ShapeMismatchError, UnsupportedOperatorError
 from ir.graph import Graph, Node, Value, make_node
 from ir.types import DTYPES, TensorType
 

@@ -18,8 +18,8 @@ import numpy as np
 from compiler.lowering.core import OpContext, Unsupported, lowers
 from ir.expr import Ref, format_expression, format_literal, parse_expression
 from ir.graph import Value
+from ir.op_registry import get_op
 from ir.ops.expression import fold_expression, type_expression
-from ir.registry import get_op
 
 # 0-d constants of these dtypes are exactly what a literal would be, so they are inlined.
 _LITERAL_DTYPES = {"float32", "int64", "bool"}

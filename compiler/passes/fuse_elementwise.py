@@ -13,8 +13,8 @@ other elementwise node.
 from __future__ import annotations
 
 from ir.graph import Graph, Node, Value
+from ir.op_registry import Trait
 from ir.ops.fused import Statement, format_program
-from ir.registry import Trait
 
 
 def fuse_elementwise(graph: Graph) -> Graph:

@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from compiler.errors import VerificationError
+from ir.errors import VerificationError
 from ir.graph import Graph
 from ir.printer import print_graph
 from ir.verifier import verify

@@ -10,9 +10,9 @@ from __future__ import annotations
 import difflib
 from collections.abc import Sequence
 
-from compiler.errors import CompilerError
 from compiler.passes.eliminate_dead_code import eliminate_dead_code
 from compiler.passes.manager import Pass
+from ir.errors import CompilerError
 from ir.graph import Graph, Value
 
 

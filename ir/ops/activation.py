@@ -15,7 +15,7 @@ import functools
 import numpy as np
 from scipy import special
 
-from ir.registry import FLOAT, STR, Trait, register
+from ir.op_registry import FLOAT, STR, Trait, register
 from ir.types import TensorType
 
 _EW = [Trait.ELEMENTWISE]

@@ -9,8 +9,8 @@ from __future__ import annotations
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
+from ir.op_registry import FLOAT, INT, INTS, STR, Trait, register
 from ir.ops.common import conv_out_size
-from ir.registry import FLOAT, INT, INTS, STR, Trait, register
 from ir.types import TensorType
 
 # torch padding_mode -> np.pad mode

@@ -22,8 +22,8 @@ from collections.abc import Callable, Iterable
 import numpy as np
 from scipy import special
 
+from ir.op_registry import STR, Trait, register
 from ir.ops.common import broadcast_shapes
-from ir.registry import STR, Trait, register
 from ir.types import TensorType
 
 _EW = [Trait.ELEMENTWISE]

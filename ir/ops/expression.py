@@ -27,9 +27,9 @@ from ir.expr import (
     parse_expression,
     postorder,
 )
+from ir.op_registry import STR, Trait, get_op, register
 from ir.ops.common import broadcast_shapes
 from ir.ops.elementwise import KINDS, SCALAR, TENSOR, ZERO_DIM, Kind, kind_dtypes, result_type
-from ir.registry import STR, Trait, get_op, register
 from ir.types import TensorType
 
 #: Expression function -> the elementwise IR op that computes it: pnnx's names,

@@ -17,9 +17,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ir.op_registry import FLOAT, STR, Trait, get_op, register
 from ir.ops.conv import _CONV_ATTRS, _conv2d_type, conv2d
 from ir.ops.linear import linear
-from ir.registry import FLOAT, STR, Trait, get_op, register
 from ir.types import TensorType
 
 EPILOGUE_ACTIVATIONS = (
@@ -113,7 +113,7 @@ class Statement:
 @functools.lru_cache(maxsize=1024)
 def parse_program(program: str) -> tuple[Statement, ...]:
     """The statements of a fused_elementwise program; ValueError if malformed."""
-    from compiler.errors import IRParseError
+    from ir.errors import IRParseError
     from ir.parser import TokenLine  # the IR text tokenizer (imported here: ir.parser imports the ops)
 
     statements = []

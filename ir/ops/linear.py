@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ir.op_registry import Trait, register
 from ir.ops.common import broadcast_shapes, promote
-from ir.registry import Trait, register
 from ir.types import TensorType
 
 

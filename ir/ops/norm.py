@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ir.op_registry import FLOAT, INT, INTS, register
 from ir.ops.common import normalize_axis
-from ir.registry import FLOAT, INT, INTS, register
 from ir.types import TensorType
 
 

@@ -13,8 +13,8 @@ from __future__ import annotations
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
+from ir.op_registry import BOOL, INT, INTS, register
 from ir.ops.common import conv_out_size
-from ir.registry import BOOL, INT, INTS, register
 from ir.types import TensorType
 
 _WINDOW_ATTRS = {

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ir.op_registry import BOOL, INT, INTS, register
 from ir.ops.common import normalize_axis
-from ir.registry import BOOL, INT, INTS, register
 from ir.types import TensorType
 
 _ATTRS = {"dims": INTS(None, optional=True), "keepdim": BOOL(False)}

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ir.registry import BOOL, FLOATS, INTS, STR, register
+from ir.op_registry import BOOL, FLOATS, INTS, STR, register
 from ir.types import TensorType
 
 MODES = ("nearest", "nearest_exact", "linear")

@@ -13,8 +13,8 @@ import math
 
 import numpy as np
 
+from ir.op_registry import INT, INTS, Trait, register
 from ir.ops.common import normalize_axis, promote
-from ir.registry import INT, INTS, Trait, register
 from ir.types import TensorType
 
 _VIEW = [Trait.VIEW]

@@ -7,11 +7,11 @@ import numba
 import numpy as np
 import pytest
 
-import codegen.kernels.conv  # noqa: F401 - registers the conv rules
-import codegen.kernels.gemm  # noqa: F401 - registers the linear/matmul rules
+import codegen.emit.conv  # noqa: F401 - registers the conv rules
+import codegen.emit.gemm  # noqa: F401 - registers the linear/matmul rules
 from ir.graph import Value, make_node
+from ir.op_registry import get_op
 from ir.ops.fused import EPILOGUE_ACTIVATIONS
-from ir.registry import get_op
 from ir.types import TensorType
 
 RNG = np.random.default_rng(0)
@@ -22,7 +22,7 @@ def run_rule(op, arrays, attrs, weights=(), jit=False):
     """Emit `op` on `arrays` (those at indices `weights` read-only constants, like the packed weights,
     which emit rules may prepack) and run the emitted lines (inside an @njit function if jit, as the
     forward does: slower to compile, so only some tests do); return (output, reference, lines)."""
-    from codegen.registry import Emit, emit_rule
+    from codegen.emit import Emit, emit_rule
 
     arrays = [np.ascontiguousarray(a) for a in arrays]
     for i in weights:

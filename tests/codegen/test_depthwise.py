@@ -11,7 +11,7 @@ import pytest
 
 from codegen.kernels.depthwise import conv_depthwise
 from codegen.kernels.epilogue import ACTIVATION_CODES
-from ir.registry import get_op
+from ir.op_registry import get_op
 from ir.types import TensorType
 
 RNG = np.random.default_rng(0)

@@ -5,11 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from codegen.kernels.elementwise import SCALAR
+from codegen.emit.elementwise import SCALAR
 from compiler.interpreter import Interpreter
 from compiler.numba_backend import NumbaModel
 from ir import parse_graph
-from ir.registry import Trait, all_ops
+from ir.op_registry import Trait, all_ops
 
 RNG = np.random.default_rng(0)
 

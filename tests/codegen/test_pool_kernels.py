@@ -6,10 +6,10 @@ import numba
 import numpy as np
 import pytest
 
-import codegen.kernels.pool  # noqa: F401 - registers the pooling rules
-from codegen.registry import EMITTERS, Emit
+import codegen.emit.pool  # noqa: F401 - registers the pooling rules
+from codegen.emit import EMITTERS, Emit
 from ir.graph import Value, make_node
-from ir.registry import get_op
+from ir.op_registry import get_op
 from ir.types import TensorType
 
 RNG = np.random.default_rng(0)

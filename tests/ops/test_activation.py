@@ -7,7 +7,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from ir.registry import get_op
+from ir.op_registry import get_op
 from ir.types import TensorType
 from tests.optest import check_module
 

@@ -7,7 +7,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from compiler.lowering import supported_pnnx_types
-from ir.registry import Trait, get_op
+from ir.op_registry import Trait, get_op
 from ir.types import TensorType
 from tests.optest import check_module
 

@@ -10,10 +10,10 @@ import torch
 import torch.nn as nn
 
 import compiler
-from compiler.errors import UnsupportedOperatorError
+from ir.errors import UnsupportedOperatorError
 from ir.expr import Call, ListExpr, Literal, Ref, format_expression, parse_expression
+from ir.op_registry import get_op
 from ir.ops.expression import FUNCTIONS, evaluate_expression, fold_expression, type_expression
-from ir.registry import get_op
 from ir.types import TensorType
 from tests.optest import check_module, torch_outputs
 

@@ -6,8 +6,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from ir.op_registry import get_op
 from ir.ops import norm
-from ir.registry import get_op
 from ir.types import TensorType
 from tests.optest import check_module
 

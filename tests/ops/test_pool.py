@@ -10,9 +10,9 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import compiler
-from compiler.errors import UnsupportedOperatorError
+from ir.errors import UnsupportedOperatorError
+from ir.op_registry import get_op
 from ir.ops import pool
-from ir.registry import get_op
 from ir.types import TensorType
 from tests.optest import check_module
 

@@ -6,7 +6,7 @@ import pytest
 import torch
 import torch.nn as nn
 
-from ir.registry import get_op
+from ir.op_registry import get_op
 from ir.types import TensorType
 from tests.optest import check_module
 

@@ -1,4 +1,4 @@
-from compiler.passes.plan_memory import plan_memory
+from codegen.memory_plan import plan_memory
 from ir import parse_graph
 
 CHAIN = """

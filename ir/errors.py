@@ -1,4 +1,19 @@
-"""Typed errors raised by the compiler. Each message says what is wrong and where."""
+"""Every error this package raises on purpose, in one hierarchy. Each message says what is wrong and where.
+
+It lives in the IR, the bottom layer, and imports nothing else of ours, so every layer
+(ir, codegen, compiler) can raise these; `compiler` re-exports them as its public API.
+
+    CompilerError
+    ├── ModelFormatError          a .pnnx.param/.bin file is malformed (names file and line)
+    ├── UnsupportedOperatorError  operators we cannot lower (all listed at once)
+    ├── ShapeMismatchError        pnnx's shape annotation disagrees with our shape rule
+    ├── InputError                arrays given to a model do not match its inputs
+    ├── VerificationError         the IR breaks an invariant (names node and op)
+    ├── IRParseError              IR text could not be parsed (names the line)
+    ├── CodegenUnsupportedError   the numba backend cannot generate code for a node (names it)
+    ├── LinkError                 a kernel call of the generated forward cannot be bound
+    └── NodeExecutionError        a node failed while running (names it)
+"""
 
 from __future__ import annotations
 
@@ -50,3 +65,15 @@ class VerificationError(CompilerError):
 
 class IRParseError(CompilerError):
     """IR text could not be parsed; the message names the line."""
+
+
+class CodegenUnsupportedError(CompilerError):
+    """The numba backend cannot generate code for some node(s); the message names each and its op."""
+
+
+class LinkError(CompilerError):
+    """A kernel call of the generated forward cannot be bound by address."""
+
+
+class NodeExecutionError(CompilerError, RuntimeError):
+    """A node failed while running; the message names it."""

@@ -14,10 +14,10 @@ from __future__ import annotations
 import math
 import re
 
-from codegen.registry import Emit, emits, lit
+from codegen.emit import Emit, emits, lit
 from ir.graph import Node
+from ir.op_registry import Trait, all_ops
 from ir.ops.fused import Statement, parse_program
-from ir.registry import Trait, all_ops
 
 PARALLEL_MIN_ELEMENTS = 1 << 15  # below this a prange loop costs more than it saves
 

@@ -126,4 +126,5 @@ def const_args(*values) -> str:
 
 
 def _load_rules() -> None:
-    import codegen.kernels  # noqa: F401 - importing registers every family's emit rules
+    # importing the families registers their rules
+    from codegen.emit import conv, data, elementwise, gemm, norm, pool, reduce, resize  # noqa: F401

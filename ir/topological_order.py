@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import deque
 
-from compiler.errors import VerificationError
+from ir.errors import VerificationError
 from ir.graph import Graph, Node
 
 

@@ -1,0 +1,88 @@
+"""Emit rules of the conv family: the forward's calls into codegen/kernels/conv.py."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from codegen.emit import Emit, const_args, emits, lit
+from codegen.emit.gemm import NO_EPILOGUE, epilogue_args
+from codegen.kernels.conv import PAD_CODES, conv2d, conv_transpose2d, pad5
+from codegen.kernels.winograd import weight_transform, winograd_conv2d
+from ir.errors import CodegenUnsupportedError
+from ir.graph import Node
+from ir.ops.conv import _pad_pairs
+
+
+def transpose_weight(weight: np.ndarray, groups: int) -> np.ndarray:
+    """The weight (C, O/groups, KH, KW) of conv_transpose2d as (groups, O/groups*KH*KW, C/groups):
+    each group's GEMM operand, contiguous, so blocks of output channels are runs of rows."""
+    c_n = weight.shape[0]
+    w3 = weight.reshape(groups, c_n // groups, -1)
+    return np.ascontiguousarray(w3.transpose(0, 2, 1))
+
+
+
+WINOGRAD_MIN_PIXELS = 49  # 7x7 (ResNet layer4) still gains: 1.8 ms vs 2.0 ms with im2col; below, the GEMMs get thin
+WINOGRAD_MIN_CHANNELS = 16  # with fewer, the transforms cost more than the multiplies saved
+
+
+def uses_winograd(node: Node) -> bool:
+    """Whether conv node runs Winograd F(2x2, 3x3): 3x3, stride 1, no dilation or groups, zero
+    padding, float32 weights known at compile time, and enough channels and pixels to gain."""
+    a, x, w, y = node.attrs, node.inputs[0], node.inputs[1], node.outputs[0]
+    return (w.is_constant and w.dtype == x.dtype == "float32" and w.shape[2:] == (3, 3)
+            and tuple(a["stride"]) == (1, 1) and tuple(a["dilation"]) == (1, 1) and a["groups"] == 1
+            and a["padding_mode"] == "zeros" and min(w.shape[:2]) >= WINOGRAD_MIN_CHANNELS
+            and y.shape[2] * y.shape[3] >= WINOGRAD_MIN_PIXELS)
+
+
+@emits("conv2d", "fused_conv2d")
+def _emit_conv2d(e: Emit) -> list[str]:
+    a = e.node.attrs
+    bias = e.args[2] if len(e.args) > 2 else "None"
+    residual = e.args[3] if len(e.args) > 3 else "None"
+    act = epilogue_args(a) if e.node.op == "fused_conv2d" else NO_EPILOGUE
+    if uses_winograd(e.node):
+        u_ = e.prepack(1, "winograd", weight_transform)
+        top, left = a["padding"][0], a["padding"][1]
+        return [f"{e.call(winograd_conv2d)}({e.args[0]}, {u_}, {bias}, {residual}, {e.outs[0]}, "
+                f"{const_args(top, left)}, {act})"]
+    return [f"{e.call(conv2d)}({e.args[0]}, {e.args[1]}, {bias}, {residual}, {e.outs[0]}, "
+            f"{const_args(a['stride'], a['padding'], a['dilation'], a['groups'], PAD_CODES[a['padding_mode']])}, "
+            f"{act})"]
+
+
+@emits("conv_transpose2d")
+def _emit_conv_transpose2d(e: Emit) -> list[str]:
+    a = e.node.attrs
+    bias = e.args[2] if len(e.args) > 2 else "None"
+    groups = a["groups"]
+    if e.node.inputs[1].is_constant:
+        wt = e.prepack(1, f"by_group{groups}", lambda w: transpose_weight(w, groups))
+    else:  # a weight computed by the model: rearranged on every run
+        c_n = e.node.inputs[1].shape[0]
+        wt = (f"np.ascontiguousarray({e.args[1]}.reshape({lit((groups, c_n // groups, -1))})"
+              f".transpose(0, 2, 1))")
+    kernel = e.node.inputs[1].shape[2:]
+    return [f"{e.call(conv_transpose2d)}({e.args[0]}, {wt}, {bias}, {e.outs[0]}, "
+            f"{const_args(kernel, a['stride'], a['padding'], a['dilation'])})"]
+
+
+@emits("pad")
+def _emit_pad(e: Emit) -> list[str]:
+    a = e.node.attrs
+    shape, out = e.node.inputs[0].type.shape, e.node.outputs[0].type.shape
+    pairs = _pad_pairs(len(shape), a["pads"])
+    if len(shape) > 4 and any(any(p) for p in pairs[:-4]):
+        raise CodegenUnsupportedError("padding of more than the 4 trailing dims")
+    lead = math.prod(shape[:-4])
+    shape4, out4 = (1,) * (4 - len(shape)) + shape[-4:], (1,) * (4 - len(out)) + out[-4:]
+    pairs4 = [(0, 0)] * (4 - len(pairs)) + pairs[-4:]
+    before = tuple(max(b, 0) for b, _ in pairs4)
+    crop = tuple(max(-b, 0) for b, _ in pairs4)
+    kept = tuple(n - max(-b, 0) - max(-f, 0) for n, (b, f) in zip(shape4, pairs4))
+    value = float(a["value"]) if e.node.inputs[0].type.dtype.startswith("float") else int(a["value"])
+    return [f"{e.call(pad5)}({e.args[0]}.reshape({lit((lead,) + shape4)}), {e.outs[0]}.reshape({lit((lead,) + out4)}), "
+            f"{lit(before)}, {lit(crop)}, {lit(kept)}, {PAD_CODES[a['mode']]}, {lit(value)})"]
