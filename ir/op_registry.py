@@ -1,8 +1,11 @@
 """The op registry: the one place that says what each IR op is.
 
-Each op is an `OpDef`: its inputs, its attribute schema, its shape rule, its traits
-and its reference numpy implementation. Adding an op means registering one OpDef
-(see ir/ops/), nothing else.
+Each op is an `OpDef`: its inputs, its attribute schema, its shape rule, its traits,
+its reference numpy implementation and, for elementwise ops, its scalar form: the op
+on one element as numba source, from which codegen generates both the fused
+elementwise loops and the conv/linear epilogues. Adding an op means registering one
+OpDef (see ir/ops/) and, for a new pnnx spelling, one lowering rule
+(compiler/lowering/); tests/test_op_registry.py checks that every op has both ends.
 """
 
 from __future__ import annotations
@@ -18,9 +21,14 @@ from ir.types import TensorType
 
 
 class Trait(enum.Enum):
-    ELEMENTWISE = "elementwise"  # output[i] depends on input[i] only (after broadcasting)
-    EXPENSIVE = "expensive"  # worth a thread-pool task (conv, matmul, ...)
-    VIEW = "view"  # only reinterprets or moves data (reshape, transpose, slice)
+    """What the passes ask of an op; each is read by the code that decides on it."""
+
+    # output[i] depends on input[i] only (after broadcasting): fuse-elementwise chains these
+    ELEMENTWISE = "elementwise"
+    # a unary float activation a conv/linear can apply to its output on the way out:
+    # fuse-conv-epilogue folds it into fused_conv2d/fused_linear (needs a scalar form;
+    # its float attributes, at most two, become the epilogue's alpha and beta)
+    EPILOGUE = "epilogue"
 
 
 class AttrKind(enum.Enum):
@@ -39,6 +47,7 @@ class Attr:
     kind: AttrKind
     optional: bool = False  # None is a legal value
     default: Any = ...  # ... means required
+    choices: tuple[str, ...] | None = None  # the legal values of a STR attribute, when they are few
 
     @property
     def required(self) -> bool:
@@ -62,6 +71,8 @@ class Attr:
                 return float(value)
         elif kind is AttrKind.STR:
             if isinstance(value, str):
+                if self.choices is not None and value not in self.choices:
+                    raise ValueError(f"expected one of {', '.join(map(repr, self.choices))}, got {value!r}")
                 return value
         elif isinstance(value, (list, tuple)):
             item = Attr(AttrKind.INT if kind is AttrKind.INTS else AttrKind.FLOAT)
@@ -81,8 +92,8 @@ def BOOL(default: Any = ..., optional: bool = False) -> Attr:  # noqa: N802
     return Attr(AttrKind.BOOL, optional, default)
 
 
-def STR(default: Any = ..., optional: bool = False) -> Attr:  # noqa: N802
-    return Attr(AttrKind.STR, optional, default)
+def STR(default: Any = ..., optional: bool = False, choices: tuple[str, ...] | None = None) -> Attr:  # noqa: N802
+    return Attr(AttrKind.STR, optional, default, choices)
 
 
 def INTS(default: Any = ..., optional: bool = False) -> Attr:  # noqa: N802
@@ -95,6 +106,14 @@ def FLOATS(default: Any = ..., optional: bool = False) -> Attr:  # noqa: N802
 
 ShapeRule = Callable[[list[TensorType], dict[str, Any]], "TensorType | list[TensorType]"]
 Reference = Callable[..., "np.ndarray | tuple[np.ndarray, ...]"]
+#: The op on scalars, as numba source. A format string over the operands {0}, {1}, ..., the
+#: attributes {name} and {T}, the computing scalar type: constants written {T}(3.0) keep float32
+#: in float32. Or a function (operands, attrs, T) -> source, for forms an attribute's value
+#: chooses. Operands, numeric attributes and T arrive as source expressions (an attribute is a
+#: literal in a fused loop, a runtime parameter in an epilogue), string attributes as their
+#: values. It may call math, np, and the vectorising fast_exp, fast_sigmoid, fast_tanh,
+#: fast_erf, fast_gelu and fast_gelu_tanh of codegen/kernels/vmath.py.
+ScalarForm = str | Callable[[list[str], dict[str, Any], str], str]
 
 
 @dataclass(frozen=True)
@@ -104,7 +123,8 @@ class OpDef:
     inputs: names of the operands in order; a trailing '?' marks an optional
     operand (it may be omitted, only from the end), a trailing '*' a variadic one
     (last, one or more). infer(types, attrs) gives the output type(s);
-    compute(*arrays, **attrs) is the reference implementation.
+    compute(*arrays, **attrs) is the reference implementation; scalar, for
+    elementwise ops, the op on one element (ScalarForm above).
     """
 
     name: str
@@ -113,6 +133,7 @@ class OpDef:
     infer: ShapeRule
     compute: Reference
     traits: frozenset[Trait] = field(default_factory=frozenset)
+    scalar: ScalarForm | None = None
 
     def arity(self) -> tuple[int, int | None]:
         """(minimum, maximum) number of inputs; maximum None when variadic."""
@@ -150,6 +171,15 @@ class OpDef:
     def has(self, trait: Trait) -> bool:
         return trait in self.traits
 
+    def scalar_source(self, operands: Sequence[str], attrs: dict[str, Any], dtype: str) -> str:
+        """The scalar form applied to `operands` (source expressions); attrs as ScalarForm says,
+        dtype the source of the computing scalar type (np.float32, or a name bound to it)."""
+        if self.scalar is None:
+            raise ValueError(f"op {self.name} has no scalar form")
+        if callable(self.scalar):
+            return self.scalar(list(operands), attrs, dtype)
+        return self.scalar.format(*operands, T=dtype, **attrs)
+
 
 _REGISTRY: dict[str, OpDef] = {}
 
@@ -161,13 +191,16 @@ def register(
     *,
     infer: ShapeRule,
     traits: Sequence[Trait] = (),
+    scalar: ScalarForm | None = None,
 ) -> Callable[[Reference], Reference]:
     """Decorator registering `fn` as the reference implementation of op `name`."""
 
     def decorate(fn: Reference) -> Reference:
         if name in _REGISTRY:
             raise ValueError(f"op {name} is registered twice")
-        _REGISTRY[name] = OpDef(name, tuple(inputs), dict(attrs or {}), infer, fn, frozenset(traits))
+        if Trait.EPILOGUE in traits and scalar is None:
+            raise ValueError(f"op {name}: an epilogue op needs a scalar form")
+        _REGISTRY[name] = OpDef(name, tuple(inputs), dict(attrs or {}), infer, fn, frozenset(traits), scalar)
         return fn
 
     return decorate

@@ -65,10 +65,19 @@ def rrelu(ctx: OpContext) -> None:
 
 @lowers("nn.PReLU", "F.prelu")
 def prelu(ctx: OpContext) -> None:
+    """torch's weight has one value per channel (dim 1) or one in all; the IR's prelu broadcasts its
+    weight numpy-style, so a per-channel weight is reshaped to (C, 1, ..., 1) (folded when constant)."""
+    x = ctx.input_named("input") or ctx.input(0)
     weight = ctx.input_named("weight") or (ctx.attr_const("weight") if ctx.has_attr("weight") else None)
     if weight is None:
         raise ctx.format_error("PReLU without a weight")
-    ctx.emit("prelu", [ctx.input_named("input") or ctx.input(0), weight])
+    channels = x.shape[1] if x.type.rank >= 2 else 1
+    if weight.type.size not in (1, channels):
+        raise ctx.format_error(f"weight has {weight.type.size} elements; input {x.shape} has {channels} channels")
+    shape = (weight.type.size,) + (1,) * max(x.type.rank - 2, 0) if weight.type.size > 1 else (1,)
+    if weight.shape != shape:
+        (weight,) = ctx.emit("reshape", [weight], {"shape": shape}, outputs=[ctx.temp("weight")])
+    ctx.emit("prelu", [x, weight])
 
 
 @lowers("torch.clamp")
@@ -81,7 +90,7 @@ def clamp(ctx: OpContext) -> None:
         raise Unsupported("clamp without min and max")
     numbers = all(isinstance(b, (int, float, type(None))) for b in bounds.values())
     if numbers and x.dtype.startswith("float"):
-        ctx.emit("clamp", [x], bounds)
+        ctx.emit("clamp", [x], {key: b for key, b in bounds.items() if b is not None})  # missing: infinite
         return
     spell = Operands()
     text = spell(x)

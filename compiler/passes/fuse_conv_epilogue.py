@@ -4,7 +4,8 @@
     linear -> ...                                              ==>   fused_linear
 
 The bias becomes a required input (zeros when the conv had none); each
-intermediate must have no other reader and not be a graph output. The fused node
+intermediate must have no other reader and not be a graph output. An activation is
+any op with the EPILOGUE trait (ir/ops/fused.py, `as_epilogue`). The fused node
 is named after its members ("conv1+relu_3"), and keeps the last member's output
 value, so names seen by users do not change.
 
@@ -17,28 +18,10 @@ from __future__ import annotations
 import numpy as np
 
 from ir.graph import Graph, Node, Value
+from ir.ops.fused import as_epilogue
 from ir.types import TensorType
 
 _FUSED = {"conv2d": "fused_conv2d", "linear": "fused_linear"}
-_SIMPLE_ACTIVATIONS = {"relu", "silu", "sigmoid", "tanh", "hardswish", "hardsigmoid", "mish"}
-
-
-def epilogue_activation(node: Node) -> tuple[str, float, float] | None:
-    """(name, alpha, beta) of an activation node the epilogue can apply, else None."""
-    a = node.attrs
-    if node.op in _SIMPLE_ACTIVATIONS:
-        return node.op, 0.0, 0.0
-    if node.op == "clamp":
-        lo = -np.inf if a["min"] is None else a["min"]
-        hi = np.inf if a["max"] is None else a["max"]
-        return "clamp", lo, hi
-    if node.op == "leaky_relu":
-        return "leaky_relu", a["negative_slope"], 0.0
-    if node.op == "elu":
-        return "elu", a["alpha"], 0.0
-    if node.op == "gelu":
-        return ("gelu_tanh" if a["approximate"] == "tanh" else "gelu"), 0.0, 0.0
-    return None
 
 
 def fuse_conv_epilogue(graph: Graph) -> Graph:
@@ -62,7 +45,7 @@ def fuse_conv_epilogue(graph: Graph) -> Graph:
         nxt = sole_reader(value)
         stage = "activation"
         while nxt is not None and nxt not in absorbed:
-            act = epilogue_activation(nxt)
+            act = as_epilogue(nxt)  # an op with the EPILOGUE trait
             if act is not None and stage in ("activation", "post_activation"):
                 prefix = "" if stage == "activation" else "post_"
                 attrs[f"{prefix}activation"], attrs[f"{prefix}alpha"], attrs[f"{prefix}beta"] = act

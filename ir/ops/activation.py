@@ -1,6 +1,9 @@
 """Activation functions: elementwise, same shape and dtype out (prelu also takes a weight).
 
-Reference implementations follow torch's formulas. The rarer ones with exp/log/erf
+Each is one declaration: attributes, shape rule, reference (the decorated function,
+following torch's formulas) and the scalar form codegen generates fused loops and
+conv/linear epilogues from (`epilogue=True`: fuse-conv-epilogue may fold it into a
+conv or linear; its float attributes become the epilogue's alpha and beta). The rarer ones with exp/log/erf
 work in float64 and round once at the end, so large magnitudes neither overflow
 nor lose the tail (mish(90), gelu(-5) are exact to float32). sigmoid and silu,
 hot in conv nets, stay in float32, where scipy's expit is within 1 ulp and already
@@ -15,7 +18,8 @@ import functools
 import numpy as np
 from scipy import special
 
-from ir.op_registry import FLOAT, STR, Trait, register
+from ir.op_registry import FLOAT, STR, ScalarForm, Trait, register
+from ir.ops.common import broadcast_shapes
 from ir.types import TensorType
 
 _EW = [Trait.ELEMENTWISE]
@@ -35,7 +39,8 @@ def _floating(types: list[TensorType], attrs: dict) -> TensorType:
     return types[0]
 
 
-def _activation(name: str, attrs: dict | None = None, infer=_floating, inputs: tuple[str, ...] = ("x",)):
+def _activation(name: str, scalar: ScalarForm, attrs: dict | None = None, infer=_floating,
+                inputs: tuple[str, ...] = ("x",), epilogue: bool = False):
     """Register an activation; inf and nan are ordinary results here, as in torch, so numpy's
     floating-point warnings are silenced."""
 
@@ -45,7 +50,8 @@ def _activation(name: str, attrs: dict | None = None, infer=_floating, inputs: t
             with np.errstate(all="ignore"):
                 return fn(*arrays, **values)
 
-        register(name, list(inputs), attrs, infer=infer, traits=_EW)(quiet)
+        traits = _EW + [Trait.EPILOGUE] if epilogue else _EW
+        register(name, list(inputs), attrs, infer=infer, traits=traits, scalar=scalar)(quiet)
         return fn
 
     return decorate
@@ -59,45 +65,44 @@ def _f64(x: np.ndarray) -> np.ndarray:
     return x.astype(np.float64)
 
 
-@_activation("relu", infer=_same)
+@_activation("relu", "max({0}, {T}(0))", infer=_same, epilogue=True)
 def relu(x):
     return _like(np.maximum(x, 0), x)
 
 
-@_activation("leaky_relu", {"negative_slope": FLOAT(0.01)})
+@_activation("leaky_relu", "({0} if {0} >= 0 else {0} * {negative_slope})", {"negative_slope": FLOAT(0.01)},
+             epilogue=True)
 def leaky_relu(x, negative_slope):
     return _like(np.where(x > 0, x, x * negative_slope), x)
 
 
-def _clamp_type(types: list[TensorType], attrs: dict) -> TensorType:
-    if attrs["min"] is None and attrs["max"] is None:
-        raise ValueError("clamp needs min, max or both")
-    return types[0]
-
-
-@_activation("clamp", {"min": FLOAT(None, optional=True), "max": FLOAT(None, optional=True)}, infer=_clamp_type)
+@_activation("clamp", "min(max({0}, {min}), {max})", {"min": FLOAT(-np.inf), "max": FLOAT(np.inf)}, infer=_same,
+             epilogue=True)
 def clamp(x, min, max):  # noqa: A002 - torch's names
-    """min(max(x, min), max): with min > max every element is max, as torch."""
-    y = x if min is None else np.maximum(x, min)
-    return _like(y if max is None else np.minimum(y, max), x)
+    """min(max(x, min), max): with min > max every element is max, as torch; a missing bound is infinite."""
+    return _like(np.minimum(np.maximum(x, min), max), x)
 
 
-@_activation("sigmoid")
+@_activation("sigmoid", "fast_sigmoid({0})", epilogue=True)
 def sigmoid(x):
     return _like(special.expit(x), x)
 
 
-@_activation("silu")
+@_activation("silu", "({0} * fast_sigmoid({0}))", epilogue=True)
 def silu(x):
     return _like(x * special.expit(x), x)
 
 
-@_activation("logsigmoid")
+@_activation("logsigmoid", "(-np.logaddexp({T}(0.0), -{0}))")
 def logsigmoid(x):
     return _like(-np.logaddexp(0, -_f64(x)), x)
 
 
-@_activation("gelu", {"approximate": STR("none")})
+def _gelu_scalar(operands: list[str], attrs: dict, dtype: str) -> str:
+    return f"fast_gelu_tanh({operands[0]})" if attrs["approximate"] == "tanh" else f"fast_gelu({operands[0]})"
+
+
+@_activation("gelu", _gelu_scalar, {"approximate": STR("none", choices=("none", "tanh"))}, epilogue=True)
 def gelu(x, approximate):
     x64 = _f64(x)
     if approximate == "tanh":
@@ -107,23 +112,24 @@ def gelu(x, approximate):
     return _like(y, x)
 
 
-@_activation("hardswish")
+@_activation("hardswish", "({0} * min(max({0} + {T}(3.0), {T}(0.0)), {T}(6.0)) / {T}(6.0))", epilogue=True)
 def hardswish(x):
     return _like(x * np.clip(x + 3, 0, 6) / 6, x)
 
 
-@_activation("hardsigmoid")
+@_activation("hardsigmoid", "(min(max({0} + {T}(3.0), {T}(0.0)), {T}(6.0)) / {T}(6.0))", epilogue=True)
 def hardsigmoid(x):
     return _like(np.clip(x + 3, 0, 6) / 6, x)
 
 
-@_activation("mish")
+@_activation("mish", "({0} * math.tanh(np.logaddexp({T}(0.0), {0})))", epilogue=True)
 def mish(x):
     x64 = _f64(x)
     return _like(x64 * np.tanh(np.logaddexp(0, x64)), x)
 
 
-@_activation("softplus", {"beta": FLOAT(1.0), "threshold": FLOAT(20.0)})
+@_activation("softplus", "({0} if {0} * {beta} > {threshold} else np.logaddexp({T}(0.0), {0} * {beta}) / {beta})",
+             {"beta": FLOAT(1.0), "threshold": FLOAT(20.0)})
 def softplus(x, beta, threshold):
     """log(1 + exp(beta x)) / beta, and x itself where beta x > threshold (torch's cut-off)."""
     scaled = _f64(x) * beta
@@ -135,60 +141,63 @@ def _elu64(x: np.ndarray, alpha: float) -> np.ndarray:
     return np.where(x64 > 0, x64, alpha * np.expm1(np.minimum(x64, 0)))
 
 
-@_activation("elu", {"alpha": FLOAT(1.0)})
+@_activation("elu", "({0} if {0} > 0 else {alpha} * math.expm1({0}))", {"alpha": FLOAT(1.0)}, epilogue=True)
 def elu(x, alpha):
     return _like(_elu64(x, alpha), x)
 
 
-@_activation("selu")
+@_activation("selu", f"({{T}}({SELU_SCALE!r}) * ({{0}} if {{0}} > 0 else {{T}}({SELU_ALPHA!r}) * math.expm1({{0}})))")
 def selu(x):
     return _like(SELU_SCALE * _elu64(x, SELU_ALPHA), x)
 
 
-@_activation("celu", {"alpha": FLOAT(1.0)})
+@_activation("celu", "({0} if {0} > 0 else {alpha} * math.expm1({0} / {alpha}))", {"alpha": FLOAT(1.0)})
 def celu(x, alpha):
     """max(0, x) + min(0, alpha (exp(x / alpha) - 1))."""
     x64 = _f64(x)
     return _like(np.where(x64 > 0, x64, alpha * np.expm1(np.minimum(x64, 0) / alpha)), x)
 
 
-@_activation("softsign")
+@_activation("softsign", "({0} / ({T}(1.0) + abs({0})))")
 def softsign(x):
     return _like(x / (1 + np.abs(x)), x)
 
 
-@_activation("tanhshrink")
+@_activation("tanhshrink", "({0} - math.tanh({0}))")
 def tanhshrink(x):
     return _like(x - np.tanh(x), x)
 
 
-@_activation("hardshrink", {"lambd": FLOAT(0.5)})
+@_activation("hardshrink", "({0} if abs({0}) > {lambd} else {T}(0.0))", {"lambd": FLOAT(0.5)})
 def hardshrink(x, lambd):
     return _like(np.where(np.abs(x) > lambd, x, 0), x)
 
 
-@_activation("softshrink", {"lambd": FLOAT(0.5)})
+@_activation("softshrink", "({0} - {lambd} if {0} > {lambd} else ({0} + {lambd} if {0} < -{lambd} else {T}(0.0)))",
+             {"lambd": FLOAT(0.5)})
 def softshrink(x, lambd):
     return _like(np.where(x > lambd, x - lambd, np.where(x < -lambd, x + lambd, 0)), x)
 
 
-@_activation("threshold", {"threshold": FLOAT(), "value": FLOAT()}, infer=_same)
+@_activation("threshold", "({0} if {0} > {threshold} else {value})", {"threshold": FLOAT(), "value": FLOAT()},
+             infer=_same)
 def threshold(x, threshold, value):
     return _like(np.where(x > threshold, x, value), x)
 
 
 def _prelu_type(types: list[TensorType], attrs: dict) -> TensorType:
     x, w = types
-    channels = x.shape[1] if x.rank >= 2 else 1
-    if w.size not in (1, channels):
-        raise ValueError(f"prelu weight has {w.size} elements; input {x.shape} has {channels} channels (dim 1)")
+    try:
+        shape = broadcast_shapes(x.shape, w.shape)
+    except ValueError:
+        shape = None
+    if shape != x.shape:
+        raise ValueError(f"prelu weight {w.shape} does not broadcast to the input {x.shape}")
     return _floating(types, attrs)
 
 
-@_activation("prelu", inputs=("x", "weight"), infer=_prelu_type)
+@_activation("prelu", "({0} if {0} >= 0 else {1} * {0})", inputs=("x", "weight"), infer=_prelu_type)
 def prelu(x, weight):
-    """The weight scales negative inputs per channel (dim 1), or everywhere if it has one element."""
-    w = weight.reshape(-1)
-    if w.size > 1:
-        w = w.reshape((w.size,) + (1,) * (x.ndim - 2))
-    return _like(np.where(x >= 0, x, w * x), x)
+    """Negative inputs scaled by the weight, which broadcasts numpy-style: torch's per-channel
+    weight (C,) along dim 1 arrives shaped (C, 1, ..., 1) (compiler/lowering/activation.py)."""
+    return _like(np.where(x >= 0, x, weight * x), x)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
-from ir.op_registry import FLOAT, INT, INTS, STR, Trait, register
+from ir.op_registry import FLOAT, INT, INTS, STR, register
 from ir.ops.common import conv_out_size
 from ir.types import TensorType
 
@@ -59,7 +59,7 @@ def im2col(x: np.ndarray, kh: int, kw: int, stride, dilation) -> np.ndarray:
     return win[:, :, ::sh, ::sw, ::dh, ::dw]
 
 
-@register("conv2d", ["x", "weight", "bias?"], _CONV_ATTRS, infer=_conv2d_type, traits=[Trait.EXPENSIVE])
+@register("conv2d", ["x", "weight", "bias?"], _CONV_ATTRS, infer=_conv2d_type)
 def conv2d(x, weight, bias=None, *, stride, padding, dilation, groups, padding_mode):
     n = x.shape[0]
     o, cg, kh, kw = weight.shape
@@ -117,7 +117,7 @@ def _conv_transpose2d_type(types: list[TensorType], attrs: dict) -> TensorType:
 
 
 @register("conv_transpose2d", ["x", "weight", "bias?"], _CONV_T_ATTRS, infer=_conv_transpose2d_type,
-          traits=[Trait.EXPENSIVE])
+         )
 def conv_transpose2d(x, weight, bias=None, *, stride, padding, output_padding, dilation, groups):
     """One matmul gives every (input pixel, kernel tap) product; then one strided
     scatter-add per kernel tap (KH*KW numpy adds, no loop over pixels) builds the

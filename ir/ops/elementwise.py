@@ -97,7 +97,7 @@ def kind_dtypes(kind: Kind, promoted: np.dtype) -> tuple[np.dtype, np.dtype]:
 KINDS: dict[str, Kind] = {}
 
 
-def _register(name: str, arity: int, fn: Callable, kind: Kind) -> None:
+def _register(name: str, arity: int, fn: Callable, kind: Kind, scalar: str, epilogue: bool = False) -> None:
     def infer(types: list[TensorType], attrs: dict) -> TensorType:
         shape = broadcast_shapes(*[t.shape for t in types])
         return TensorType(shape, kind_dtypes(kind, promote_types(t.dtype for t in types))[1])
@@ -110,7 +110,8 @@ def _register(name: str, arity: int, fn: Callable, kind: Kind) -> None:
 
     compute.__name__ = name
     KINDS[name] = kind
-    register(name, ["a", "b"] if arity == 2 else ["x"], infer=infer, traits=_EW)(compute)
+    traits = _EW + [Trait.EPILOGUE] if epilogue else _EW
+    register(name, ["a", "b"] if arity == 2 else ["x"], infer=infer, traits=traits, scalar=scalar)(compute)
 
 
 def _rsqrt(x):
@@ -129,83 +130,86 @@ def _frac(x):
     return x - np.trunc(x)
 
 
-_BINARY: dict[str, tuple[Callable, Kind]] = {
-    "add": (np.add, Kind.PROMOTE),
-    "sub": (np.subtract, Kind.PROMOTE),
-    "mul": (np.multiply, Kind.PROMOTE),
-    "div": (np.true_divide, Kind.FLOAT),
-    "floor_divide": (np.floor_divide, Kind.PROMOTE),  # floor rounding, as torch >= 1.13
-    "fmod": (np.fmod, Kind.PROMOTE),  # sign of the dividend
-    "remainder": (np.remainder, Kind.PROMOTE),  # sign of the divisor
-    "pow": (np.power, Kind.PROMOTE),
-    "maximum": (np.maximum, Kind.PROMOTE),  # propagates nan
-    "minimum": (np.minimum, Kind.PROMOTE),
-    "fmax": (np.fmax, Kind.PROMOTE),  # ignores nan
-    "fmin": (np.fmin, Kind.PROMOTE),
-    "atan2": (np.arctan2, Kind.FLOAT),
-    "logaddexp": (np.logaddexp, Kind.FLOAT),
-    "hypot": (np.hypot, Kind.FLOAT),
-    "copysign": (np.copysign, Kind.FLOAT),
-    "eq": (np.equal, Kind.COMPARE),
-    "ne": (np.not_equal, Kind.COMPARE),
-    "lt": (np.less, Kind.COMPARE),
-    "le": (np.less_equal, Kind.COMPARE),
-    "gt": (np.greater, Kind.COMPARE),
-    "ge": (np.greater_equal, Kind.COMPARE),
-    "bitwise_and": (np.bitwise_and, Kind.BITWISE),
-    "bitwise_or": (np.bitwise_or, Kind.BITWISE),
-    "bitwise_xor": (np.bitwise_xor, Kind.BITWISE),
-    "lshift": (np.left_shift, Kind.BITWISE),
-    "rshift": (np.right_shift, Kind.BITWISE),
-    "logical_and": (np.logical_and, Kind.LOGICAL),
-    "logical_or": (np.logical_or, Kind.LOGICAL),
-    "logical_xor": (np.logical_xor, Kind.LOGICAL),
+# op -> (reference, kind, scalar form); the scalar form is numba source over the operands
+# {0}, {1} and the computing scalar type {T} (see ir/op_registry.py, ScalarForm)
+_BINARY: dict[str, tuple[Callable, Kind, str]] = {
+    "add": (np.add, Kind.PROMOTE, "({0} + {1})"),
+    "sub": (np.subtract, Kind.PROMOTE, "({0} - {1})"),
+    "mul": (np.multiply, Kind.PROMOTE, "({0} * {1})"),
+    "div": (np.true_divide, Kind.FLOAT, "({0} / {1})"),
+    "floor_divide": (np.floor_divide, Kind.PROMOTE, "({0} // {1})"),  # floor rounding, as torch >= 1.13
+    "fmod": (np.fmod, Kind.PROMOTE, "np.fmod({0}, {1})"),  # sign of the dividend
+    "remainder": (np.remainder, Kind.PROMOTE, "({0} % {1})"),  # sign of the divisor
+    "pow": (np.power, Kind.PROMOTE, "({0} ** {1})"),
+    "maximum": (np.maximum, Kind.PROMOTE, "max({0}, {1})"),  # propagates nan
+    "minimum": (np.minimum, Kind.PROMOTE, "min({0}, {1})"),
+    "fmax": (np.fmax, Kind.PROMOTE, "max({0}, {1})"),  # ignores nan
+    "fmin": (np.fmin, Kind.PROMOTE, "min({0}, {1})"),
+    "atan2": (np.arctan2, Kind.FLOAT, "math.atan2({0}, {1})"),
+    "logaddexp": (np.logaddexp, Kind.FLOAT, "np.logaddexp({0}, {1})"),
+    "hypot": (np.hypot, Kind.FLOAT, "math.hypot({0}, {1})"),
+    "copysign": (np.copysign, Kind.FLOAT, "math.copysign({0}, {1})"),
+    "eq": (np.equal, Kind.COMPARE, "({0} == {1})"),
+    "ne": (np.not_equal, Kind.COMPARE, "({0} != {1})"),
+    "lt": (np.less, Kind.COMPARE, "({0} < {1})"),
+    "le": (np.less_equal, Kind.COMPARE, "({0} <= {1})"),
+    "gt": (np.greater, Kind.COMPARE, "({0} > {1})"),
+    "ge": (np.greater_equal, Kind.COMPARE, "({0} >= {1})"),
+    "bitwise_and": (np.bitwise_and, Kind.BITWISE, "({0} & {1})"),
+    "bitwise_or": (np.bitwise_or, Kind.BITWISE, "({0} | {1})"),
+    "bitwise_xor": (np.bitwise_xor, Kind.BITWISE, "({0} ^ {1})"),
+    "lshift": (np.left_shift, Kind.BITWISE, "({0} << {1})"),
+    "rshift": (np.right_shift, Kind.BITWISE, "({0} >> {1})"),
+    "logical_and": (np.logical_and, Kind.LOGICAL, "(bool({0}) and bool({1}))"),
+    "logical_or": (np.logical_or, Kind.LOGICAL, "(bool({0}) or bool({1}))"),
+    "logical_xor": (np.logical_xor, Kind.LOGICAL, "(bool({0}) != bool({1}))"),
 }
 
-_UNARY: dict[str, tuple[Callable, Kind]] = {
-    "neg": (np.negative, Kind.PROMOTE),
-    "abs": (np.abs, Kind.PROMOTE),
-    "sign": (_torch_sign, Kind.PROMOTE),
-    "square": (np.square, Kind.PROMOTE),
-    "floor": (np.floor, Kind.PROMOTE),  # on integers: the integers, as torch
-    "ceil": (np.ceil, Kind.PROMOTE),
-    "round": (np.round, Kind.PROMOTE),  # half to even, as torch.round
-    "trunc": (np.trunc, Kind.PROMOTE),
-    "frac": (_frac, Kind.PROMOTE),
-    "exp": (np.exp, Kind.FLOAT),
-    "exp2": (np.exp2, Kind.FLOAT),
-    "expm1": (np.expm1, Kind.FLOAT),
-    "log": (np.log, Kind.FLOAT),
-    "log2": (np.log2, Kind.FLOAT),
-    "log10": (np.log10, Kind.FLOAT),
-    "log1p": (np.log1p, Kind.FLOAT),
-    "sqrt": (np.sqrt, Kind.FLOAT),
-    "rsqrt": (_rsqrt, Kind.FLOAT),
-    "reciprocal": (np.reciprocal, Kind.FLOAT),
-    "sin": (np.sin, Kind.FLOAT),
-    "cos": (np.cos, Kind.FLOAT),
-    "tan": (np.tan, Kind.FLOAT),
-    "asin": (np.arcsin, Kind.FLOAT),
-    "acos": (np.arccos, Kind.FLOAT),
-    "atan": (np.arctan, Kind.FLOAT),
-    "sinh": (np.sinh, Kind.FLOAT),
-    "cosh": (np.cosh, Kind.FLOAT),
-    "tanh": (np.tanh, Kind.FLOAT),
-    "asinh": (np.arcsinh, Kind.FLOAT),
-    "acosh": (np.arccosh, Kind.FLOAT),
-    "atanh": (np.arctanh, Kind.FLOAT),
-    "erf": (special.erf, Kind.FLOAT),
-    "erfc": (special.erfc, Kind.FLOAT),
-    "isnan": (np.isnan, Kind.COMPARE),
-    "signbit": (np.signbit, Kind.COMPARE),
-    "bitwise_not": (np.invert, Kind.BITWISE),
-    "logical_not": (np.logical_not, Kind.LOGICAL),
+_UNARY: dict[str, tuple[Callable, Kind, str]] = {
+    "neg": (np.negative, Kind.PROMOTE, "(-{0})"),
+    "abs": (np.abs, Kind.PROMOTE, "abs({0})"),
+    "sign": (_torch_sign, Kind.PROMOTE, "np.sign({0})"),
+    "square": (np.square, Kind.PROMOTE, "({0} * {0})"),
+    "floor": (np.floor, Kind.PROMOTE, "np.floor({0})"),  # on integers: the integers, as torch
+    "ceil": (np.ceil, Kind.PROMOTE, "np.ceil({0})"),
+    "round": (np.round, Kind.PROMOTE, "np.rint({0})"),  # half to even, as torch.round
+    "trunc": (np.trunc, Kind.PROMOTE, "np.trunc({0})"),
+    "frac": (_frac, Kind.PROMOTE, "({0} - np.trunc({0}))"),
+    "exp": (np.exp, Kind.FLOAT, "fast_exp({0})"),
+    "exp2": (np.exp2, Kind.FLOAT, "np.exp2({0})"),
+    "expm1": (np.expm1, Kind.FLOAT, "np.expm1({0})"),
+    "log": (np.log, Kind.FLOAT, "np.log({0})"),
+    "log2": (np.log2, Kind.FLOAT, "np.log2({0})"),
+    "log10": (np.log10, Kind.FLOAT, "np.log10({0})"),
+    "log1p": (np.log1p, Kind.FLOAT, "np.log1p({0})"),
+    "sqrt": (np.sqrt, Kind.FLOAT, "np.sqrt({0})"),
+    "rsqrt": (_rsqrt, Kind.FLOAT, "({T}(1.0) / np.sqrt({0}))"),
+    "reciprocal": (np.reciprocal, Kind.FLOAT, "({T}(1.0) / {0})"),
+    "sin": (np.sin, Kind.FLOAT, "np.sin({0})"),
+    "cos": (np.cos, Kind.FLOAT, "np.cos({0})"),
+    "tan": (np.tan, Kind.FLOAT, "np.tan({0})"),
+    "asin": (np.arcsin, Kind.FLOAT, "np.arcsin({0})"),
+    "acos": (np.arccos, Kind.FLOAT, "np.arccos({0})"),
+    "atan": (np.arctan, Kind.FLOAT, "np.arctan({0})"),
+    "sinh": (np.sinh, Kind.FLOAT, "np.sinh({0})"),
+    "cosh": (np.cosh, Kind.FLOAT, "np.cosh({0})"),
+    "tanh": (np.tanh, Kind.FLOAT, "fast_tanh({0})"),  # also an epilogue activation, below
+    "asinh": (np.arcsinh, Kind.FLOAT, "np.arcsinh({0})"),
+    "acosh": (np.arccosh, Kind.FLOAT, "np.arccosh({0})"),
+    "atanh": (np.arctanh, Kind.FLOAT, "np.arctanh({0})"),
+    "erf": (special.erf, Kind.FLOAT, "fast_erf({0})"),
+    "erfc": (special.erfc, Kind.FLOAT, "math.erfc({0})"),
+    "isnan": (np.isnan, Kind.COMPARE, "np.isnan({0})"),
+    "signbit": (np.signbit, Kind.COMPARE, "np.signbit({0})"),
+    "bitwise_not": (np.invert, Kind.BITWISE, "(~{0})"),
+    "logical_not": (np.logical_not, Kind.LOGICAL, "(not bool({0}))"),
 }
+_EPILOGUE_OPS = {"tanh"}  # nn.Tanh is an activation too: conv and linear epilogues apply it
 
-for _name, (_fn, _kind) in _BINARY.items():
-    _register(_name, 2, _fn, _kind)
-for _name, (_fn, _kind) in _UNARY.items():
-    _register(_name, 1, _fn, _kind)
+for _name, (_fn, _kind, _scalar) in _BINARY.items():
+    _register(_name, 2, _fn, _kind, _scalar)
+for _name, (_fn, _kind, _scalar) in _UNARY.items():
+    _register(_name, 1, _fn, _kind, _scalar, epilogue=_name in _EPILOGUE_OPS)
 
 
 def _where_type(types: list[TensorType], attrs: dict) -> TensorType:
@@ -213,18 +217,23 @@ def _where_type(types: list[TensorType], attrs: dict) -> TensorType:
     return TensorType(shape, promote_types([types[1].dtype, types[2].dtype]))
 
 
-@register("where", ["cond", "a", "b"], infer=_where_type, traits=_EW)
+@register("where", ["cond", "a", "b"], infer=_where_type, traits=_EW, scalar="({1} if {0} else {2})")
 def where(cond, a, b):
     dtype = promote_types([a.dtype, b.dtype])
     return np.where(cond.astype(bool, copy=False), a.astype(dtype, copy=False), b.astype(dtype, copy=False))
 
 
-@register("copy", ["x"], infer=lambda t, a: t[0], traits=_EW)
+@register("copy", ["x"], infer=lambda t, a: t[0], traits=_EW, scalar="{0}")
 def copy(x):
     return np.array(x, copy=True)
 
 
-@register("cast", ["x"], {"dtype": STR()}, infer=lambda t, a: TensorType(t[0].shape, a["dtype"]), traits=_EW)
+def _cast_scalar(operands: list[str], attrs: dict, dtype: str) -> str:
+    return f"({operands[0]} != 0)" if attrs["dtype"] == "bool" else f"np.{attrs['dtype']}({operands[0]})"
+
+
+@register("cast", ["x"], {"dtype": STR()}, infer=lambda t, a: TensorType(t[0].shape, a["dtype"]), traits=_EW,
+          scalar=_cast_scalar)
 def cast(x, dtype):
     """astype truncates floats toward zero, as torch's .to(int)."""
     return x.astype(dtype)

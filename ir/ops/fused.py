@@ -5,27 +5,25 @@
     y = y + residual                    (when a 4th input is given)
     y = post_activation(y; post_alpha, post_beta)
 
-Activations are named as their IR ops; alpha/beta carry their parameters:
-clamp (alpha=min, beta=max), leaky_relu (alpha=slope), elu (alpha). gelu_tanh is
-gelu with approximate="tanh". The reference runs the unfused ops' references.
+Activations are the ops with the EPILOGUE trait, named as their IR ops, with string
+attributes other than the default appended (gelu with approximate="tanh" is gelu_tanh);
+their float attributes travel as alpha and beta (clamp: alpha=min, beta=max). The
+reference runs the unfused ops' references.
 """
 
 from __future__ import annotations
 
 import functools
+import itertools
 from dataclasses import dataclass
 
 import numpy as np
 
-from ir.op_registry import FLOAT, STR, Trait, get_op, register
+from ir.graph import Node
+from ir.op_registry import FLOAT, STR, AttrKind, Trait, all_ops, get_op, register
 from ir.ops.conv import _CONV_ATTRS, _conv2d_type, conv2d
 from ir.ops.linear import linear
 from ir.types import TensorType
-
-EPILOGUE_ACTIVATIONS = (
-    "none", "relu", "clamp", "leaky_relu", "silu", "sigmoid", "tanh",
-    "hardswish", "hardsigmoid", "gelu", "gelu_tanh", "elu", "mish",
-)
 
 _EPILOGUE_ATTRS = {
     "activation": STR("none"),
@@ -37,31 +35,57 @@ _EPILOGUE_ATTRS = {
 }
 
 
-def activation_attrs(name: str, alpha: float, beta: float) -> tuple[str, dict]:
-    """The IR op and attributes of an epilogue activation."""
-    if name == "clamp":
-        return "clamp", {"min": alpha, "max": beta}
-    if name == "leaky_relu":
-        return "leaky_relu", {"negative_slope": alpha}
-    if name == "elu":
-        return "elu", {"alpha": alpha}
-    if name == "gelu":
-        return "gelu", {"approximate": "none"}
-    if name == "gelu_tanh":
-        return "gelu", {"approximate": "tanh"}
-    return name, {}
+@dataclass(frozen=True)
+class EpilogueActivation:
+    """An activation a conv/linear epilogue applies: an EPILOGUE op with its string attributes
+    fixed (gelu and gelu_tanh are two); its float attributes, in order, are alpha and beta."""
+
+    name: str
+    op: str  # "" for "none"
+    fixed: tuple[tuple[str, str], ...]
+    params: tuple[str, ...]
+
+    def attrs(self, alpha: float, beta: float) -> dict:
+        return {**dict(self.fixed), **dict(zip(self.params, (alpha, beta)))}
+
+
+@functools.cache
+def epilogue_activations() -> dict[str, EpilogueActivation]:
+    """Every epilogue activation by name: "none" first, then the EPILOGUE ops' variants by name."""
+    table = {"none": EpilogueActivation("none", "", (), ())}
+    for op, opdef in sorted(all_ops().items()):
+        if not opdef.has(Trait.EPILOGUE):
+            continue
+        params = tuple(k for k, a in opdef.attrs.items() if a.kind is AttrKind.FLOAT)
+        strings = [(k, a) for k, a in opdef.attrs.items() if a.kind is AttrKind.STR]
+        if len(params) > 2 or len(params) + len(strings) != len(opdef.attrs) or any(a.choices is None
+                                                                                    for _, a in strings):
+            raise ValueError(f"epilogue op {op}: at most two float attributes, and string ones with choices")
+        for values in itertools.product(*(a.choices for _, a in strings)):
+            name = op + "".join(f"_{v}" for (_, a), v in zip(strings, values) if v != a.default)
+            table[name] = EpilogueActivation(name, op, tuple((k, v) for (k, _), v in zip(strings, values)), params)
+    return table
+
+
+def as_epilogue(node: Node) -> tuple[str, float, float] | None:
+    """(name, alpha, beta) of an activation node an epilogue can apply, else None."""
+    if not get_op(node.op).has(Trait.EPILOGUE):
+        return None
+    for act in epilogue_activations().values():
+        if act.op == node.op and all(node.attrs[k] == v for k, v in act.fixed):
+            alpha, beta = [float(node.attrs[k]) for k in act.params] + [0.0] * (2 - len(act.params))
+            return act.name, alpha, beta
+    return None
 
 
 def apply_activation(y: np.ndarray, name: str, alpha: float, beta: float) -> np.ndarray:
-    if name == "none":
-        return y
-    op, attrs = activation_attrs(name, alpha, beta)
-    return get_op(op).compute(y, **attrs)
+    act = epilogue_activations()[name]
+    return y if act.op == "" else get_op(act.op).compute(y, **act.attrs(alpha, beta))
 
 
 def _check_epilogue(types: list[TensorType], attrs: dict, out: TensorType, first_extra: int) -> TensorType:
     for key in ("activation", "post_activation"):
-        if attrs[key] not in EPILOGUE_ACTIVATIONS:
+        if attrs[key] not in epilogue_activations():
             raise ValueError(f"unknown epilogue {key} {attrs[key]!r}")
     if len(types) > first_extra and types[first_extra].shape != out.shape:
         raise ValueError(f"residual {types[first_extra]} does not match output {out}")
@@ -76,7 +100,7 @@ def _epilogue(y, residual, activation, alpha, beta, post_activation, post_alpha,
 
 
 @register("fused_conv2d", ["x", "weight", "bias", "residual?"], {**_CONV_ATTRS, **_EPILOGUE_ATTRS},
-          infer=lambda t, a: _check_epilogue(t, a, _conv2d_type(t[:3], a), 3), traits=[Trait.EXPENSIVE])
+          infer=lambda t, a: _check_epilogue(t, a, _conv2d_type(t[:3], a), 3))
 def fused_conv2d(x, weight, bias, residual=None, *, stride, padding, dilation, groups, padding_mode, **epilogue):
     y = conv2d(x, weight, bias, stride=stride, padding=padding, dilation=dilation, groups=groups,
                padding_mode=padding_mode)
@@ -89,7 +113,7 @@ def _linear_type(types: list[TensorType], attrs: dict) -> TensorType:
 
 
 @register("fused_linear", ["x", "weight", "bias", "residual?"], dict(_EPILOGUE_ATTRS),
-          infer=_linear_type, traits=[Trait.EXPENSIVE])
+          infer=_linear_type)
 def fused_linear(x, weight, bias, residual=None, **epilogue):
     return _epilogue(linear(x, weight, bias), residual, **epilogue)
 

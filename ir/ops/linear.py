@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ir.op_registry import Trait, register
+from ir.op_registry import register
 from ir.ops.common import broadcast_shapes, promote
 from ir.types import TensorType
 
@@ -26,7 +26,7 @@ def _linear_type(types: list[TensorType], attrs: dict) -> TensorType:
     return TensorType(x.shape[:-1] + (w.shape[0],), promote(types))
 
 
-@register("linear", ["x", "weight", "bias?"], infer=_linear_type, traits=[Trait.EXPENSIVE])
+@register("linear", ["x", "weight", "bias?"], infer=_linear_type)
 def linear(x, weight, bias=None):
     # one 2-D GEMM over all leading dims: numpy's batched matmul loops per batch item
     out = np.matmul(x.reshape(-1, x.shape[-1]), weight.T).reshape(x.shape[:-1] + (weight.shape[0],))
@@ -50,7 +50,7 @@ def _matmul_type(types: list[TensorType], attrs: dict) -> TensorType:
     return TensorType(batch + rows + cols, promote(types))
 
 
-@register("matmul", ["a", "b"], infer=_matmul_type, traits=[Trait.EXPENSIVE])
+@register("matmul", ["a", "b"], infer=_matmul_type)
 def matmul(a, b):
     # np.asarray: the product of two vectors comes back as a numpy scalar
     return np.asarray(np.matmul(a, b), dtype=np.result_type(a, b))

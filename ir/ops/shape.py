@@ -13,11 +13,9 @@ import math
 
 import numpy as np
 
-from ir.op_registry import INT, INTS, Trait, register
+from ir.op_registry import INT, INTS, register
 from ir.ops.common import normalize_axis, promote
 from ir.types import TensorType
-
-_VIEW = [Trait.VIEW]
 
 
 def _with_dim(shape: tuple[int, ...], axis: int, size: int) -> tuple[int, ...]:
@@ -41,7 +39,7 @@ def _reshape_type(types: list[TensorType], attrs: dict) -> TensorType:
     return x.with_shape(shape)
 
 
-@register("reshape", ["x"], {"shape": INTS()}, infer=_reshape_type, traits=_VIEW)
+@register("reshape", ["x"], {"shape": INTS()}, infer=_reshape_type)
 def reshape(x, shape):
     return x.reshape(shape)
 
@@ -53,7 +51,7 @@ def _transpose_type(types: list[TensorType], attrs: dict) -> TensorType:
     return x.with_shape(tuple(x.shape[p] for p in perm))
 
 
-@register("transpose", ["x"], {"perm": INTS()}, infer=_transpose_type, traits=_VIEW)
+@register("transpose", ["x"], {"perm": INTS()}, infer=_transpose_type)
 def transpose(x, perm):
     return x.transpose(perm)
 
@@ -92,7 +90,7 @@ def _split_type(types: list[TensorType], attrs: dict) -> list[TensorType]:
     return [x.with_shape(_with_dim(x.shape, axis, s)) for s in sizes]
 
 
-@register("split", ["x"], {"dim": INT(), "sizes": INTS()}, infer=_split_type, traits=_VIEW)
+@register("split", ["x"], {"dim": INT(), "sizes": INTS()}, infer=_split_type)
 def split(x, dim, sizes):
     return tuple(np.split(x, np.cumsum(sizes)[:-1], axis=dim))
 
@@ -124,7 +122,7 @@ def _slice_type(types: list[TensorType], attrs: dict) -> TensorType:
 
 
 @register("slice", ["x"], {"axes": INTS(), "starts": INTS(), "ends": INTS(), "steps": INTS()},
-          infer=_slice_type, traits=_VIEW)
+          infer=_slice_type)
 def slice_(x, axes, starts, ends, steps):
     return x[slice_index(x.shape, {"axes": axes, "starts": starts, "ends": ends, "steps": steps})]
 
@@ -142,7 +140,7 @@ def _expand_type(types: list[TensorType], attrs: dict) -> TensorType:
     return x.with_shape(shape)
 
 
-@register("expand", ["x"], {"shape": INTS()}, infer=_expand_type, traits=_VIEW)
+@register("expand", ["x"], {"shape": INTS()}, infer=_expand_type)
 def expand(x, shape):
     return np.broadcast_to(x, shape)
 

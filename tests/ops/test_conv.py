@@ -7,7 +7,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from compiler.lowering import supported_pnnx_types
-from ir.op_registry import Trait, get_op
+from ir.op_registry import get_op
 from ir.types import TensorType
 from tests.optest import check_module
 
@@ -257,9 +257,3 @@ def test_pad_reference_crops_then_pads_and_keeps_dtype():
     got = get_op("pad").run([x], {"pads": (-1, 1, 1, 0), "mode": "constant", "value": 7.0})[0]
     np.testing.assert_array_equal(got, [[7, 7, 7, 7], [1, 2, 3, 7], [5, 6, 7, 7], [9, 10, 11, 7]])
     assert got.dtype == np.int64
-
-
-def test_convolutions_are_expensive_and_pad_is_not():
-    assert get_op("conv2d").has(Trait.EXPENSIVE)
-    assert get_op("conv_transpose2d").has(Trait.EXPENSIVE)
-    assert not get_op("pad").has(Trait.EXPENSIVE)

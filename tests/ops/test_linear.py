@@ -7,7 +7,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from compiler.lowering import supported_pnnx_types
-from ir.op_registry import Trait, get_op
+from ir.op_registry import get_op
 from ir.types import TensorType
 from tests.optest import check_module
 
@@ -174,7 +174,3 @@ def test_linear_reference_does_not_modify_its_inputs():
     for a in (x, w, b):
         a.flags.writeable = False
     np.testing.assert_array_equal(get_op("linear").run([x, w, b], {})[0], np.full((2, 4), 4.0))
-
-
-def test_linear_and_matmul_are_expensive():
-    assert get_op("linear").has(Trait.EXPENSIVE) and get_op("matmul").has(Trait.EXPENSIVE)

@@ -1,0 +1,94 @@
+"""Every registered op is complete: a way in (a lowering rule, an expression function, or the pass
+that makes it), a way out on the numba backend (an emit rule, or a scalar form the elementwise
+loops and epilogues are generated from) and a reference implementation."""
+
+from __future__ import annotations
+
+import ast
+import inspect
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import compiler.lowering.rules  # noqa: F401 - registers every lowering rule
+from codegen.emit import emit_rule
+from codegen.emit.elementwise import scalar_expression
+from codegen.kernels.epilogue import ACTIVATION_CODES, activations_source
+from ir.graph import Value, make_node
+from ir.op_registry import Trait, all_ops, get_op
+from ir.ops.expression import FUNCTIONS
+from ir.ops.fused import apply_activation, as_epilogue, epilogue_activations
+from ir.types import TensorType
+
+ROOT = Path(__file__).resolve().parents[1]
+OPS = sorted(all_ops())
+
+# ops that reach codegen in another form: a pass rewrites them first
+REWRITTEN = {"expression": "lower-expressions expands it into elementwise ops"}
+
+
+def _string_constants(directory: Path) -> set[str]:
+    """Every string literal in the Python sources of a directory, and the prefix+suffix joins of
+    simple f-strings (f"{op}_indices" makes max_pool2d_indices from max_pool2d)."""
+    found: set[str] = set()
+    for path in directory.glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str):
+                found.add(node.value)
+    return found
+
+
+def _made_somewhere() -> set[str]:
+    """IR op names a lowering rule or a pass can make."""
+    strings = _string_constants(ROOT / "compiler" / "lowering") | _string_constants(ROOT / "compiler" / "passes")
+    made = {s for s in strings if s in all_ops()}
+    made |= set(FUNCTIONS.values())  # pnnx.Expression functions, expanded by lower-expressions
+    made |= {op for op in all_ops() if op.endswith("_indices") and op.removesuffix("_indices") in made
+             and "_indices" in strings}
+    return made
+
+
+MADE = _made_somewhere()
+
+
+@pytest.mark.parametrize("op", OPS)
+def test_every_op_has_a_lowering_path_a_numba_form_and_a_reference(op):
+    opdef = get_op(op)
+    assert op in MADE, f"no lowering rule or pass makes {op}"
+    assert callable(opdef.compute) and inspect.signature(opdef.compute), f"{op} has no reference"
+    assert emit_rule(op) is not None or op in REWRITTEN, f"the numba backend cannot emit {op}"
+    if opdef.has(Trait.ELEMENTWISE) and op not in REWRITTEN and op != "fused_elementwise":
+        assert opdef.scalar is not None, f"elementwise op {op} has no scalar form"
+
+
+@pytest.mark.parametrize("op", [op for op in OPS if get_op(op).scalar is not None])
+def test_scalar_forms_are_python_expressions(op):
+    opdef = get_op(op)
+    attrs = {k: (a.choices[0] if a.choices else "float32" if k == "dtype" else a.default)
+             for k, a in opdef.attrs.items()}
+    attrs = {k: 0.5 if v is ... else v for k, v in attrs.items()}
+    args = [f"x{i}" for i in range(opdef.arity()[0])]
+    ast.parse(scalar_expression(op, args, attrs, "float32"), mode="eval")
+
+
+def test_every_epilogue_activation_is_generated_into_the_epilogue_kernel():
+    acts = epilogue_activations()
+    assert set(ACTIVATION_CODES) == set(acts)
+    assert (ACTIVATION_CODES["none"], ACTIVATION_CODES["relu"]) == (0, 1)  # _finish's one-pass case
+    source = activations_source()
+    for name, code in ACTIVATION_CODES.items():
+        assert f"code == {code}:  # {name}\n" in source
+    assert {"gelu", "gelu_tanh", "clamp", "leaky_relu", "hardswish", "silu", "tanh"} <= set(acts)
+
+
+def test_epilogue_activations_round_trip_through_the_fusion_pass_helpers():
+    x = np.linspace(-4, 4, 17, dtype=np.float32)
+    for op, attrs in [("clamp", {"min": -1.0, "max": 2.0}), ("leaky_relu", {"negative_slope": 0.2}),
+                      ("gelu", {"approximate": "tanh"}), ("elu", {"alpha": 0.5}), ("hardswish", {})]:
+        node = make_node(op, "n", [Value("x", TensorType((17,), "float32"))], ["y"], attrs)
+        name, alpha, beta = as_epilogue(node)
+        np.testing.assert_array_equal(apply_activation(x, name, alpha, beta), get_op(op).compute(x, **node.attrs))
+    prelu = make_node("prelu", "p", [Value("x", TensorType((2, 3), "float32")),
+                                     Value("w", TensorType((3,), "float32"))], ["y"])
+    assert as_epilogue(prelu) is None  # two operands: not an epilogue activation
