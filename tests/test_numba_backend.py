@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import numpy as np
+import pytest
 import threadpoolctl
 
 import codegen.runtime
 import compiler
+from compiler.numba_backend import NumbaModel
 from tests.test_interpreter import two_inputs  # noqa: F401 - the fixture
 
 SHIPPED = Path(compiler.__file__).parent / "data" / "tiny_cnn.pnnx.param"
@@ -83,3 +86,21 @@ def test_the_forward_binds_its_kernels_instead_of_linking_their_code(tmp_path):
     x = np.random.default_rng(0).normal(size=m.inputs[0].shape).astype(np.float32)
     reference = compiler.compile(SHIPPED, backend="interpreter")(x)
     np.testing.assert_allclose(m(x), reference, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("text, node", [
+    ("""graph g(%a: f32[2,1,2,1,2,1,2,3,4], %b: f32[1,2,1,2,1,2,1,4,5]) {
+  %out0: f32[2,2,2,2,2,2,2,3,5] = matmul(%a, %b) @deep_matmul
+  return %out0
+}""", "deep_matmul (matmul)"),
+    ("""graph g(%x: f32[2,3,4,5,6]) {
+  %out0: f32[4,3,4,5,6] = pad(%x) {pads=[0, 0, 0, 0, 0, 0, 0, 0, 1, 1]} @pad5
+  return %out0
+}""", "pad5 (pad)"),
+])
+def test_a_codegen_limit_is_a_typed_error_naming_the_node(text, node, tmp_path):
+    from ir import parse_graph
+    from ir.errors import CodegenUnsupportedError
+
+    with pytest.raises(CodegenUnsupportedError, match=rf"{re.escape(node)}: .*use backend='interpreter'"):
+        NumbaModel.build(parse_graph(text), tmp_path)
