@@ -57,6 +57,21 @@ def _activation(name: str, scalar: ScalarForm, attrs: dict | None = None, infer=
     return decorate
 
 
+# x * g(x) with g(-inf) = 0 is 0 at -inf, not IEEE's -inf * 0 = nan: such activations multiply by
+# x clamped to the finite range (float32's largest magnitude, which leaves float64 results alike)
+FINITE = 3.4028234663852886e+38
+_FLOOR = "max({0}, {T}(-3.4028234663852886e+38))"  # the scalar forms' x clamped from below
+_CLAMP = "min(max({0}, {T}(-3.4028234663852886e+38)), {T}(3.4028234663852886e+38))"
+
+
+def _floor(x: np.ndarray) -> np.ndarray:
+    return np.maximum(x, -FINITE)
+
+
+def _finite(x: np.ndarray) -> np.ndarray:
+    return np.clip(x, -FINITE, FINITE)
+
+
 def _like(y: np.ndarray, x: np.ndarray) -> np.ndarray:
     return np.asarray(y, dtype=x.dtype)
 
@@ -88,9 +103,9 @@ def sigmoid(x):
     return _like(special.expit(x), x)
 
 
-@_activation("silu", "({0} * fast_sigmoid({0}))", epilogue=True)
+@_activation("silu", f"({_FLOOR} * fast_sigmoid({{0}}))", epilogue=True)
 def silu(x):
-    return _like(x * special.expit(x), x)
+    return _like(_floor(x) * special.expit(x), x)
 
 
 @_activation("logsigmoid", "(-np.logaddexp({T}(0.0), -{0}))")
@@ -99,12 +114,13 @@ def logsigmoid(x):
 
 
 def _gelu_scalar(operands: list[str], attrs: dict, dtype: str) -> str:
-    return f"fast_gelu_tanh({operands[0]})" if attrs["approximate"] == "tanh" else f"fast_gelu({operands[0]})"
+    x = _FLOOR.format(operands[0], T=dtype)
+    return f"fast_gelu_tanh({x})" if attrs["approximate"] == "tanh" else f"fast_gelu({x})"
 
 
 @_activation("gelu", _gelu_scalar, {"approximate": STR("none", choices=("none", "tanh"))}, epilogue=True)
 def gelu(x, approximate):
-    x64 = _f64(x)
+    x64 = _floor(_f64(x))
     if approximate == "tanh":
         y = 0.5 * x64 * (1 + np.tanh(np.sqrt(2 / np.pi) * (x64 + 0.044715 * x64**3)))
     else:
@@ -112,9 +128,10 @@ def gelu(x, approximate):
     return _like(y, x)
 
 
-@_activation("hardswish", "({0} * min(max({0} + {T}(3.0), {T}(0.0)), {T}(6.0)) / {T}(6.0))", epilogue=True)
+@_activation("hardswish", f"({_FLOOR} * min(max({{0}} + {{T}}(3.0), {{T}}(0.0)), {{T}}(6.0)) / {{T}}(6.0))",
+             epilogue=True)
 def hardswish(x):
-    return _like(x * np.clip(x + 3, 0, 6) / 6, x)
+    return _like(_floor(x) * np.clip(x + 3, 0, 6) / 6, x)
 
 
 @_activation("hardsigmoid", "(min(max({0} + {T}(3.0), {T}(0.0)), {T}(6.0)) / {T}(6.0))", epilogue=True)
@@ -122,10 +139,10 @@ def hardsigmoid(x):
     return _like(np.clip(x + 3, 0, 6) / 6, x)
 
 
-@_activation("mish", "({0} * math.tanh(np.logaddexp({T}(0.0), {0})))", epilogue=True)
+@_activation("mish", f"({_FLOOR} * math.tanh(np.logaddexp({{T}}(0.0), {{0}})))", epilogue=True)
 def mish(x):
     x64 = _f64(x)
-    return _like(x64 * np.tanh(np.logaddexp(0, x64)), x)
+    return _like(_floor(x64) * np.tanh(np.logaddexp(0, x64)), x)
 
 
 @_activation("softplus", "({0} if {0} * {beta} > {threshold} else np.logaddexp({T}(0.0), {0} * {beta}) / {beta})",
@@ -158,9 +175,11 @@ def celu(x, alpha):
     return _like(np.where(x64 > 0, x64, alpha * np.expm1(np.minimum(x64, 0) / alpha)), x)
 
 
-@_activation("softsign", "({0} / ({T}(1.0) + abs({0})))")
+@_activation("softsign", f"({_CLAMP} / ({{T}}(1.0) + abs({_CLAMP})))")
 def softsign(x):
-    return _like(x / (1 + np.abs(x)), x)
+    """x / (1 + |x|), which is +-1 at +-inf (not inf / inf)."""
+    c = _finite(x)
+    return _like(c / (1 + np.abs(c)), x)
 
 
 @_activation("tanhshrink", "({0} - math.tanh({0}))")

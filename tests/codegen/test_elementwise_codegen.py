@@ -62,3 +62,22 @@ def test_every_unary_float_op(op, tmp_path):
     x = RNG.uniform(lo, hi, size=(4, 9)).astype(np.float32)
     got, expected = run_both(text, x, tmp_path=tmp_path)
     np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6, err_msg=op)
+
+
+ACTIVATIONS = sorted(op for op, d in all_ops().items()
+                     if d.compute.__module__ == "ir.ops.activation" and d.arity() == (1, 1))
+EXTREMES = np.array([[-np.inf, -1e30, -1e4, -100.0, -20.0, -3.0, -1e-3, 0.0],
+                     [1e-3, 3.0, 20.0, 100.0, 1e4, 1e30, np.inf, np.nan]], np.float32)
+
+
+@pytest.mark.parametrize("op", ACTIVATIONS)
+def test_activation_loops_agree_with_the_reference_at_infinities_and_nan(op, tmp_path):
+    """The generated loop (scalar form) and the reference give the same infinities, zeros and nan."""
+    attrs = {"threshold": "{threshold=0.5, value=-2.0}"}.get(op, "")
+    text = f"""graph g(%x: f32[2,8]) {{
+  %out0: f32[2,8] = {op}(%x) {attrs} @n
+  return %out0
+}}"""
+    got, expected = run_both(text, EXTREMES, tmp_path=tmp_path)
+    # infinities and nan must match exactly; finite values to the fast float32 functions' accuracy
+    np.testing.assert_allclose(got, expected, rtol=2e-6, atol=1e-6, equal_nan=True, err_msg=op)
