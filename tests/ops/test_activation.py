@@ -148,35 +148,35 @@ def test_reference_at_infinities_and_nan(op, attrs, x, limit):
 
 class PReLUs(nn.Module):
     """PReLU alone and inside elementwise arithmetic (which the compiler fuses into one loop with
-    the prelu), as nn.PReLU and as F.prelu. Each output has its own weight, so no prelu node is
-    shared between outputs; the weights differ per channel (and have both signs), so a weight
-    broadcast against the wrong dim gives wrong numbers."""
+    the prelu). pnnx writes a prelu with a constant weight as nn.PReLU (nn.LeakyReLU for one
+    parameter, even spelled F.prelu), so F.prelu takes its weight as a second input here. The
+    modules' weights differ per channel and have both signs, so a weight broadcast against the
+    wrong dim gives wrong numbers; no prelu node is shared between two outputs."""
 
     def __init__(self, num_parameters: int):
         super().__init__()
         self.alone = nn.PReLU(num_parameters)
         self.chained = nn.PReLU(num_parameters)
-        self.w = nn.Parameter(torch.empty(num_parameters))
-        self.w_alone = nn.Parameter(torch.empty(num_parameters))
         with torch.no_grad():
-            for i, p in enumerate((self.alone.weight, self.chained.weight, self.w, self.w_alone)):
-                p.copy_(torch.linspace(-0.8, 1.3, num_parameters) + 0.1 * i if num_parameters > 1 else 0.3 + 0.1 * i)
+            self.alone.weight.copy_(torch.linspace(-0.8, 1.3, num_parameters) if num_parameters > 1 else 0.3)
+            self.chained.weight.copy_(torch.linspace(1.2, -0.6, num_parameters) if num_parameters > 1 else -0.4)
 
-    def forward(self, x):
-        return self.alone(x), self.chained(x) * 2 + 1, F.prelu(x + 1, self.w) - 1, F.prelu(x, self.w_alone)
+    def forward(self, x, w):
+        return self.alone(x), self.chained(x) * 2 + 1, F.prelu(x, w), F.prelu(x + 1, w) - 1
 
 
-PRELU_OUTPUTS = ["nn.PReLU(x)", "nn.PReLU(x) * 2 + 1", "F.prelu(x + 1, w) - 1", "F.prelu(x, w)"]
+PRELU_OUTPUTS = ["nn.PReLU(x)", "nn.PReLU(x) * 2 + 1", "F.prelu(x, w)", "F.prelu(x + 1, w) - 1"]
 
 
 @pytest.mark.parametrize("shape", [(3, 5), (2, 5, 7), (2, 5, 3, 4)], ids=["NC", "NCL", "NCHW"])
 @pytest.mark.parametrize("num_parameters", [1, 5])
 def test_prelu_alone_and_fused(num_parameters, shape):
-    """num_parameters 1 (pnnx writes the nn.PReLU as nn.LeakyReLU) and C, on 2-D, 3-D and 4-D inputs."""
-    param = check_module(PReLUs(num_parameters), torch.randn(*shape) * 3, labels=PRELU_OUTPUTS)
-    written = {line.split()[0] for line in param.read_text().splitlines()[2:]}
-    assert ("nn.PReLU" in written) == (num_parameters > 1)
-    assert "F.prelu" in written
+    """num_parameters 1 and C, on 2-D (N, C), 3-D (N, C, L) and 4-D (N, C, H, W) inputs."""
+    w = torch.linspace(-0.5, 0.9, num_parameters) if num_parameters > 1 else torch.tensor([0.25])
+    param = check_module(PReLUs(num_parameters), torch.randn(*shape) * 3, w, labels=PRELU_OUTPUTS)
+    written = [line.split()[0] for line in param.read_text().splitlines()[2:]]
+    module_op = "nn.PReLU" if num_parameters > 1 else "nn.LeakyReLU"
+    assert written.count(module_op) == 2 and written.count("F.prelu") == 2, written
 
 
 class Clamps(nn.Module):
