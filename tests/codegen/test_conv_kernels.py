@@ -3,58 +3,21 @@ reference; a few cases also run the emitted lines inside @njit, as the forward d
 
 from __future__ import annotations
 
-import numba
 import numpy as np
 import pytest
 
-import codegen.emit.conv  # noqa: F401 - registers the conv rules
-import codegen.emit.gemm  # noqa: F401 - registers the linear/matmul rules
-from ir.graph import Value, make_node
 from ir.op_registry import get_op
-from ir.ops.fused import EPILOGUE_ACTIVATIONS
+from ir.ops.fused import epilogue_activations
 from ir.types import TensorType
+from tests.codegen.rules import check_rule
 
 RNG = np.random.default_rng(0)
-_JITTED: dict[str, object] = {}
-
-
-def run_rule(op, arrays, attrs, weights=(), jit=False):
-    """Emit `op` on `arrays` (those at indices `weights` read-only constants, like the packed weights,
-    which emit rules may prepack) and run the emitted lines (inside an @njit function if jit, as the
-    forward does: slower to compile, so only some tests do); return (output, reference, lines)."""
-    from codegen.emit import Emit, emit_rule
-
-    arrays = [np.ascontiguousarray(a) for a in arrays]
-    for i in weights:
-        arrays[i] = arrays[i].copy()
-        arrays[i].flags.writeable = False
-    values = [Value(f"x{i}", TensorType(a.shape, a.dtype.name), a if i in weights else None)
-              for i, a in enumerate(arrays)]
-    node = make_node(op, "n", values, ["y0"], attrs)
-    e = Emit(node, [v.name for v in values], ["y0"])
-    lines = emit_rule(op).fn(e)
-    body = "".join(f"    {line}\n" for line in lines)
-    params = [v.name for v in values] + list(e.prepacked) + ["y0"]
-    source = f"def f({', '.join(params)}):\n{body}    return y0\n"
-    source += "# jit\n" if jit else ""
-    if source not in _JITTED:
-        ns = {"np": np, "numba": numba}
-        for local, spec in e.imports.items():
-            module, name = spec.split(":")
-            ns[local] = getattr(__import__(module, fromlist=[name]), name)
-        exec(source, ns)
-        _JITTED[source] = numba.njit(ns["f"]) if jit else ns["f"]
-    out = np.full(node.outputs[0].shape, -7, node.outputs[0].dtype)
-    got = _JITTED[source](*arrays, *e.prepacked.values(), out)
-    return got, get_op(op).run(arrays, node.attrs)[0], lines
+EPILOGUE_ACTIVATIONS = list(epilogue_activations())  # "none" first
 
 
 def check(op, arrays, attrs, weights=(), rtol=1e-4, atol=1e-4, jit=False):
     """Run op's emit rule and compare with the IR reference; return the emitted lines."""
-    got, expected, lines = run_rule(op, arrays, attrs, weights, jit)
-    assert got.shape == expected.shape and got.dtype == expected.dtype
-    np.testing.assert_allclose(got, expected, rtol=rtol, atol=atol)
-    return lines
+    return check_rule(op, arrays, attrs, weights=weights, jit=jit, rtol=rtol, atol=atol)
 
 
 def rand(*shape, scale=1.0, dtype=np.float32):

@@ -2,50 +2,19 @@
 
 from __future__ import annotations
 
-import numba
 import numpy as np
 import pytest
 
-import codegen.emit.reduce  # noqa: F401 - registers the reduction rules
 import codegen.kernels.resize as resize
-from codegen.emit import EMITTERS, Emit
-from ir.graph import Value, make_node
-from ir.op_registry import get_op
+from codegen.emit import emit_rule
 from ir.ops.resize import coordinate_scale, linear_source_weights, nearest_source_index
-from ir.types import TensorType
+from tests.codegen.rules import check_rule
 
 RNG = np.random.default_rng(0)
 
 
-def run_rule(op, arrays, attrs, jit=False, rule=None):
-    """Emit `op` on `arrays`, run the lines (inside an @njit function if jit), return (outputs, reference)."""
-    values = [Value(f"x{i}", TensorType(a.shape, a.dtype.name)) for i, a in enumerate(arrays)]
-    opdef = get_op(op)
-    count = len(opdef.infer_types([v.type for v in values], opdef.normalize_attrs(attrs)))
-    node = make_node(op, "n", values, [f"y{i}" for i in range(count)], attrs)
-    rule = rule or EMITTERS[op]
-    alias = getattr(rule, "alias", False)
-    e = Emit(node, [v.name for v in values], [v.name for v in node.outputs])
-    lines = (rule.fn if hasattr(rule, "fn") else rule)(e)
-    ns = {"np": np, "numba": numba}
-    for local, spec in e.imports.items():
-        module, name = spec.split(":")
-        ns[local] = getattr(__import__(module, fromlist=[name]), name)
-    outs = [] if alias else [np.full(v.shape, -7, v.dtype) for v in node.outputs]
-    names = [v.name for v in values] + ([] if alias else e.outs)
-    body = "".join(f"    {line}\n" for line in lines)
-    exec(f"def f({', '.join(names)}):\n{body}    return ({', '.join(e.outs)},)\n", ns)
-    fn = numba.njit(ns["f"]) if jit else ns["f"]
-    got = fn(*arrays, *outs)
-    return list(got), opdef.run(arrays, node.attrs)
-
-
-def check(op, arrays, attrs, jit=False, rtol=0.0, atol=0.0, rule=None):
-    got, expected = run_rule(op, arrays, attrs, jit, rule)
-    assert len(got) == len(expected)
-    for g, x in zip(got, expected):
-        assert g.shape == x.shape and g.dtype == x.dtype, (g.shape, x.shape, g.dtype, x.dtype)
-        np.testing.assert_allclose(g, x, rtol=rtol, atol=atol)
+def check(op, arrays, attrs, jit=False, rtol=0.0, atol=0.0):
+    check_rule(op, arrays, attrs, jit=jit, rtol=rtol, atol=atol)
 
 
 def rand(*shape, dtype=np.float32):
@@ -126,7 +95,7 @@ def test_pixel_shuffle(op, shape, r):
 
 def test_reshape_is_a_view():
     x = rand(2, 3, 4)
-    assert EMITTERS["reshape"].alias
+    assert emit_rule("reshape").alias
     check("reshape", [x], {"shape": (6, 4)}, jit=True)
 
 

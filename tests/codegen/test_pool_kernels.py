@@ -2,40 +2,18 @@
 
 from __future__ import annotations
 
-import numba
 import numpy as np
 import pytest
 
-import codegen.emit.pool  # noqa: F401 - registers the pooling rules
-from codegen.emit import EMITTERS, Emit
-from ir.graph import Value, make_node
 from ir.op_registry import get_op
 from ir.types import TensorType
+from tests.codegen.rules import check_rule
 
 RNG = np.random.default_rng(0)
 
 
-def run_rule(op, arrays, attrs, jit=False):
-    """Emit `op` on `arrays`, run the lines (inside an @njit function if jit), return (outputs, reference)."""
-    values = [Value(f"x{i}", TensorType(a.shape, a.dtype.name)) for i, a in enumerate(arrays)]
-    node = make_node(op, "n", values, ["y0"], attrs)
-    e = Emit(node, [v.name for v in values], ["y0"])
-    lines = EMITTERS[op].fn(e)
-    ns = {"np": np, "numba": numba}
-    for local, spec in e.imports.items():
-        module, name = spec.split(":")
-        ns[local] = getattr(__import__(module, fromlist=[name]), name)
-    out = np.full(node.outputs[0].shape, -7, node.outputs[0].dtype)
-    body = "".join(f"    {line}\n" for line in lines)
-    exec(f"def f({', '.join(v.name for v in values)}, y0):\n{body}    return y0\n", ns)
-    fn = numba.njit(ns["f"]) if jit else ns["f"]
-    return fn(*arrays, out), get_op(op).run(arrays, node.attrs)[0]
-
-
 def check(op, x, attrs, jit=False, rtol=1e-5, atol=1e-6):
-    got, expected = run_rule(op, [x], attrs, jit)
-    assert got.shape == expected.shape and got.dtype == expected.dtype
-    np.testing.assert_allclose(got, expected, rtol=rtol, atol=atol)
+    check_rule(op, [x], attrs, jit=jit, rtol=rtol, atol=atol)
 
 
 def rand(*shape, dtype=np.float32):

@@ -1,0 +1,78 @@
+"""Run one emit rule on arrays, as the generated forward would, next to the IR reference.
+
+The kernel tests (test_{pool,norm,data,conv}_kernels.py) check each kernel through the
+lines its emit rule writes rather than by calling it directly, so a rule that passes
+the wrong strides or attributes fails as surely as a wrong kernel.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import NamedTuple
+
+import numba
+import numpy as np
+
+from codegen.emit import Emit, emit_rule
+from ir.graph import Value, make_node
+from ir.op_registry import get_op
+from ir.types import TensorType
+
+_COMPILED: dict[str, object] = {}  # the function of each emitted source: numba compiles it once per session
+
+
+class RuleRun(NamedTuple):
+    outputs: list[np.ndarray]  # what the emitted lines computed, one array per output of the node
+    expected: list[np.ndarray]  # the IR reference (get_op(op).run) on the same arrays
+    lines: list[str]  # the emitted lines
+
+
+def run_rule(op: str, arrays: Sequence[np.ndarray], attrs: dict, *, weights: Sequence[int] = (),
+             jit: bool = False) -> RuleRun:
+    """Emit `op` on `arrays` and run the emitted lines, inside an @njit function if jit (as the
+    forward does; slower to compile, so only some tests do).
+
+    weights: indices of the arrays to pass as constants (read-only, with their data in the IR,
+    like a model's weights), which emit rules may prepack. Outputs are preallocated and filled
+    with -7, so an element the kernel misses shows; an alias rule (reshape) binds its output instead."""
+    arrays = [np.ascontiguousarray(a) for a in arrays]  # the forward's arrays always are
+    for i in weights:
+        arrays[i] = arrays[i].copy()
+        arrays[i].flags.writeable = False
+    values = [Value(f"x{i}", TensorType(a.shape, a.dtype.name), a if i in weights else None)
+              for i, a in enumerate(arrays)]
+    opdef = get_op(op)
+    count = len(opdef.infer_types([v.type for v in values], opdef.normalize_attrs(attrs)))
+    node = make_node(op, "n", values, [f"y{i}" for i in range(count)], attrs)
+    rule = emit_rule(op)
+    if rule is None:
+        raise KeyError(f"no emit rule for {op}")
+    e = Emit(node, [v.name for v in values], [v.name for v in node.outputs])
+    lines = rule.fn(e)
+    params = [v.name for v in values] + list(e.prepacked) + ([] if rule.alias else e.outs)
+    body = "".join(f"    {line}\n" for line in lines)
+    source = f"def f({', '.join(params)}):\n{body}    return ({', '.join(e.outs)},)\n"
+    source += "# jit\n" if jit else ""
+    if source not in _COMPILED:
+        ns = {"np": np, "numba": numba}
+        for local, spec in e.imports.items():
+            module, name = spec.split(":")
+            ns[local] = getattr(__import__(module, fromlist=[name]), name)
+        exec(source, ns)
+        _COMPILED[source] = numba.njit(ns["f"]) if jit else ns["f"]
+    outs = [] if rule.alias else [np.full(v.shape, -7, v.dtype) for v in node.outputs]
+    got = _COMPILED[source](*arrays, *e.prepacked.values(), *outs)
+    return RuleRun(list(got), opdef.run(arrays, node.attrs), lines)
+
+
+def check_rule(op: str, arrays: Sequence[np.ndarray], attrs: dict, *, weights: Sequence[int] = (),
+               jit: bool = False, rtol: float = 0.0, atol: float = 0.0) -> list[str]:
+    """run_rule(), then assert every output has the reference's shape, dtype and values (to rtol,
+    atol); return the emitted lines."""
+    run = run_rule(op, arrays, attrs, weights=weights, jit=jit)
+    assert len(run.outputs) == len(run.expected)
+    for got, expected in zip(run.outputs, run.expected):
+        assert got.shape == expected.shape and got.dtype == expected.dtype, \
+            (got.shape, expected.shape, got.dtype, expected.dtype)
+        np.testing.assert_allclose(got, expected, rtol=rtol, atol=atol)
+    return run.lines
