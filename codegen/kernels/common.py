@@ -19,6 +19,7 @@ from numba.np.ufunc.parallel import _iget_num_threads
 
 SEQ = {"cache": True, "nogil": True, "error_model": "numpy"}
 PAR = {**SEQ, "parallel": True}
+PARALLEL_MIN_ELEMENTS = 1 << 15  # elements: below this a prange loop costs more than it saves
 
 
 @numba.njit(inline="always", **SEQ)

@@ -20,9 +20,10 @@ from __future__ import annotations
 
 import numba
 
+from codegen.kernels.common import PARALLEL_MIN_ELEMENTS
+
 CHUNK = 16384  # elements per task (rows mode)
 RUN, TILE = 128, 32  # transposes copy RUN x TILE blocks, RUN along the longer unit-stride dim
-PARALLEL_MIN_ELEMENTS = 1 << 15  # below this a prange loop costs more than it saves
 RANK = 6  # copies are padded to this many dims, so one compiled kernel serves them all
 
 
@@ -112,6 +113,3 @@ def strided_copy(src, dst, shape, sstr, dstr, soff, doff, transposed):
     else:
         for t in range(tasks):
             _copy_task(s, d, t, shape, sstr, dstr, soff, doff, t4, t5, nb4, nb5, along4)
-
-
-# -- emit-time planning -------------------------------------------------------------------

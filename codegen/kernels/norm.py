@@ -15,11 +15,12 @@ import math
 
 import numba
 import numpy as np
-from llvmlite import ir
 from numba.core import types
-from numba.extending import intrinsic, overload
+from numba.extending import overload
 
-PARALLEL_MIN_ELEMENTS = 1 << 15
+from codegen.kernels.common import PARALLEL_MIN_ELEMENTS
+from codegen.kernels.vmath import fast_exp_no_overflow
+
 BLOCK = 256  # softmax over a non-last dim: inner positions per task
 
 
@@ -121,40 +122,6 @@ def group_norm(x, weight, bias, out, groups, eps):
 # -- softmax ------------------------------------------------------------------------------------------
 
 
-@intrinsic
-def _float_with_bits(typingctx, n):
-    """The float32 whose bits are the integer n (a float32 holding an integral value)."""
-    def codegen(context, builder, signature, args):
-        return builder.bitcast(builder.fptosi(args[0], ir.IntType(32)), ir.FloatType())
-
-    return types.float32(types.float32), codegen
-
-
-def fast_exp(x):
-    """exp(x); for float32, a polynomial that vectorizes (LLVM calls expf once per element otherwise)."""
-    return np.exp(x)
-
-
-@overload(fast_exp, inline="always")
-def _fast_exp(x):
-    if x != types.float32:
-        return lambda x: np.exp(x)
-
-    def expf(x):  # Cephes' expf: 2^n * e^r with |r| <= ln(2) / 2, within 2 ulp
-        x = min(max(x, np.float32(-87.3)), np.float32(88.3))
-        n = np.floor(x * np.float32(1.4426950408889634) + np.float32(0.5))
-        r = x - n * np.float32(0.693359375) - n * np.float32(-2.12194440e-4)
-        p = np.float32(1.9875691500e-4) * r + np.float32(1.3981999507e-3)
-        p = p * r + np.float32(8.3334519073e-3)
-        p = p * r + np.float32(4.1665795894e-2)
-        p = p * r + np.float32(1.6666665459e-1)
-        p = p * r + np.float32(5.0000001201e-1)
-        p = p * (r * r) + r + np.float32(1.0)
-        return p * _float_with_bits((n + np.float32(127)) * np.float32(8388608))
-
-    return expf
-
-
 def _narrow(x, v):
     """v (float64) as x's float type, so float32 rows are scaled in float32 (twice the vector width)."""
     return v
@@ -174,7 +141,7 @@ def _softmax_row(xv, ov, log):
         m = max(m, xv[i])
     s = 0.0
     for i in range(xv.size):  # no branch inside loops: `log` is a runtime flag, they would not vectorize
-        e = fast_exp(xv[i] - m)
+        e = fast_exp_no_overflow(xv[i] - m)
         s += e
         ov[i] = e
     if log:
@@ -203,7 +170,7 @@ def _softmax_block(xf, of, t, d, inner, log):
     for j in range(d):
         xv, ov = xf[base + j * inner:base + j * inner + k], of[base + j * inner:base + j * inner + k]
         for i in range(k):
-            e = fast_exp(xv[i] - m[i])
+            e = fast_exp_no_overflow(xv[i] - m[i])
             s[i] += e
             ov[i] = e
     for i in range(k):
@@ -238,6 +205,3 @@ def softmax(x, out, outer, d, inner, log):
     else:
         for t in range(tasks):
             _softmax_block(xf, of, t, d, inner, log)
-
-
-# -- emit rules -----------------------------------------------------------------------------------------

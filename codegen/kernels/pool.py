@@ -19,7 +19,8 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-PARALLEL_MIN_ELEMENTS = 1 << 15
+from codegen.kernels.common import PARALLEL_MIN_ELEMENTS
+
 CHUNKS = 16  # parallel window pooling: tasks of consecutive planes, each with its own scratch
 BLOCK_ELEMENTS = 2048  # window pooling works on blocks of rows of about this many elements
 
@@ -260,6 +261,3 @@ def adaptive_pool2d(x, out, is_max, arg):
     else:
         for p in range(planes):
             _adaptive_plane(x, out, p, is_max, arg)
-
-
-# -- emit rules -------------------------------------------------------------------------------------

@@ -17,8 +17,9 @@ from __future__ import annotations
 import numba
 import numpy as np
 
+from codegen.kernels.common import PARALLEL_MIN_ELEMENTS
+
 BLOCK = 1024  # inner positions per task
-PARALLEL_MIN_ELEMENTS = 1 << 15
 
 
 @numba.njit(cache=True, nogil=True)
@@ -119,6 +120,3 @@ def reduce_extreme(x, out, outer, n, inner, is_max, arg):
     else:
         for t in range(tasks):
             _extreme_task(xf, of, t, n, inner, is_max, arg)
-
-
-# -- emit rules ---------------------------------------------------------------------------------

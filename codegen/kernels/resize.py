@@ -20,7 +20,8 @@ import math
 import numba
 import numpy as np
 
-PARALLEL_MIN_ELEMENTS = 1 << 15
+from codegen.kernels.common import PARALLEL_MIN_ELEMENTS
+
 MODE_CODES = {"nearest": 0, "nearest_exact": 1, "linear": 2}
 
 

@@ -8,18 +8,21 @@ turns into AVX2 code. Each is an overload of a plain function: float32 arguments
 the approximation, float64 ones the exact libm call, so kernels stay dtype-generic.
 
 exp: Cephes' expf (range reduction by ln 2 in two parts, degree-6 polynomial), the
-power of two built from its exponent bits. tanh: Cephes' odd polynomial below 0.625,
-1 - 2 / (exp(2|x|) + 1) above. erf: Abramowitz & Stegun 7.1.26 (absolute error 1.5e-7)
-beyond 0.5, the Maclaurin series to x^13 below (relative accuracy near zero). No branches
-anywhere (both pieces are computed and blended): numba's inliner turns conditional
-expressions into phi nodes its SSA check warns about, and branches would stop LLVM
-vectorising the caller's loop. NaN propagates; exp flushes results below 2^-126 to 0.
+power of two built from its exponent bits; fast_exp_no_overflow is the same for arguments
+that cannot overflow (softmax's x - max), without the step that makes 2^128 (inf).
+tanh: Cephes' odd polynomial below 0.625, 1 - 2 / (exp(2|x|) + 1) above. erf: Abramowitz
+& Stegun 7.1.26 (absolute error 1.5e-7) beyond 0.5, the Maclaurin series to x^13 below
+(relative accuracy near zero). No branches anywhere (both pieces are computed and
+blended): numba's inliner turns conditional expressions into phi nodes its SSA check
+warns about, and branches would stop LLVM vectorising the caller's loop. NaN propagates;
+exp flushes results below 2^-126 to 0.
 """
 
 from __future__ import annotations
 
 import math
 
+import numba
 import numpy as np
 from llvmlite import ir
 from numba.core import types
@@ -27,6 +30,7 @@ from numba.extending import intrinsic, overload
 
 _F = np.float32
 _EXP_HI, _EXP_LO = _F(89.0), _F(-88.0)  # beyond: inf (past float32's range) / 0 (below its normal range)
+_EXP_NO_OVERFLOW = _F(88.0)  # fast_exp_no_overflow's bound: 2^n stays below 2^128, so needs no overflow step
 _LOG2E, _LN2_HI, _LN2_LO = _F(1.44269504088896341), _F(0.693359375), _F(-2.12194440e-4)
 _EXP_P0, _EXP_P1, _EXP_P2 = _F(1.9875691500e-4), _F(1.3981999507e-3), _F(8.3334519073e-3)
 _EXP_P3, _EXP_P4, _EXP_P5 = _F(4.1665795894e-2), _F(1.6666665459e-1), _F(5.0000001201e-1)
@@ -56,6 +60,12 @@ def fast_exp(x):
     return math.exp(x)
 
 
+def fast_exp_no_overflow(x):
+    """exp(x) for x <= 88 (in float32, exp(88) beyond): fast_exp without the step that overflows to
+    inf, four vector instructions fewer. For softmax's exp(x - max), whose argument is at most 0."""
+    return math.exp(x)
+
+
 def fast_sigmoid(x):
     return 1.0 / (1.0 + math.exp(-x))
 
@@ -76,22 +86,48 @@ def fast_gelu_tanh(x):
     return 0.5 * x * (1.0 + math.tanh(0.7978845608028654 * (x + 0.044715 * x * x * x)))
 
 
-def _exp32(x):
-    y = np.minimum(np.maximum(x, _EXP_LO), _EXP_HI)  # NaN-propagating: NaN flows through to the result
-    n = np.floor(y * _LOG2E + _F(0.5))
+@numba.njit(inline="always")
+def _exp_parts(x, hi):
+    """(e^r, n) with e^x = e^r * 2^n, n a float32 integer in [-127, floor(hi / ln 2 + 0.5)]: x clamped
+    to [-88, hi] (builtin min/max keep their first argument when it is NaN, as Python's do, so NaN
+    flows through; each is one vmaxps/vminps where np.maximum/np.minimum take four instructions)."""
+    y = min(max(x, _EXP_LO), hi)
+    n = np.floor(y * _LOG2E + _F(0.5))  # n = -127 gives exponent bits 0: results below 2^-126 flush to 0
     r = (y - n * _LN2_HI) - n * _LN2_LO
     p = ((((_EXP_P0 * r + _EXP_P1) * r + _EXP_P2) * r + _EXP_P3) * r + _EXP_P4) * r + _EXP_P5
-    e_r = p * r * r + r + _F(1.0)
-    k = np.int32(n)  # in [-127, 128]: 2^-127 has exponent bits 0 (flushed to 0); 2^128 = 2^127 * 2
-    capped = min(k, np.int32(127))
-    scale = _float_from_bits(np.int32((capped + np.int32(127)) << np.int32(23)))
-    return e_r * scale * (_F(1.0) + _F(k - capped))
+    return p * r * r + r + _F(1.0), n
+
+
+@numba.njit(inline="always")
+def _pow2(n):
+    """2^n for a float32 integer n in [-127, 127] (0 for -127), built from its exponent bits in float32
+    arithmetic: numba widens int32 arithmetic to int64, whose conversion back to float does not
+    vectorise on AVX2. (n + 127) * 2^23 < 2^31 is exact."""
+    return _float_from_bits(np.int32((n + _F(127.0)) * _F(8388608.0)))
+
+
+def _exp32(x):
+    e_r, n = _exp_parts(x, _EXP_HI)
+    capped = min(n, _F(127.0))  # n = 128 for x >= 88.38: 2^128 is no float32, so 2^127 * 2 (inf past the range)
+    return e_r * _pow2(capped) * (_F(1.0) + (n - capped))
+
+
+def _exp32_no_overflow(x):
+    e_r, n = _exp_parts(x, _EXP_NO_OVERFLOW)
+    return e_r * _pow2(n)
 
 
 @overload(fast_exp, inline="always")
 def _ol_fast_exp(x):
     if x == types.float32:
         return _exp32
+    return lambda x: math.exp(x)
+
+
+@overload(fast_exp_no_overflow, inline="always")
+def _ol_fast_exp_no_overflow(x):
+    if x == types.float32:
+        return _exp32_no_overflow
     return lambda x: math.exp(x)
 
 
