@@ -1,10 +1,12 @@
-"""The AOT cache: hits and misses, fresh processes, concurrent compiles, corruption, trust."""
+"""The AOT cache: hits and misses, fresh processes, concurrent compiles, corruption, trust; and when
+the kernel library's numba cache is dropped."""
 
 from __future__ import annotations
 
 import json
 import logging
 import os
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -260,3 +262,50 @@ def test_one_model_in_two_cache_directories_of_one_process_runs_from_each(tmp_pa
     for m in (first, second):
         assert Path(m._module.__file__).parent == Path(m.cache_info.path)
     assert list((Path(second.cache_info.path) / "__pycache__").glob("forward.forward-*.nbi"))
+
+
+# -- the kernel library's numba cache -------------------------------------------------------------------
+
+
+def _edit(path: Path) -> None:
+    path.write_text(path.read_text() + "\n# edited\n")
+
+
+def test_the_kernel_digest_reads_exactly_codegen_kernels_py(monkeypatch):
+    from codegen import kernels
+
+    here = ROOT / "codegen" / "kernels"
+    read = []
+    original = Path.read_bytes
+    monkeypatch.setattr(Path, "read_bytes", lambda self: read.append(self) or original(self))
+    kernels.kernel_digest()
+    assert sorted(read) == sorted(here.glob("*.py")) == kernels.kernel_sources()
+    assert (here / "pool.py") in read and not any(p.is_relative_to(ROOT / "codegen" / "emit") for p in read)
+
+
+def test_kernel_caches_are_dropped_when_a_kernel_changes_not_an_emit_rule(tmp_path):
+    from codegen import kernels
+
+    src = tmp_path / "codegen"
+    shutil.copytree(ROOT / "codegen", src, ignore=shutil.ignore_patterns("__pycache__"))
+    library, cache = src / "kernels", src / "kernels" / "__pycache__"
+    cache.mkdir()
+
+    def cached_kernel() -> Path:
+        path = cache / "pool.pool2d-1.py311.nbi"
+        path.write_bytes(b"index")
+        return path
+
+    assert kernels._drop_stale_numba_caches(library)  # no stamp yet: start over
+    stale = cached_kernel()
+    assert not kernels._drop_stale_numba_caches(library) and stale.exists()
+    for rule in [*(src / "emit").glob("*.py"), src / "emitter.py"]:
+        _edit(rule)
+    assert not kernels._drop_stale_numba_caches(library) and stale.exists()
+    _edit(library / "vmath.py")
+    assert kernels._drop_stale_numba_caches(library) and not stale.exists()
+    stale = cached_kernel()
+    assert kernels._drop_stale_numba_caches(library, extra=b"generated kernel source")  # the hook for more
+    assert not stale.exists()
+    assert not kernels._drop_stale_numba_caches(library, extra=b"generated kernel source")
+

@@ -1,7 +1,18 @@
 """The kernel library: @njit(cache=True, nogil=True) functions shared by every model.
 
 Only kernels live here (the rules that emit calls to them are in codegen/emit/), so the
-numba cache files beside them are dropped only when a kernel's source changes."""
+numba cache files beside them are dropped only when a kernel's source changes: the digest
+of kernel_sources() below, which is every codegen/kernels/*.py and nothing else.
+
+Kernel source that does not live in those files must reach the digest too, or a change
+of it leaves stale machine code cached in every kernel that inlines it: epilogue.py's
+activate_run, say, generated from the op registry (ir/ops/), which conv and linear kernels
+inline. Pass such source as `extra` in the _drop_stale_numba_caches() call at the bottom;
+importing the module that generates it first is fine, as numba reads a kernel's cache at
+its first call, not at import:
+
+    from codegen.kernels.epilogue import ACTIVATIONS_SOURCE
+    _drop_stale_numba_caches(extra=ACTIVATIONS_SOURCE.encode())"""
 
 import hashlib
 import os
@@ -9,33 +20,55 @@ from pathlib import Path
 
 import codegen.runtime  # noqa: F401 - sets the OpenMP wait policy before any kernel runs
 
+HERE = Path(__file__).parent
+STAMP = "kernels.digest"  # in __pycache__: the digest the cache files there were compiled from
 
-def _drop_stale_numba_caches() -> None:
-    """Delete the kernels' numba cache files when any kernel source has changed.
+
+def kernel_sources(directory: Path = HERE) -> list[Path]:
+    """The files whose change drops the kernels' numba caches: the *.py of `directory`, sorted
+    (not its subdirectories, nor the emit rules in codegen/emit/)."""
+    return sorted(directory.glob("*.py"))
+
+
+def kernel_digest(directory: Path = HERE, extra: bytes = b"") -> str:
+    """The digest of kernel_sources(directory), names and bytes, and of `extra`."""
+    h = hashlib.blake2b(digest_size=16)
+    for path in kernel_sources(directory):
+        data = path.read_bytes()
+        h.update(f"{path.name}\0{len(data)}\0".encode())  # a move between files changes the digest too
+        h.update(data)
+    h.update(f"extra\0{len(extra)}\0".encode())
+    h.update(extra)
+    return h.hexdigest()
+
+
+def _drop_stale_numba_caches(directory: Path = HERE, extra: bytes = b"") -> bool:
+    """Delete the kernels' numba cache files when any kernel source has changed; return whether
+    the digest had changed. extra: more kernel source to digest (see the module docstring).
 
     numba keys a cached function on its own source file alone, so a kernel whose callee in
     another module changed (conv_gemm calling epilogue, say) would load stale machine code
     after an edit or a partial update. A digest of every source here, kept beside the cache
     files, tells when to start over. (Installed read-only, numba caches elsewhere, but then
     the sources only change all at once, by a reinstall that moves every file's stamp.)"""
-    here = Path(__file__).parent
-    digest = hashlib.blake2b(b"".join(p.read_bytes() for p in sorted(here.glob("*.py"))), digest_size=16).hexdigest()
-    cache = here / "__pycache__"
-    stamp = cache / "kernels.digest"
+    digest = kernel_digest(directory, extra)
+    cache = directory / "__pycache__"
+    stamp = cache / STAMP
     try:
         if stamp.read_text() == digest:
-            return
+            return False
     except OSError:
         pass
     try:
         cache.mkdir(exist_ok=True)
         for path in cache.glob("*.nb[ic]"):
             path.unlink(missing_ok=True)
-        tmp = cache / f".kernels.digest.{os.getpid()}"
+        tmp = cache / f".{STAMP}.{os.getpid()}"
         tmp.write_text(digest)
         os.replace(tmp, stamp)
     except OSError:  # a read-only install: numba does not cache here either
         pass
+    return True
 
 
 _drop_stale_numba_caches()
