@@ -5,8 +5,9 @@ needs besides the kernel library: the generated module (numba keeps its machine
 code in __pycache__ beside it), the optimised IR, the packed weights (one .npy
 per dtype, memory-mapped on load) and meta.json, which records the key's inputs,
 the compile time and the size, mtime and checksum of every file. The key hashes
-the .param and .bin bytes, our version, numba/llvmlite/numpy/Python versions,
-the CPU name and features, and every option that changes the generated code.
+the .param and .bin bytes, our version and the sources that generate code
+(code_sources: not the command line, say), numba/llvmlite/numpy/Python versions,
+the CPU numba compiles for, and every option that changes the generated code.
 
 A warm load must stay cheap (bench/warm_load.py), so large files are not read
 in full on every load: a model's .bin digest is memoised in the cache directory
@@ -146,21 +147,50 @@ class DigestMemo:
 
 
 def _cpu_signature() -> str:
-    import llvmlite.binding as llvm
+    """The machine numba compiles for, as numba keys its own cache: target triple, CPU name and
+    features of its codegen, which honours NUMBA_CPU_NAME and NUMBA_CPU_FEATURES (CI compiles for
+    haswell on any host) and asks LLVM for the host's only when they are unset."""
+    from numba.core.registry import cpu_target
 
-    return f"{llvm.get_host_cpu_name()}|{llvm.get_host_cpu_features().flatten()}"
+    triple, name, features = cpu_target.target_context.codegen().magic_tuple()
+    return f"{triple}|{name}|{features}"
 
 
-@functools.lru_cache(maxsize=1)
-def code_digest() -> str:
-    """A hash of our own source (ir/, compiler/, codegen/): any change to the code that generates a
-    module must miss the cache, even before the version number moves."""
-    root = Path(__file__).resolve().parents[1]
+SOURCE_ROOT = Path(__file__).resolve().parents[1]
+CODE_PACKAGES = ("ir", "compiler", "codegen")
+#: modules of CODE_PACKAGES that change neither the code generated for a model nor what a cache
+#: entry holds, so editing them keeps every entry valid (anything else there, new modules too, is
+#: keyed: a needless miss costs a compile, a stale hit runs old code)
+NOT_CODE = {
+    "compiler/__init__.py": "re-exports; __version__ is in the key on its own",
+    "compiler/__main__.py": "the command line",
+    "compiler/cli.py": "the command line",
+    "compiler/cache.py": "this file: its layout is keyed by FORMAT, the key by its material",
+    "compiler/interpreter.py": "the reference backend, which is never cached",
+    "compiler/model.py": "the call surface: input checks at run time",
+    "codegen/__init__.py": "import-time setup: numba's cache saves locked (numba_cache)",
+    "codegen/numba_cache.py": "locks numba's cache saves",
+    "codegen/runtime.py": "the process's thread and allocator settings",
+}
+
+
+def code_sources(root: Path = SOURCE_ROOT) -> list[Path]:
+    """The sources whose change must miss the cache: every module of CODE_PACKAGES under root
+    (the IR and its ops, pnnx reading, lowering, passes, compile()'s options and pipeline, the
+    numba backend's entry writer, emit rules, emitter, linker, memory plan, kernels) but NOT_CODE."""
+    return [path for package in CODE_PACKAGES for path in sorted((root / package).rglob("*.py"))
+            if path.relative_to(root).as_posix() not in NOT_CODE]
+
+
+@functools.cache
+def code_digest(root: Path = SOURCE_ROOT) -> str:
+    """A hash of code_sources(root): a change to the code that generates a module misses the cache,
+    even before the version number moves."""
     h = hashlib.blake2b(digest_size=16)
-    for package in ("ir", "compiler", "codegen"):
-        for path in sorted((root / package).rglob("*.py")):
-            h.update(path.relative_to(root).as_posix().encode())
-            h.update(path.read_bytes())
+    for path in code_sources(root):
+        data = path.read_bytes()
+        h.update(f"{path.relative_to(root).as_posix()}\0{len(data)}\0".encode())
+        h.update(data)
     return h.hexdigest()
 
 
@@ -180,7 +210,7 @@ def cache_key(param: Path, bin_path: Path | None, options: dict,
         "param": digest(param),
         "bin": digest(bin_path) if bin_path is not None and bin_path.exists() else None,
         "ours": compiler.__version__,
-        "code": code_digest(),
+        "code": code_digest(SOURCE_ROOT),
         "numba": numba.__version__,
         "llvmlite": llvmlite.__version__,
         "numpy": numpy.__version__,

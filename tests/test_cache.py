@@ -1,5 +1,5 @@
-"""The AOT cache: hits and misses, fresh processes, concurrent compiles, corruption, trust; and when
-the kernel library's numba cache is dropped."""
+"""The AOT cache: hits and misses, fresh processes, concurrent compiles, corruption, trust; when
+the kernel library's numba cache is dropped; what the key covers."""
 
 from __future__ import annotations
 
@@ -309,3 +309,80 @@ def test_kernel_caches_are_dropped_when_a_kernel_changes_not_an_emit_rule(tmp_pa
     assert not stale.exists()
     assert not kernels._drop_stale_numba_caches(library, extra=b"generated kernel source")
 
+
+# -- what the key covers ------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def source_copy(tmp_path, monkeypatch) -> Path:
+    """A copy of the packages the key hashes, which the key then reads instead of ours."""
+    root = tmp_path / "src"
+    for package in compiler.cache.CODE_PACKAGES:
+        shutil.copytree(ROOT / package, root / package, ignore=shutil.ignore_patterns("__pycache__", "data"))
+    monkeypatch.setattr(compiler.cache, "SOURCE_ROOT", root)
+    yield root
+    compiler.cache.code_digest.cache_clear()
+
+
+def _key(model: Path) -> str:
+    compiler.cache.code_digest.cache_clear()  # memoised per process: our sources do not change under us
+    return compiler.cache.cache_key(model, None, {"fuse": True})
+
+
+@pytest.mark.parametrize("edited", ["compiler/cli.py", "compiler/__main__.py", "compiler/interpreter.py",
+                                    "compiler/model.py", "compiler/cache.py", "codegen/runtime.py"])
+def test_key_ignores_code_that_does_not_generate_code(model, source_copy, edited):
+    base = _key(model)
+    _edit(source_copy / edited)
+    assert _key(model) == base
+
+
+@pytest.mark.parametrize("edited", [
+    "compiler/passes/schedule.py", "compiler/passes/__init__.py", "codegen/emit/pool.py", "codegen/emit/__init__.py",
+    "codegen/kernels/pool.py", "codegen/emitter.py", "codegen/linker.py", "codegen/memory_plan.py",
+    "compiler/lowering/conv.py", "compiler/pnnx_format.py", "compiler/api.py", "compiler/numba_backend.py",
+    "ir/ops/conv.py", "ir/printer.py", "compiler/passes/a_new_pass.py",
+])
+def test_key_covers_code_that_generates_code(model, source_copy, edited):
+    base = _key(model)
+    path = source_copy / edited
+    if path.exists():
+        _edit(path)
+    else:
+        path.write_text("# a module added later is keyed without being listed\n")
+    assert _key(model) != base
+
+
+def test_the_keys_exclusions_name_existing_modules_and_nothing_else_is_left_out():
+    sources = compiler.cache.code_sources(ROOT)
+    names = {p.relative_to(ROOT).as_posix() for p in sources}
+    every = {p.relative_to(ROOT).as_posix() for package in compiler.cache.CODE_PACKAGES
+             for p in (ROOT / package).rglob("*.py")}
+    assert set(compiler.cache.NOT_CODE) <= every  # a renamed module must not linger here
+    assert names == every - set(compiler.cache.NOT_CODE)
+    assert {"compiler/cli.py", "compiler/__main__.py", "compiler/interpreter.py"}.isdisjoint(names)
+
+
+CPU_SCRIPT = """
+import json, llvmlite.binding as llvm, compiler.cache
+print(json.dumps({"cpu": compiler.cache._cpu_signature(), "host": llvm.get_host_cpu_name()}))
+"""
+
+
+def _cpu_signature_in_subprocess(**numba_env: str) -> dict:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("NUMBA_CPU_")}
+    env.update(PYTHONPATH=str(ROOT), **numba_env)
+    out = subprocess.run([sys.executable, "-c", CPU_SCRIPT], env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_key_uses_the_cpu_numba_compiles_for_not_the_host():
+    host = _cpu_signature_in_subprocess()
+    haswell = _cpu_signature_in_subprocess(NUMBA_CPU_NAME="haswell")
+    pinned = _cpu_signature_in_subprocess(NUMBA_CPU_NAME="haswell", NUMBA_CPU_FEATURES="+avx,+avx2,+fma")
+    assert f"|{host['host']}|" in host["cpu"]
+    assert "|haswell|" in haswell["cpu"] and "|haswell|+avx,+avx2,+fma" in pinned["cpu"]
+    assert pinned["cpu"] != haswell["cpu"]  # features count, not only the name
+    if host["host"] != "haswell":
+        assert haswell["cpu"] != host["cpu"]
