@@ -92,3 +92,14 @@ def test_epilogue_activations_round_trip_through_the_fusion_pass_helpers():
     prelu = make_node("prelu", "p", [Value("x", TensorType((2, 3), "float32")),
                                      Value("w", TensorType((3,), "float32"))], ["y"])
     assert as_epilogue(prelu) is None  # two operands: not an epilogue activation
+
+
+def test_the_generated_epilogue_source_is_part_of_the_kernel_cache_digest():
+    """Conv and linear kernels inline activate_run: a new activation must drop their cached code."""
+    import codegen.kernels as kernels
+
+    stamp = kernels.HERE / "__pycache__" / kernels.STAMP
+    if not stamp.exists():  # a read-only install keeps no stamp
+        pytest.skip("no kernel cache stamp")
+    assert stamp.read_text() == kernels.kernel_digest(extra=activations_source().encode())
+    assert kernels.kernel_digest(extra=b"x") != kernels.kernel_digest(extra=b"y")

@@ -17,12 +17,11 @@ import re
 import numpy as np
 
 from codegen.emit import Emit, emits, lit
+from codegen.kernels.common import PARALLEL_MIN_ELEMENTS
 from ir.errors import CodegenUnsupportedError
 from ir.graph import Node
 from ir.op_registry import all_ops, get_op
 from ir.ops.fused import Statement, parse_program
-
-PARALLEL_MIN_ELEMENTS = 1 << 15  # below this a prange loop costs more than it saves
 
 #: vectorising float32 versions of transcendentals (exact libm for other dtypes), imported by every loop
 FAST_MATH = ("fast_exp", "fast_sigmoid", "fast_tanh", "fast_erf", "fast_gelu", "fast_gelu_tanh")

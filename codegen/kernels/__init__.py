@@ -71,4 +71,7 @@ def _drop_stale_numba_caches(directory: Path = HERE, extra: bytes = b"") -> bool
     return True
 
 
-_drop_stale_numba_caches()
+# epilogue.py's activate_run is generated from the op registry; conv and linear kernels inline it
+from codegen.kernels.epilogue import ACTIVATIONS_SOURCE  # noqa: E402
+
+_drop_stale_numba_caches(extra=ACTIVATIONS_SOURCE.encode())
