@@ -101,14 +101,6 @@ EXTREME_CASES = [
 # torch's float32 gelu computes 1 + erf(x), which cancels for x < -2 (ours is exact)
 TORCH_RTOL = {"gelu": 1e-4}
 
-# Where our reference does not reach the mathematical limit yet: IEEE inf * 0 (x * sigmoid(x),
-# x * relu6(x + 3), x * tanh(softplus(x)), x * Phi(x) at x = -inf) and inf / inf (softsign) give nan.
-# torch 2.13 on AVX2 does the same, which is why comparing with torch never caught it. The ops are
-# in ir/ops/activation.py (and the numba spellings beside them); remove an entry once it is fixed
-# (strict: the test then reports XPASS as a failure, as a reminder).
-KNOWN_NAN_AT_INFINITY = {("silu", "-inf"), ("gelu", "-inf"), ("mish", "-inf"), ("hardswish", "-inf"),
-                         ("softsign", "-inf"), ("softsign", "+inf")}
-
 FINITE_EXTREMES = np.array([-1e30, -1e4, -100.0, -87.0, -20.0, -3.0, -1e-3, 0.0, 1e-3, 3.0, 20.0, 87.0, 100.0,
                             1e4, 1e30], np.float32)
 
@@ -131,9 +123,7 @@ def test_reference_on_finite_extremes(op, attrs, torch_fn, exact, limits):
 def _limit_cases():
     for op, attrs, _, _, (at_minus, at_plus) in EXTREME_CASES:
         for side, x, limit in (("-inf", -np.inf, at_minus), ("+inf", np.inf, at_plus), ("nan", np.nan, np.nan)):
-            marks = [pytest.mark.xfail(strict=True, reason=f"{op}({side}) is nan (inf * 0 or inf / inf)")] \
-                if (op, side) in KNOWN_NAN_AT_INFINITY else []
-            yield pytest.param(op, attrs, x, limit, id=f"{op}({side})", marks=marks)
+            yield pytest.param(op, attrs, x, limit, id=f"{op}({side})")
 
 
 @pytest.mark.parametrize("op, attrs, x, limit", list(_limit_cases()))
