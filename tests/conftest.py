@@ -11,3 +11,13 @@ os.environ.setdefault("PNNX_JIT_CACHE_DIR", str(Path(tempfile.gettempdir()) / "p
 
 torch.manual_seed(0)
 torch.set_num_threads(2)
+
+
+def pytest_report_header(config):
+    """The CPU that numba compiles for and torch's kernel ISA: .ci/run's second run emulates a baseline CPU."""
+    import llvmlite.binding as llvm
+    from numba.core import config as numba_config
+
+    cpu = numba_config.CPU_NAME or llvm.get_host_cpu_name()  # as numba.core.codegen.JITCPUCodegen chooses
+    features = "NUMBA_CPU_FEATURES" if numba_config.CPU_FEATURES is not None else "the host's"
+    return f"numba target: {cpu} with {features} features; torch: {torch.backends.cpu.get_cpu_capability()}"
