@@ -1,0 +1,339 @@
+"""How far a correct float32 computation may be from the exact answer, output element by output element.
+
+    y, sigma = float64_with_error_scale(module, x)   # torch module, numpy input(s)
+    check_float32(got, y, sigma, "resnet18 numba")    # raises AssertionError naming the worst element
+
+Comparing one float32 implementation with another (torch eager, on whatever CPU runs the tests)
+ties the tolerance to how lucky the other's rounding was on that CPU: torch's AVX-512 and AVX2
+kernels round differently, and a rule like "our error is at most twice torch's" fails on one ISA
+and passes on another. Here the reference is the model evaluated in float64 (exact to ~1e-16
+relative, far below float32's u = 2^-24), and the tolerance of each element is derived from the
+computation that produces it.
+
+The error model (first order, statistical)
+-------------------------------------------
+A float32 evaluation differs from the exact result by the sum of the rounding errors of its
+operations, each carried to the output by the derivative of the rest of the network. We model:
+
+1. every operation's result is rounded: a relative error uniform in [-u, u], variance u^2 / 3;
+2. every accumulation (convolution, linear / matmul, mean) of terms t_j additionally errs by
+   about u * M, M = sum_j |t_j| = (|W| |x|) at that element, with variance u^2 M^2 / 3. A sum
+   is rounded relative to its partial sums, and M bounds those (Wilkinson's bound is
+   gamma_n * M, n * u * M; summing in blocks, as BLAS, oneDNN and our kernels all do, the
+   observed error stays near u * M without the factor n). Using M rather than sqrt(sum t_j^2)
+   matters: on the all-positive image input of YOLOv5's first conv the terms share a sign per
+   filter, the partial sums drift, and the error was up to 20x the sqrt(sum t_j^2) estimate;
+3. errors are carried forward to first order and independent ones add in variance: through a
+   linear layer var_out = W^2 var_in (not |W| times a bound: that grows like sqrt(fan_in) per
+   layer and is useless after a few layers), through f elementwise f'(x)^2 var_in, softmax and
+   layer norm by their Jacobians, and data movement (views, cat, pooling by max, nearest
+   upsampling) moves the variance with the value.
+
+The float64 forward runs under a TorchDispatchMode that computes, beside every aten op's value,
+the variance of its float32 error (rules in _ErrorScale.rule; an op without a rule raises, so a
+new zoo model says which rule it needs). sigma = sqrt(variance) is the scale of the error a
+correct float32 implementation makes at each output element: where the output is badly
+conditioned (YOLOv5's box decode: (2 sigmoid(t))^2 * anchor, with |t| in the hundreds after
+activations grow through the net) sigma is large, where it is well conditioned (class scores)
+sigma is small, and the check is tight there.
+
+The check
+---------
+    |got - y| <= K * sigma + u * |y| + TINY          per element, K = 16, TINY = 2^-100
+
+K: the error at one element is a sum of many small independent roundings, about normal, and the
+largest of the ~10^7 elements of a batch-4 YOLOv5s output is then about 5.5 standard deviations
+out; the model's sigma itself is an estimate (it ignores correlations between the roundings, and
+how much blocking a kernel does), within a factor 2-3 of the measured errors. Measured on the zoo
+(batch 1 and 4; numba and interpreter backends; torch's float32 on AVX2 and with its vector
+kernels off) the largest |got - y| / sigma is 6 (YOLOv5s), most models 1-3; K = 16 leaves a
+factor 2.5 for other ISAs and inputs.
+u * |y|: rounding the exact result to float32 (up to half an ulp, u relative) is unavoidable.
+TINY: float32 kernels flush results far below anything of interest to zero (torch's float32
+silu(-88.7) is -0, the exact value -2.6e-37: exp(88.7) overflowed); 2^-100 = 7.9e-31.
+
+A real bug is far outside: one weight of ResNet-18 or YOLOv5s changed by a relative 1e-3 moves
+outputs by 40x or more (tests/test_zoo.py::test_check_rejects_a_weight_off_by_1e-3).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils.weak import WeakTensorKeyDictionary
+
+U = 2.0 ** -24  # unit roundoff of float32
+K = 16.0
+TINY = 2.0 ** -100
+
+# Variances are float32 (half the time of float64 in the convolutions that carry them), scaled
+# by 2^100, and each term is formed as the square of a product of standard deviations (never a
+# product of squares), so that those of outputs down to ~1e-30 neither underflow nor overflow.
+_SCALE = 2.0 ** 100
+_ROUND = U * U / 3 * _SCALE  # variance of a relative rounding error uniform in [-u, u], scaled
+_ROUND_SD = math.sqrt(_ROUND)
+_ACC_SD = math.sqrt(2) * _ROUND_SD  # an accumulation's u M, and rounding its result (|y| <= M)
+_aten = torch.ops.aten
+
+# ops that only move or copy values: the variance moves the same way
+_DATA = {
+    "view", "_unsafe_view", "reshape", "t", "permute", "transpose", "expand", "split", "split_with_sizes",
+    "clone", "contiguous", "cat", "stack", "upsample_nearest1d", "upsample_nearest2d", "squeeze", "unsqueeze",
+    "flatten", "select", "slice", "alias", "detach", "unbind", "constant_pad_nd", "index_select", "unfold",
+}
+_FACTORY = {"empty", "empty_like", "empty_strided", "zeros", "zeros_like", "ones", "ones_like", "full", "full_like",
+            "arange", "scalar_tensor", "lift_fresh", "lift_fresh_copy"}
+
+
+class _ErrorScale(TorchDispatchMode):
+    """Beside every float64 value, the variance (float32) of a float32 evaluation's error in it."""
+
+    def __init__(self):
+        super().__init__()
+        self.var = WeakTensorKeyDictionary()
+
+    def get(self, t):
+        if isinstance(t, torch.Tensor) and t.is_floating_point():
+            return self.var.get(t)
+        return None
+
+    def get_or_zero(self, t):
+        v = self.get(t)
+        return torch.zeros(t.shape, dtype=torch.float32) if v is None else v
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        name = func.overloadpacket.__name__
+        if name.endswith("_") and not name.startswith("_"):  # in place (relu_, silu_, add_): as relu, silu, add
+            outplace = getattr(getattr(_aten, name[:-1]), func._overloadname)
+            y = outplace(*args, **kwargs)
+            v = self.rule(outplace, name[:-1], args, kwargs, y)
+            args[0].copy_(y)
+            if v is None:
+                self.var.pop(args[0], None)
+            else:
+                self.var[args[0]] = v
+            return args[0]
+        y = _depthwise_conv64(*args) if name == "convolution" and _is_depthwise64(*args) else func(*args, **kwargs)
+        v = self.rule(func, name, args, kwargs, y)
+        if isinstance(y, torch.Tensor):
+            if v is not None:
+                self.var[y] = v
+        elif v is not None:
+            for yi, vi in zip(y, v):
+                if vi is not None:
+                    self.var[yi] = vi
+        return y
+
+    def _any_var(self, items) -> bool:
+        return any(self._any_var(a) if isinstance(a, (list, tuple)) else self.get(a) is not None for a in items)
+
+    def _as_var(self, a):
+        if isinstance(a, (list, tuple)):
+            return type(a)(self._as_var(e) for e in a)
+        if isinstance(a, torch.Tensor) and a.is_floating_point():
+            return self.get_or_zero(a)
+        return a
+
+    def rule(self, func, name, args, kwargs, y):  # noqa: C901 - one branch per kind of op
+        if name in _FACTORY:
+            return None
+        if name in _DATA:
+            if not self._any_var(list(args) + list(kwargs.values())):
+                return None
+            return func(*self._as_var(args), **{k: self._as_var(a) for k, a in kwargs.items()})
+        if name == "_to_copy":
+            v = self.get(args[0])
+            return None if v is None or not y.is_floating_point() else v
+        if name == "max_pool2d_with_indices":
+            out, idx = y
+            v = self.get(args[0])
+            if v is None:
+                return None
+            return v.flatten(-2).gather(-1, idx.flatten(-2)).view(out.shape), None
+        if name == "convolution":
+            x, w = args[0], args[1]
+            rest = args[3:]
+            v = _aten.convolution(x.float().abs_(), w.float().abs_(), None, *rest).mul_(_ACC_SD).square_()
+            vx = self.get(x)
+            if vx is not None:
+                v += _aten.convolution(vx, w.float().square_(), None, *rest)
+            return v
+        if name in ("mm", "bmm", "addmm"):
+            if name == "addmm":
+                bias, a, b = args[:3]
+                beta, alpha = kwargs.get("beta", 1), kwargs.get("alpha", 1)
+            else:
+                (a, b), bias, beta, alpha = args[:2], None, 1, 1
+            mm = _aten.bmm if name == "bmm" else _aten.mm
+            v = mm(a.float().abs_(), b.float().abs_()).mul_(_ACC_SD).square_()
+            va, vb = self.get(a), self.get(b)
+            if va is not None:
+                v += mm(va, b.float().square_())
+            if vb is not None:
+                v += mm(a.float().square_(), vb)
+            v *= alpha * alpha
+            if bias is not None and self.get(bias) is not None:
+                v += beta * beta * self.get(bias)
+            return v
+        if name in ("mean", "sum"):
+            x = args[0]
+            n = x.numel() / max(y.numel(), 1)
+            v = func(x.float().abs_(), *args[1:], **kwargs).mul_(_ACC_SD).square_()
+            vx = self.get(x)
+            if vx is not None:
+                v += func(vx, *args[1:], **kwargs).mul_(1 / n) if name == "mean" else func(vx, *args[1:], **kwargs)
+            return v
+        if name in ("native_batch_norm", "_native_batch_norm_legit_no_training"):
+            # eval: (x - mean) * scale + bias; x - mean rounds relative to |x| + |mean| (folded into
+            # the conv before it, as pnnx and our compiler do, the folded weights' rounding is of
+            # the same size), then the result rounds
+            if name == "native_batch_norm":
+                x, w, b, mean, var, training, _, eps = args
+                if training:
+                    raise NotImplementedError("batch norm in training mode")
+            else:
+                x, w, b, mean, var, _, eps = args
+            shape = (1, -1) + (1,) * (x.dim() - 2)
+            scale = ((1 if w is None else w) / torch.sqrt(var + eps)).view(shape).float().abs_()
+            v = x.float().abs_().add_(mean.view(shape).float().abs()).mul_(scale * _ROUND_SD).square_()
+            vx = self.get(x)
+            if vx is not None:
+                v += vx * scale.square()
+            return v.add_(y[0].float().mul_(_ROUND_SD).square_()), None, None
+        if name == "native_layer_norm":
+            x, normalized_shape, w, b, eps = args
+            out, mean, rstd = (t.float() for t in y)
+            dims = tuple(range(x.dim() - len(normalized_shape), x.dim()))
+            n = math.prod(normalized_shape)
+            xf = x.float()
+            xhat = (xf - mean) * rstd
+            wabs = 1 if w is None else w.float().abs()
+            g = rstd * wabs
+            # the mean and variance are sums of n terms (magnitude |x| and xhat^2), then
+            # (x - mean) * rstd * w + b: a few roundings relative to |x|, |xhat| and |out|
+            v = ((xf.abs() + mean.abs()).mul_(g * _ACC_SD).square_()
+                 + (xhat.abs() * wabs).mul_(2 * _ROUND_SD).square_() + out.mul(_ROUND_SD).square_())
+            vx = self.get(x)
+            if vx is not None:  # the Jacobian rstd * w * (I - 1/n - xhat xhat^T / n), by rows
+                v += (vx + vx.mean(dims, keepdim=True) * (1 + xhat.square()) / n).sqrt_().mul_(g).square_()
+            return v, None, None
+        if name in ("_softmax", "_log_softmax"):
+            x, dim = args[0], args[1]
+            y32 = y.float()
+            p = y32 if name == "_softmax" else y32.exp()
+            vx = self.get_or_zero(x)
+            # d p_i = p_i (d x_i - sum_j p_j d x_j); log_softmax: d x_i - sum_j p_j d x_j
+            v = ((1 - 2 * p) * vx + (p.square() * vx).sum(dim, keepdim=True)).clamp_(min=0)
+            if name == "_softmax":
+                v = v.sqrt_().mul_(p).square_()
+            return v + y32.mul(2 * _ROUND_SD).square_()  # exp, the sum, the division (or log)
+        if torch.Tag.pointwise in func.tags:
+            if not (isinstance(y, torch.Tensor) and y.is_floating_point()):
+                return None
+            v = y.float().mul_(_ROUND_SD).square_()
+            for i, a in enumerate(args):
+                va = self.get(a)
+                if va is not None:
+                    v += _derivative(func, name, args, kwargs, i, y).mul_(va.sqrt()).square_()
+            return v
+        raise NotImplementedError(f"tests/numerics.py has no rounding-error rule for {func}")
+
+
+def _is_depthwise64(x, w, b, stride, padding, dilation, transposed, output_padding, groups) -> bool:
+    return x.dtype == torch.float64 and x.dim() == 4 and groups > 1 and w.shape[1] == 1 and not transposed
+
+
+def _depthwise_conv64(x, w, b, stride, padding, dilation, transposed, output_padding, groups) -> torch.Tensor:
+    """A depthwise 2-D convolution in float64 as a sum over the kernel's taps: torch's own float64
+    depthwise kernel is 30-50x slower than this (MobileNetV2 at batch 4: 45 s)."""
+    (sh, sw), (ph, pw), (dh, dw) = stride, padding, dilation
+    n, c, h, wd = x.shape
+    co, _, kh, kw = w.shape
+    if co != c:
+        x = x.repeat_interleave(co // c, dim=1)
+    xp = torch.nn.functional.pad(x, (pw, pw, ph, ph))
+    oh = (h + 2 * ph - dh * (kh - 1) - 1) // sh + 1
+    ow = (wd + 2 * pw - dw * (kw - 1) - 1) // sw + 1
+    out = torch.zeros((n, co, oh, ow), dtype=x.dtype)
+    if b is not None:
+        out += b.view(1, co, 1, 1)
+    for i in range(kh):
+        for j in range(kw):
+            tap = xp[:, :, i * dh: i * dh + sh * (oh - 1) + 1: sh, j * dw: j * dw + sw * (ow - 1) + 1: sw]
+            out.addcmul_(tap, w[:, 0, i, j].view(1, co, 1, 1))
+    return out
+
+
+def _derivative(func, name, args, kwargs, i, y) -> torch.Tensor:
+    """d func / d args[i] elementwise, as float32: written out for the common ops, else by central
+    differences in float64 (h ~ 2^-26 relative: exact to ~1e-8, plenty for a variance)."""
+    a = args[i]
+    x = a.float()
+    if name in ("add", "sub") and len(args) == 2:
+        return torch.full_like(x, (-1.0 if name == "sub" and i == 1 else 1.0) * kwargs.get("alpha", 1))
+    if name == "mul" and len(args) == 2:
+        other = args[1 - i]
+        return other.float().expand(y.shape).clone() if isinstance(other, torch.Tensor) else torch.full_like(x, other)
+    if name == "relu":
+        return (x > 0).float()
+    if name == "hardtanh":
+        lo, hi = (list(args[1:]) + [-1.0, 1.0][len(args) - 1:])[:2]
+        return ((x > lo) & (x < hi)).float()
+    if name == "sigmoid":
+        s = y.float()
+        return s * (1 - s)
+    if name == "silu":  # s + silu(x) (1 - s)
+        s = torch.sigmoid(x)
+        return torch.addcmul(s, y.float(), 1 - s)
+    h = (a.abs() + 1) * 2.0 ** -26
+    lo, hi = list(args), list(args)
+    lo[i], hi[i] = a - h, a + h
+    return ((func(*hi, **kwargs) - func(*lo, **kwargs)) / (2 * h)).float()
+
+
+def float64_with_error_scale(module: torch.nn.Module, *inputs: np.ndarray) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """The module's outputs evaluated in float64, and sigma for each: the standard deviation of the
+    error a float32 evaluation makes there (see the module docstring). The module is converted to
+    float64 in place."""
+    module = module.double().eval()
+    mode = _ErrorScale()
+    with torch.no_grad(), mode:
+        out = module(*(torch.from_numpy(np.ascontiguousarray(x)).double() for x in inputs))
+    outs = out if isinstance(out, (tuple, list)) else (out,)
+    return [o.numpy() for o in outs], [(mode.get_or_zero(o).double() / _SCALE).sqrt().numpy() for o in outs]
+
+
+def tolerance(y: np.ndarray, sigma: np.ndarray, k: float = K) -> np.ndarray:
+    """Per element: K * sigma + u * |y| + TINY."""
+    return k * sigma + U * np.abs(y) + TINY
+
+
+def worst_ratio(got: np.ndarray, y: np.ndarray, sigma: np.ndarray) -> tuple[float, tuple[int, ...]]:
+    """max |got - y| / (sigma + u |y| + TINY) and where: how many K the worst element uses."""
+    ratio = np.abs(got.astype(np.float64) - y) / (sigma + U * np.abs(y) + TINY)
+    ratio = np.where(np.isnan(got) != np.isnan(y), np.inf, np.nan_to_num(ratio, nan=0.0))
+    i = np.unravel_index(int(np.argmax(ratio)), ratio.shape) if ratio.size else ()
+    return (float(ratio[i]) if ratio.size else 0.0), tuple(int(j) for j in i)
+
+
+def check_float32(got: Sequence[np.ndarray] | np.ndarray, exact: Sequence[np.ndarray], sigma: Sequence[np.ndarray],
+                  label: str, k: float = K) -> None:
+    """Assert every element of every output is within tolerance(exact, sigma, k) of the float64 answer."""
+    got = [got] if isinstance(got, np.ndarray) else list(got)
+    assert len(got) == len(exact), f"{label}: {len(got)} outputs, expected {len(exact)}"
+    for n, (g, y, s) in enumerate(zip(got, exact, sigma)):
+        assert g.shape == y.shape, f"{label} output {n}: shape {g.shape}, expected {y.shape}"
+        bound = tolerance(y, s, k)
+        err = np.abs(g.astype(np.float64) - y)
+        bad = ~(err <= bound) & ~(np.isnan(g) & np.isnan(y))
+        if bad.any():
+            ratio, i = worst_ratio(g, y, s)
+            raise AssertionError(
+                f"{label} output {n}: {int(bad.sum())} of {g.size} elements beyond K * sigma + u|y| + TINY "
+                f"(K = {k}); worst at {i}: got {g[i]!r}, float64 {y[i]!r}, sigma {s[i]:.3g}, "
+                f"error {err[i]:.3g} = {ratio:.1f} sigma")
