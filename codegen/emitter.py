@@ -78,10 +78,9 @@ class WeightPack:
         """Lines of the forward that bind each constant's name to its view of the packed arrays."""
         lines = []
         for c, (dtype, start) in self.slots.items():
-            lines.append(f"{names(c, 'c_')} = w_{dtype}[{start}:{start + c.type.size}].reshape({lit(c.shape)})")
+            lines.append(_view(names(c, "c_"), f"w_{dtype}", start * np.dtype(dtype).itemsize, dtype, c.shape))
         for name, (dtype, start, shape) in self.prepacked.items():
-            size = int(np.prod(shape, dtype=np.int64))
-            lines.append(f"{name} = w_{dtype}[{start}:{start + size}].reshape({lit(shape)})")
+            lines.append(_view(name, f"w_{dtype}", start * np.dtype(dtype).itemsize, dtype, shape))
         return lines
 
 
@@ -154,6 +153,7 @@ def generate_module(graph: Graph, comment: str = "", profile: bool = False) -> G
             lines += rule.fn(e)
         except CodegenUnsupportedError as exc:  # a limit of the rule: name the node
             raise CodegenUnsupportedError(f"{node.name} ({node.op}): {exc}; use backend='interpreter'") from None
+        lines = [_RESHAPE.sub(r"reshaped(\1, ", line) for line in lines]
         lines[-1] += f"  # {node.name}"
         body += lines
         timed += lines + [f"times[{step + 1}] = _clock()"]
@@ -176,7 +176,8 @@ def generate_module(graph: Graph, comment: str = "", profile: bool = False) -> G
         functions += _function("forward_profiled", inputs + weight_args + ["times"], timed)
     kernels = _kernels_module(title, imports, list(definitions.values()) + ([_CLOCK] if profile else []))
     forward = "\n".join([title, "# The forward; codegen/linker.py binds its kernels (kernels.py) by address.",
-                          "import math  # noqa: F401", "", "import numba", "import numpy as np", ""]) + functions
+                          "import math  # noqa: F401", "", "import numba", "import numpy as np", "",
+                          "from codegen.array_view import reshaped, view", ""]) + functions
     return GeneratedModule(kernels, forward, weights, plan, inputs)
 
 
@@ -203,10 +204,23 @@ def _function(name: str, args: list[str], body: list[str]) -> str:
 
 def _allocate(v: Value, name: str, plan: MemoryPlan) -> str:
     if v in plan.offsets:
-        start = plan.offsets[v]
-        return (f"{name} = arena[{start}:{start + v.type.nbytes}].view(np.{v.dtype})"
-                f".reshape({lit(v.shape)})")
+        return _view(name, "arena", plan.offsets[v], v.dtype, v.shape)
     return f"{name} = np.empty({lit(v.shape)}, np.{v.dtype})"
+
+
+# `x.reshape(shape)` in a line of the forward: every array there is C-contiguous (inputs, views of
+# the arena and weights, their reshapes), so codegen/array_view.py's reshaped(x, shape) does it, at a
+# tenth of the compile time of numba's reshape (and would refuse to compile on any other layout)
+_RESHAPE = re.compile(r"\b([A-Za-z_]\w*)\.reshape\(")
+
+
+def _view(name: str, buffer: str, offset: int, dtype: str, shape: tuple[int, ...]) -> str:
+    """`name = ` the array of `shape` at byte `offset` of a flat buffer (codegen/array_view.py: numpy's
+    slice-view-reshape would cost ~100 ms of compile time per view). The packer and the memory plan
+    place each array inside its buffer, aligned."""
+    if offset % np.dtype(dtype).itemsize:
+        raise AssertionError(f"{name}: offset {offset} of {buffer} is not aligned for {dtype}")
+    return f"{name} = view({buffer}, {offset}, np.{dtype}, {lit(tuple(shape))})"
 
 
 def _return(graph: Graph, names: Callable) -> list[str]:

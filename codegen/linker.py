@@ -4,8 +4,9 @@ Why: when a jitted function calls another one, numba links the callee's LLVM IR 
 the caller's module, then optimises (O3) and compiles the whole module to machine code
 again, although every kernel is already compiled and in numba's cache. ResNet-18's
 forward took ~13 s to compile that way, ~9 s of it re-optimising and re-compiling
-kernels. A first-class function (numba's FunctionType) is called through a pointer
-instead: its code is not linked in, so the forward compiles alone (~5 s).
+kernels. Here a kernel is called through a pointer to its machine code instead (a
+KernelFunction: one indirect call, in numba's calling convention): its code is not
+linked in, so the forward compiles alone.
 
 How, for a module whose @njit entry functions (`forward`, `forward_profiled`) call
 kernels by name (the emitter's output):
@@ -24,14 +25,14 @@ kernels by name (the emitter's output):
    each kernel, which is all a warm load needs (no type inference).
 2. bind(): the compiled code of each (kernel, signature) (from numba's cache) and its
    address, resolved once; the forward takes them as one argument, BoundKernels, whose
-   numba type (KernelTable) holds the first-class function type of each kernel.
+   numba type (KernelTable) holds the KernelFunction type of each kernel.
 
 Passing the kernels themselves as first-class function arguments would be simpler, but
 numba unboxes each one through Python on every call (~45 us each: 2.7 ms for 60
 kernels); BoundKernels unboxes as one pointer.
 
 Kernel calls must pass every argument by position (no keywords, no omitted defaults):
-a first-class function has no defaults.
+a call through a pointer has no defaults.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from __future__ import annotations
 import ast
 import hashlib
 import linecache
+import logging
 import re
 from dataclasses import dataclass
 from types import ModuleType
@@ -52,9 +54,11 @@ from numba.core.compiler_machinery import AnalysisPass, register_pass
 from numba.core.dispatcher import Dispatcher
 from numba.core.typed_passes import NopythonTypeInference
 from numba.core.typing import Signature
-from numba.extending import NativeValue, intrinsic, models, register_model, typeof_impl, unbox
+from numba.extending import NativeValue, intrinsic, lower_builtin, models, register_model, typeof_impl, unbox
 
 from ir.errors import LinkError
+
+log = logging.getLogger(__name__)
 
 
 class KernelRef(NamedTuple):
@@ -73,12 +77,57 @@ class LinkedModule:
 # -- the kernel table: its numba type, its value, and the intrinsic that reads it ------------------
 
 
+class KernelFunction(types.Callable):
+    """numba type of `kernel(kernels, i)`: the address of one kernel's machine code for one signature.
+
+    A call is one indirect call in numba's calling convention, plus the check of its status that
+    propagates the kernel's exception. (numba's first-class FunctionType also emits, at every call
+    site, a fallback through the Python C API for functions it has no machine code of: ~10x the IR,
+    and so ~4x the compile time of a forward made of kernel calls.)"""
+
+    def __init__(self, signature: Signature):
+        self.signature = signature
+        super().__init__(name=f"KernelFunction{signature}")
+
+    @property
+    def key(self) -> str:
+        return str(self.signature)
+
+    def get_call_type(self, context, args, kws):
+        if kws or len(args) != len(self.signature.args):
+            return None
+        if not all(got == want or context.can_convert(got, want) for got, want in zip(args, self.signature.args)):
+            return None
+        return self.signature.replace(recvr=self)  # the receiver, the address, is passed to the call below
+
+    def get_call_signatures(self):
+        return [self.signature], True
+
+    def get_impl_key(self, sig):
+        return KernelFunction
+
+
+register_model(KernelFunction)(models.OpaqueModel)
+
+
+@lower_builtin(KernelFunction, types.VarArg(types.Any))
+def _call_kernel_function(context, builder, sig, args):
+    function, address, values = sig.args[0], args[0], args[1:]  # numba passes the receiver first
+    want = function.signature
+    values = [context.cast(builder, v, got, to) for v, got, to in zip(values, sig.args[1:], want.args)]
+    pointer = builder.bitcast(address, context.call_conv.get_function_type(want.return_type, want.args).as_pointer())
+    status, result = context.call_conv.call_function(builder, pointer, want.return_type, want.args, values)
+    with cgutils.if_unlikely(builder, status.is_error):
+        context.call_conv.return_status_propagate(builder, status)
+    return result
+
+
 class KernelTable(types.Type):
-    """numba type of a linked forward's `kernels` argument: one first-class function type per entry.
+    """numba type of a linked forward's `kernels` argument: the KernelFunction of each entry.
 
     At run time the value is a pointer to the entries' addresses (an intp array)."""
 
-    def __init__(self, functions: tuple[types.FunctionType, ...]):
+    def __init__(self, functions: tuple[KernelFunction, ...]):
         self.functions = functions
         self.digest = hashlib.sha256("\n".join(map(str, functions)).encode()).hexdigest()
         super().__init__(name=f"KernelTable({len(functions)} kernels, {self.digest[:16]})")
@@ -116,7 +165,7 @@ def _unbox_kernel_table(typ, obj, c):
 
 @intrinsic
 def kernel(typingctx, table, index):
-    """kernel(kernels, i): entry i of the table, as a first-class function (i a constant)."""
+    """kernel(kernels, i): entry i of the table, a KernelFunction (i a constant)."""
     if not isinstance(table, KernelTable) or not isinstance(index, types.IntegerLiteral):
         return None
     function = table.functions[index.literal_value]
@@ -125,18 +174,13 @@ def kernel(typingctx, table, index):
         intp = context.get_value_type(types.intp)
         entries = builder.bitcast(args[0], intp.as_pointer())
         address = builder.load(builder.gep(entries, [context.get_constant(types.intp, index.literal_value)]))
-        # numba-internal (0.68): FunctionType's data model holds c_addr, py_addr and jit_addr. With
-        # jit_addr set, a call goes straight to the compiled function in numba's calling convention,
-        # so a kernel's exception propagates; c_addr (its C wrapper) and py_addr stay null.
-        value = cgutils.create_struct_proxy(function)(context, builder)
-        value.jit_addr = builder.inttoptr(address, context.get_value_type(types.voidptr))
-        return value._getvalue()
+        return builder.inttoptr(address, context.get_value_type(types.voidptr))
 
     return function(table, index), codegen
 
 
 def table_type(table: list[KernelRef]) -> KernelTable:
-    return KernelTable(tuple(types.FunctionType(ref.signature) for ref in table))
+    return KernelTable(tuple(KernelFunction(ref.signature) for ref in table))
 
 
 def bind(module: ModuleType, table: list[KernelRef]) -> BoundKernels:
@@ -206,6 +250,57 @@ class _Call(NamedTuple):
     signature: Signature
 
 
+class _Unliteral:
+    """Stands for a kernel while link() types the entry functions, so that a call types as the
+    kernel's does for the arguments' plain types: the forward passes its constants as literals
+    (`3`, `(1, 1)`, `True`: cheaper to compile than `np.int64(3)`), and a kernel still compiles
+    once per signature, not once per constant as numba's dispatchers would."""
+
+    def __init__(self, dispatcher: Dispatcher):
+        self.dispatcher = dispatcher
+
+
+class _UnliteralType(types.Callable):
+    def __init__(self, dispatcher: Dispatcher):
+        self.dispatcher = dispatcher
+        super().__init__(name=f"unliteral({dispatcher.py_func.__module__}.{dispatcher.py_func.__qualname__})")
+
+    @property
+    def key(self):
+        return self.dispatcher
+
+    def get_call_type(self, context, args, kws):
+        args = [types.unliteral(a) for a in args]
+        if not kws and tuple(args) not in self.dispatcher.overloads and not _cached_on_disk(self.dispatcher, args):
+            fn = self.dispatcher.py_func
+            log.info("compiling kernel %s.%s for %s (once per machine and signature: numba caches it)",
+                     fn.__module__, fn.__qualname__, ", ".join(map(str, args)))
+        plain = types.Dispatcher(self.dispatcher)
+        return plain.get_call_type(context, args, {k: types.unliteral(v) for k, v in kws.items()})
+
+    def get_call_signatures(self):
+        return types.Dispatcher(self.dispatcher).get_call_signatures()
+
+    def get_impl_key(self, sig):
+        return self
+
+
+def _cached_on_disk(dispatcher: Dispatcher, args: list[types.Type]) -> bool:
+    """Whether numba's on-disk cache holds the dispatcher's machine code for args (so that a compile
+    of it only loads). numba-internal (0.68): Dispatcher.compile keys its cache lookup like this."""
+    cache = getattr(dispatcher, "_cache", None)
+    try:
+        key = cache._index_key(tuple(args), dispatcher.targetctx.codegen())
+        return key in cache._cache_file._load_index()
+    except (AttributeError, OSError):  # no cache (cache=False), or numba's internals moved
+        return False
+
+
+@typeof_impl.register(_Unliteral)
+def _typeof_unliteral(value: _Unliteral, context) -> _UnliteralType:
+    return _UnliteralType(value.dispatcher)
+
+
 def _kernel_calls(function, argtypes: tuple[types.Type, ...]) -> list[_Call]:
     """Every call of `function` to a jitted function, by line, global name and signature."""
     try:
@@ -217,7 +312,7 @@ def _kernel_calls(function, argtypes: tuple[types.Type, ...]) -> list[_Call]:
     calls = []
     for expr, signature in state.calltypes.items():
         if not (isinstance(expr, ir.Expr) and expr.op == "call"
-                and isinstance(state.typemap[expr.func.name], types.Dispatcher)):
+                and isinstance(state.typemap[expr.func.name], _UnliteralType)):
             continue
         callee = state.func_ir.get_definition(expr.func)
         where = f"{function.__name__}, line {expr.loc.line}"
@@ -241,7 +336,7 @@ def link(source: str, module: ModuleType, entry_points: dict[str, tuple[types.Ty
     for node in tree.body:  # typed as plain functions: the decorators would compile them
         if isinstance(node, ast.FunctionDef):
             node.decorator_list = []
-    namespace = dict(vars(module))
+    namespace = {k: _Unliteral(v) if isinstance(v, Dispatcher) else v for k, v in vars(module).items()}
     exec(compile(tree, filename, "exec"), namespace)  # noqa: S102 - our own generated code
 
     functions = {node.name: node for node in tree.body if isinstance(node, ast.FunctionDef)}

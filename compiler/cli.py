@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import sys
 import time
 from collections.abc import Sequence
@@ -257,6 +258,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    # what takes long once per machine (numba compiling a kernel of the library) says so, on stderr
+    logging.basicConfig(format="%(message)s", stream=sys.stderr)
+    logging.getLogger("codegen.linker").setLevel(logging.INFO)
     try:
         return args.func(args)
     except CompilerError as exc:

@@ -36,6 +36,7 @@ import codegen.runtime  # noqa: F401 - thread policy before numba's pool starts
 from codegen.emitter import GeneratedModule, generate_module, is_view
 from codegen.linker import BoundKernels, bind, link
 from codegen.memory_plan import MemoryPlan, plan_memory
+from codegen.opt_level import FORWARD_OPT_LEVEL, opt_level
 from compiler.cache import CacheInfo, ModelCache, cache_key
 from compiler.model import CompiledModel
 from ir.graph import Graph
@@ -112,7 +113,8 @@ class NumbaModel(CompiledModel):
         start = time.perf_counter()
         signature = (*argument_types(graph, weights), numba.typeof(kernels))
         if signature not in self._forward.overloads:  # the module may be shared by models of one entry
-            self._forward.compile(signature)  # compile (or load) now, not at first call
+            with opt_level(FORWARD_OPT_LEVEL):  # a cache hit loads the machine code, whatever the level
+                self._forward.compile(signature)  # compile (or load) now, not at first call
         self._forward.disable_compile()  # inputs are checked and converted: a new signature would be a bug
         self.jit_seconds = time.perf_counter() - start
 

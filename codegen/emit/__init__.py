@@ -106,17 +106,10 @@ def lit(value: Any) -> str:
 
 
 def const(value) -> str:
-    """A literal for generated code that numba types as a plain int64 / bool (tuples of them).
-
-    numba compiles a kernel called from jitted code for the *literal* types of constant arguments
-    (Literal[int](3)), so each call site of a forward function, with its own shapes and attributes,
-    would compile and cache its own specialization of the kernel. np.int64(3) is typed int64."""
-    if isinstance(value, bool):
-        return f"np.bool_({value})"
-    if isinstance(value, int):
-        return f"np.int64({value})"
-    if isinstance(value, (tuple, list)):
-        return "(" + "".join(f"{const(v)}, " for v in value).rstrip(" ") + ")"
+    """A literal for a constant argument of a kernel call in the forward (ints, bools, floats,
+    tuples of them). A plain literal: the linker types kernel calls on the arguments' non-literal
+    types (codegen/linker.py), so `3` passes an int64 and the kernel is not compiled again for
+    each value, while the forward compiles faster than with `np.int64(3)`, a call per constant."""
     return lit(value)
 
 

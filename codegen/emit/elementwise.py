@@ -1,22 +1,26 @@
-"""Elementwise ops: one generated loop per node, over the node's static output shape.
+"""Elementwise ops: one generated loop per structure of node, sized at run time.
 
-Unlike the other families, elementwise kernels are generated for each model:
+Unlike the other families, elementwise kernels are generated from the graph:
 a fused_elementwise node (or a single elementwise op) becomes a small @njit
-function in the model's module whose loop body evaluates the member ops' scalar
+function whose loop body evaluates the member ops' scalar
 forms (declared with each op, ir/op_registry.py), so a chain of ops reads its
 inputs once and writes its output once. Inputs broadcast numpy-style: the loop runs over rows of
 the output's last dim, each input addressed through its own (zero for broadcast
-dims) strides. Constant inputs of one element are inlined as literals.
+dims) strides, computed from the shapes at run time. Constant inputs of one element are inlined
+as literals. Each function lives in a module of its own named by its digest, written once into the
+generated-kernel directory (codegen/generated.py), so numba compiles it once per machine, not
+once per node and model: a DenseNet's 120 BN-ReLU nodes of as many shapes share one ReLU loop.
 """
 
 from __future__ import annotations
 
+import hashlib
 import math
-import re
 
 import numpy as np
 
 from codegen.emit import Emit, emits, lit
+from codegen.kernels import library_digest
 from codegen.kernels.common import PARALLEL_MIN_ELEMENTS
 from ir.errors import CodegenUnsupportedError
 from ir.graph import Node
@@ -64,52 +68,64 @@ def _inline_constant(node: Node, i: int) -> str | None:
     return f"np.{v.dtype}({lit(value)})" if v.dtype != "bool" else lit(bool(value))
 
 
-def _strides(shape: tuple[int, ...], out_shape: tuple[int, ...]) -> list[int]:
-    """Element strides of an input broadcast to out_shape (0 along broadcast dims)."""
-    shape = (1,) * (len(out_shape) - len(shape)) + tuple(shape)
-    strides, step = [], 1
-    for d in reversed(shape):
-        strides.append(step if d > 1 else 0)
-        step *= d
-    return strides[::-1]
-
-
 def generate_loop(name: str, node: Node) -> str:
-    """Source of an @njit function `name(inputs..., out)` computing the node elementwise."""
+    """Source of an @njit function `name(inputs..., out)` computing the node elementwise.
+
+    The function reads every size from its arrays' shapes, so it depends on the node's structure
+    only: output rank, each input's rank, whether it has the output's shape and whether its last
+    dim is broadcast, the program, inlined constants, dtypes, and whether the loop is parallel.
+    Nodes of equal structure share one function (and one compile), across models too."""
     out = node.outputs[0]
-    shape = out.shape or (1,)
-    rows, last = math.prod(shape[:-1]), shape[-1]
+    shape = out.shape
+    n = len(shape)
     inline = {i: _inline_constant(node, i) for i in range(len(node.inputs))}
     arrays = [i for i in range(len(node.inputs)) if inline[i] is None]
+    full = {i for i in arrays if tuple(node.inputs[i].shape) == tuple(shape)}  # indexed like the output
+    spread = [i for i in arrays if i not in full]  # broadcast: addressed through strides computed at run time
+    rows = math.prod(shape[:-1]) if n else 1
     parallel = out.type.size >= PARALLEL_MIN_ELEMENTS and rows > 1
-    loop = "numba.prange" if parallel else "range"
     lines = [f"@numba.njit(cache=True, nogil=True, parallel={parallel}, error_model=\"numpy\")",
              f"def {name}({', '.join([f'x{i}' for i in arrays] + ['out'])}):"]
     lines += [f"    f{i} = x{i}.reshape(-1)" for i in arrays]
     lines.append("    fo = out.reshape(-1)")
-    lines.append(f"    for row in {loop}({rows}):")
-    strides = {i: _strides(node.inputs[i].shape, shape) for i in arrays}
-    # multi-index of the row, then each input's base offset
-    dims = shape[:-1]
-    if any(any(s[:-1]) for s in strides.values()) and dims:
-        for k in range(len(dims)):
-            inner = math.prod(dims[k + 1:])  # rows per step of dim k
-            index = f"row // {inner}" if inner > 1 else "row"
-            lines.append(f"        i{k} = ({index}) % {dims[k]}" if k else f"        i{k} = {index}")
-    for i in arrays:
-        terms = [f"i{k} * {s}" for k, s in enumerate(strides[i][:-1]) if s]
+    lines += [f"    d{k} = out.shape[{k}]" for k in range(n)]
+    lines.append(f"    last = {f'd{n - 1}' if n else 1}")
+    lines.append(f"    rows = {' * '.join(f'd{k}' for k in range(n - 1)) or 1}")
+    for i in spread:  # contiguous strides of x_i over the output's leading dims; 0 where x_i broadcasts
+        r = len(node.inputs[i].shape)
+        if r:
+            lines.append(f"    m{i} = x{i}.shape[{r - 1}]")  # elements per step of the dim before the last
+        for k in reversed(range(n - 1)):
+            if k >= n - r:
+                dim = f"x{i}.shape[{k - (n - r)}]"
+                lines += [f"    s{i}_{k} = m{i} if {dim} != 1 else 0", f"    m{i} *= {dim}"]
+            else:
+                lines.append(f"    s{i}_{k} = 0")
+    loop = "numba.prange" if parallel else "range"
+    lines.append(f"    for row in {loop}(rows):")
+    if spread and n >= 2:  # the row's multi-index over the leading dims (p_k: rows per step of dim k)
+        lines.insert(lines.index(f"    for row in {loop}(rows):"), f"    p{n - 2} = 1")
+        for k in reversed(range(n - 2)):
+            lines.insert(lines.index(f"    for row in {loop}(rows):"), f"    p{k} = p{k + 1} * d{k + 1}")
+        for k in range(n - 1):
+            lines.append(f"        i{k} = row // p{k}" + (f" % d{k}" if k else ""))
+    for i in spread:
+        terms = [f"i{k} * s{i}_{k}" for k in range(n - 1)]
         lines.append(f"        b{i} = {' + '.join(terms) if terms else '0'}")
-    lines.append(f"        bo = row * {last}")
-    lines.append(f"        for j in range({last}):")
+    lines.append("        bo = row * last")
+    lines.append("        for j in range(last):")
     scalars = {}
     for i in range(len(node.inputs)):
         if inline[i] is not None:
             scalars[str(i)] = inline[i]
+            continue
+        shape_i = node.inputs[i].shape
+        if i in full:
+            index = "bo + j"
         else:
-            step = strides[i][-1]
-            index = f"b{i} + j" if step == 1 else f"b{i}"
-            lines.append(f"            a{i} = f{i}[{index}]")
-            scalars[str(i)] = f"a{i}"
+            index = f"b{i}" if not shape_i or shape_i[-1] == 1 else f"b{i} + j"
+        lines.append(f"            a{i} = f{i}[{index}]")
+        scalars[str(i)] = f"a{i}"
     program = _program(node)
     dtypes = _statement_dtypes(node, program)
     for s in program:
@@ -120,10 +136,24 @@ def generate_loop(name: str, node: Node) -> str:
     return "\n".join(lines) + "\n"
 
 
+def kernel_module(node: Node) -> tuple[str, str]:
+    """(name, source of a module defining it) of the node's elementwise function. The name is the
+    digest of the function's source and of the kernel library's (whose functions it inlines), so
+    one name is one machine code: nodes of equal structure, in any model, share it."""
+    body = generate_loop("KERNEL", node)
+    digest = hashlib.blake2b(f"{body}\0{library_digest()}".encode(), digest_size=10).hexdigest()
+    name = f"ew_{digest}"
+    imports = "".join(f"from codegen.kernels.vmath import {f}  # noqa: F401\n" for f in FAST_MATH)
+    source = (f"# Generated by pnnx-jit: an elementwise kernel (codegen/emit/elementwise.py). Do not edit.\n"
+              f"import math  # noqa: F401\n\nimport numba\nimport numpy as np\n\n{imports}\n\n"
+              + body.replace("def KERNEL(", f"def {name}("))
+    return name, source
+
+
 def _emit_elementwise(e: Emit) -> list[str]:
-    name = "ew_" + re.sub(r"\W", "_", e.node.name)[:60]
-    e.define(name, generate_loop(name, e.node))
-    e.imports.update({f: f"codegen.kernels.vmath:{f}" for f in FAST_MATH})
+    name, source = kernel_module(e.node)
+    e.imports["import_generated"] = "codegen.generated:import_generated"
+    e.define(name, f"{name} = import_generated({f'pnnx_jit_{name}'!r}, {source!r}).{name}")
     args = [a for i, a in enumerate(e.args) if _inline_constant(e.node, i) is None]
     return [f"{name}({', '.join(args + [e.outs[0]])})"]
 

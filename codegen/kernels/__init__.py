@@ -75,3 +75,13 @@ def _drop_stale_numba_caches(directory: Path = HERE, extra: bytes = b"") -> bool
 from codegen.kernels.epilogue import ACTIVATIONS_SOURCE  # noqa: E402
 
 _drop_stale_numba_caches(extra=ACTIVATIONS_SOURCE.encode())
+
+
+def library_digest() -> str:
+    """The digest of the kernel library's sources. Code generated to inline its functions (the
+    elementwise loops, codegen/emit/elementwise.py) names its files by it, so that an edit of the
+    library gives that code new files and new machine code, never stale cache entries."""
+    return _LIBRARY_DIGEST
+
+
+_LIBRARY_DIGEST = kernel_digest(extra=ACTIVATIONS_SOURCE.encode())

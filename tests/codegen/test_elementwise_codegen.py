@@ -81,3 +81,36 @@ def test_activation_loops_agree_with_the_reference_at_infinities_and_nan(op, tmp
     got, expected = run_both(text, EXTREMES, tmp_path=tmp_path)
     # infinities and nan must match exactly; finite values to the fast float32 functions' accuracy
     np.testing.assert_allclose(got, expected, rtol=2e-6, atol=1e-6, equal_nan=True, err_msg=op)
+
+
+def _kernel_name(text: str) -> str:
+    from codegen.emit.elementwise import kernel_module
+
+    (node,) = parse_graph(text).nodes
+    return kernel_module(node)[0]
+
+
+def test_nodes_of_one_structure_share_a_kernel_whatever_their_shapes():
+    relu = "graph g(%x: f32[{s}]) {{\n  %out0: f32[{s}] = relu(%x) @n\n  return %out0\n}}"
+    add = ("graph g(%x: f32[{s}], %y: f32[{t}]) {{\n  %out0: f32[{s}] = add(%x, %y) @n\n"
+           "  return %out0\n}}")
+    assert _kernel_name(relu.format(s="1,64,56,56")) == _kernel_name(relu.format(s="1,96,56,56"))
+    assert _kernel_name(relu.format(s="1,64,56,56")) != _kernel_name(relu.format(s="64,56,56"))  # rank
+    per_channel = _kernel_name(add.format(s="1,64,56,56", t="64,1,1"))
+    assert per_channel == _kernel_name(add.format(s="2,128,28,28", t="128,1,1"))
+    assert per_channel != _kernel_name(add.format(s="1,4,5,6", t="4,1,1"))  # small: a serial loop
+    assert per_channel != _kernel_name(add.format(s="1,64,56,56", t="1,64,56,56"))  # same shape: indexed alike
+    assert per_channel != _kernel_name(add.format(s="1,64,56,56", t="56"))  # last dim not broadcast
+
+
+def test_a_shared_kernel_computes_each_shape_it_serves(tmp_path):
+    text = """graph g(%x: f32[{s}], %y: f32[{t}]) {{
+  %out0: f32[{s}] = fused_elementwise(%x, %y) {{program="%t0 = mul(%0, %1); %t1 = relu(%t0)"}} @n
+  return %out0
+}}"""
+    for s, t in [("2,3,5,7", "3,1,1"), ("1,6,2,9", "6,1,1"), ("3,1,4,5", "1,1,1")]:
+        x = RNG.normal(size=tuple(map(int, s.split(",")))).astype(np.float32)
+        y = RNG.normal(size=tuple(map(int, t.split(",")))).astype(np.float32)
+        got, expected = run_both(text.format(s=s, t=t), x, y, tmp_path=tmp_path)
+        np.testing.assert_array_equal(got, expected)
+    assert len({_kernel_name(text.format(s=s, t=t)) for s, t in [("2,3,5,7", "3,1,1"), ("1,6,2,9", "6,1,1")]}) == 1

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import logging
 import sys
 from pathlib import Path
 
@@ -10,9 +11,8 @@ import llvmlite.binding as llvm
 import numba
 import numpy as np
 import pytest
-from numba.core import types
 
-from codegen.linker import KernelTable, LinkError, bind, link
+from codegen.linker import KernelFunction, KernelTable, LinkError, bind, link
 
 KERNELS = '''
 import numba
@@ -94,13 +94,16 @@ def test_each_kernel_signature_is_bound_once_and_op_lines_keep_their_text(tmp_pa
     assert forward(x, bound) == 42.0
 
 
-def test_the_forward_takes_its_kernels_as_first_class_functions_without_their_code(tmp_path, kernels):
+def test_the_forward_calls_its_kernels_by_address_without_their_code(tmp_path, kernels):
     _, forward, bound = _linked_forward(tmp_path, kernels)
     forward(np.ones(3), bound)
     (signature,) = forward.signatures
     assert isinstance(signature[-1], KernelTable)
-    assert all(isinstance(f, types.FunctionType) for f in signature[-1].functions)
-    module = llvm.parse_assembly(forward.overloads[signature].library.get_llvm_str())
+    assert all(isinstance(f, KernelFunction) for f in signature[-1].functions)
+    ir_text = forward.overloads[signature].library.get_llvm_str()
+    # a direct call: no fallback through the Python C API at the call sites (numba's FunctionType has one)
+    assert "PyGILState_Ensure" not in ir_text and "numba_get_wrapper" not in ir_text.lower()
+    module = llvm.parse_assembly(ir_text)
     defined = {f.name for f in module.functions if not f.is_declaration}
     for dispatcher in (kernels.scale, kernels.total):
         for result in dispatcher.overloads.values():
@@ -130,3 +133,24 @@ def test_binding_names_something_that_is_not_a_kernel_fails(tmp_path, kernels):
     kernels.scale = np.sum
     with pytest.raises(LinkError, match=r"\.scale is not a jitted kernel"):
         bind(kernels, linked.table)
+
+
+def test_literal_constants_type_as_plain_ints_so_a_kernel_compiles_once_per_signature(tmp_path, kernels):
+    source = FORWARD.replace("scale(out, np.int64(3), out)", "scale(out, 3, out)\n    scale(out, 5, out)")
+    linked, forward, bound = _linked_forward(tmp_path, kernels, source)
+    assert [str(ref.signature.args[1]) for ref in linked.table if ref.name == "scale"] == ["float64", "int64"]
+    assert sorted(str(args[1]) for args in kernels.scale.overloads) == ["float64", "int64"]  # no Literal[int](3)
+    assert forward(np.array([1.0, 2.0, 4.0]), bound) == 7.0 * 2 * 3 * 5
+
+
+def test_a_kernel_compile_is_announced_and_a_cache_load_is_not(tmp_path, kernels, caplog):
+    with caplog.at_level(logging.INFO, logger="codegen.linker"):
+        _linked_forward(tmp_path, kernels)
+    announced = [r.getMessage() for r in caplog.records]
+    assert any("compiling kernel" in m and ".scale for array(float64, 1d, C), float64" in m for m in announced)
+    assert any(".total for array(float64, 1d, C)" in m for m in announced)
+    caplog.clear()
+    again = _import(tmp_path / "kernels.py", f"{kernels.__name__}_again")  # a new process's view: numba's disk cache
+    with caplog.at_level(logging.INFO, logger="codegen.linker"):
+        link(FORWARD, again, {"forward": ARGTYPES})
+    assert not [r for r in caplog.records if "compiling kernel" in r.getMessage()]

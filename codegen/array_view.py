@@ -1,0 +1,92 @@
+"""view(buffer, offset, dtype, shape): an array over part of a flat buffer, built in a few instructions.
+
+A generated forward binds every weight to a view of the packed weights and every intermediate
+to a view of the arena. Written as numpy (`arena[a:b].view(np.float32).reshape(shape)`), each
+view lowers to numba's general slicing, dtype-view and reshape code (bounds and size checks, a
+call to its reshape helper, a tuple of shape checks): ~100 ms of compile time per view, and
+more than linearly in their number (100 weight views: 12 s, 200: 34 s). The emitter knows
+that each view fits and is aligned, so this intrinsic fills the array's fields directly.
+"""
+
+from __future__ import annotations
+
+from numba.core import cgutils, types
+from numba.extending import intrinsic
+
+
+@intrinsic
+def view(typingctx, buffer, offset, dtype, shape):
+    """The C-contiguous array of `shape` and `dtype` at byte `offset` of the contiguous 1-d
+    `buffer`, sharing its memory (read-only if the buffer is). Unchecked: the caller guarantees
+    that it fits in the buffer and that offset is a multiple of the dtype's alignment."""
+    if not (isinstance(buffer, types.Array) and buffer.ndim == 1 and buffer.layout == "C"
+            and isinstance(offset, types.Integer) and isinstance(dtype, types.NumberClass)
+            and isinstance(shape, types.BaseTuple) and all(isinstance(d, types.Integer) for d in shape)):
+        return None
+    result = types.Array(dtype.dtype, len(shape), "C", readonly=not buffer.mutable)
+
+    def codegen(context, builder, signature, args):
+        # the array's fields by value (no stack slots: numba's struct proxies would add two per view)
+        intp = context.get_value_type(types.intp)
+        meminfo, parent = builder.extract_value(args[0], 0), builder.extract_value(args[0], 1)
+        base = builder.extract_value(args[0], 4)  # data pointer
+        dims = [context.cast(builder, d, t, types.intp) for d, t in
+                zip(cgutils.unpack_tuple(builder, args[3], len(shape)), shape)]
+        itemsize = context.get_constant(types.intp, context.get_abi_sizeof(context.get_data_type(result.dtype)))
+        strides, step, nitems = [], itemsize, context.get_constant(types.intp, 1)
+        for d in reversed(dims):
+            strides.insert(0, step)
+            step, nitems = builder.mul(step, d), builder.mul(nitems, d)
+        start = builder.add(builder.ptrtoint(base, intp), context.cast(builder, args[1], offset, types.intp))
+        data = builder.inttoptr(start, context.get_data_type(result.dtype).as_pointer())
+        value = context.get_value_type(result)(None)  # undef
+        for i, field in enumerate([meminfo, parent, nitems, itemsize, data]):
+            value = builder.insert_value(value, field, i)
+        for i, (d, st) in enumerate(zip(dims, strides)):
+            value = builder.insert_value(value, d, [5, i])
+            value = builder.insert_value(value, st, [6, i])
+        context.nrt.incref(builder, result, value)  # a new reference to the buffer's memory
+        return value
+
+    return result(buffer, offset, dtype, shape), codegen
+
+
+@intrinsic
+def reshaped(typingctx, array, shape):
+    """array.reshape(shape) for a C-contiguous array: the same memory with new dims, built by value
+    (numba's reshape checks and calls a helper, at ~10x the compile time). shape: an int or a tuple
+    of ints, of which one may be -1 (the rest of the elements). Unchecked: the caller
+    guarantees that the sizes agree."""
+    if not (isinstance(array, types.Array) and array.layout == "C"):
+        return None
+    dims_t = tuple(shape) if isinstance(shape, types.BaseTuple) else (shape,)
+    if not all(isinstance(d, types.Integer) for d in dims_t):
+        return None
+    result = array.copy(ndim=len(dims_t), layout="C")
+
+    def codegen(context, builder, signature, args):
+        tuple_shape = isinstance(shape, types.BaseTuple)
+        values = cgutils.unpack_tuple(builder, args[1], len(dims_t)) if tuple_shape else [args[1]]
+        dims = [context.cast(builder, v, t, types.intp) for v, t in zip(values, dims_t)]
+        one = context.get_constant(types.intp, 1)
+        known = one  # the product of the given dims; a negative one (-1) stands for the rest
+        for d in dims:
+            known = builder.mul(known, builder.select(builder.icmp_signed("<", d, d.type(0)), one, d))
+        rest = builder.sdiv(builder.extract_value(args[0], 2), builder.select(
+            builder.icmp_signed("==", known, known.type(0)), one, known))
+        dims = [builder.select(builder.icmp_signed("<", d, d.type(0)), rest, d) for d in dims]
+        itemsize = builder.extract_value(args[0], 3)
+        strides, step = [], itemsize
+        for d in reversed(dims):
+            strides.insert(0, step)
+            step = builder.mul(step, d)
+        value = context.get_value_type(result)(None)  # undef
+        for i in range(5):  # meminfo, parent, nitems, itemsize, data: the same
+            value = builder.insert_value(value, builder.extract_value(args[0], i), i)
+        for i, (d, st) in enumerate(zip(dims, strides)):
+            value = builder.insert_value(value, d, [5, i])
+            value = builder.insert_value(value, st, [6, i])
+        context.nrt.incref(builder, result, value)  # a new reference to the array's memory
+        return value
+
+    return result(array, shape), codegen

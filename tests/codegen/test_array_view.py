@@ -1,0 +1,69 @@
+"""codegen/array_view.py: the forward's views of its flat buffers, built by value, against numpy's."""
+
+from __future__ import annotations
+
+import sys
+
+import numba
+import numpy as np
+import pytest
+
+from codegen.array_view import reshaped, view
+
+
+@numba.njit
+def _views(weights, arena):
+    w = view(weights, 8, np.float32, (2, 3))  # floats 2..7 of the packed weights
+    s = view(weights, 4, np.float32, ())  # a 0-d constant
+    a = view(arena, 64, np.float32, (3, 2))
+    a[:] = w.T + s[()]
+    return w, s, a, view(arena, 64, np.int32, (6,))
+
+
+def test_view_is_numpys_slice_view_reshape_and_shares_the_buffer():
+    weights = np.arange(16, dtype=np.float32)
+    weights.flags.writeable = False
+    arena = np.zeros(128, np.uint8)
+    w, s, a, bits = _views(weights, arena)
+    np.testing.assert_array_equal(w, weights[2:8].reshape(2, 3))
+    assert s.shape == () and s[()] == 1.0
+    np.testing.assert_array_equal(a, arena[64:88].view(np.float32).reshape(3, 2))
+    np.testing.assert_array_equal(a, weights[2:8].reshape(2, 3).T + 1)
+    np.testing.assert_array_equal(bits, a.reshape(-1).view(np.int32))
+    assert w.strides == (12, 4) and a.strides == (8, 4) and a.flags.c_contiguous
+    assert not w.flags.writeable and a.flags.writeable  # read-only as its buffer is
+    with pytest.raises(ValueError):
+        w[0, 0] = 1.0
+
+
+def test_views_hold_a_reference_to_their_buffer_and_release_it():
+    arena = np.zeros(128, np.uint8)
+    base = sys.getrefcount(arena)
+    out = _views(np.arange(16, dtype=np.float32), arena)
+    assert sys.getrefcount(arena) > base  # the views keep the arena alive
+    del out
+    assert sys.getrefcount(arena) == base  # and let it go: no reference leaked
+
+
+@numba.njit
+def _reshapes(x):
+    return reshaped(x, -1), reshaped(x, (3, -1)), reshaped(x, (2, 12)), reshaped(x[1], (12,))
+
+
+def test_reshaped_is_numpys_reshape_of_a_contiguous_array():
+    x = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
+    for got, want in zip(_reshapes(x), [x.reshape(-1), x.reshape(3, -1), x.reshape(2, 12), x[1].reshape(12)]):
+        assert got.shape == want.shape and got.strides == want.strides
+        np.testing.assert_array_equal(got, want)
+    flat = _reshapes(x)[0]
+    flat[5] = -1.0
+    assert x[0, 1, 1] == -1.0  # the same memory
+
+
+def test_reshaped_refuses_a_non_contiguous_array():
+    @numba.njit
+    def transposed(x):
+        return reshaped(x.T, -1)
+
+    with pytest.raises(numba.TypingError):
+        transposed(np.zeros((2, 3), np.float32))
