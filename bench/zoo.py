@@ -5,7 +5,9 @@ the entry's seed. BatchNorm layers get non-trivial statistics: running stats are
 first calibrated on one seeded random batch (so activations stay O(1) even in
 deep nets) and then perturbed per channel, and the affine weight/bias of every
 BatchNorm/LayerNorm is randomised, so a wrong BatchNorm folding shows up in the
-numbers.
+numbers. (EfficientNet-B0 calibrates each BatchNorm on its input in the already
+perturbed network, ``_randomize_norms_sequentially``: otherwise the perturbations
+compound over its 49 BatchNorms and saturate its squeeze-excitation gates.)
 
     from bench import zoo
     entry = zoo.get("resnet18")
@@ -14,13 +16,15 @@ numbers.
     y = model(torch.from_numpy(x))
 
 The architectures are written here (no torchvision) and follow the reference
-layouts: torchvision's ResNet-18/50 and MobileNetV2, and Ultralytics' YOLOv5s
-(v6.0 stem, v7.0 inference decode).
+layouts: torchvision's ResNet-18/50, MobileNetV2, AlexNet, DenseNet-121,
+EfficientNet-B0 and ConvNeXt-T (same layer shapes, so the same parameter counts
+and FLOPs), and Ultralytics' YOLOv5s (v6.0 stem, v7.0 inference decode).
 """
 
 from __future__ import annotations
 
 import math
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -427,6 +431,299 @@ class TinyCNN(nn.Module):
 
 
 # ----------------------------------------------------------------------------
+# AlexNet, DenseNet-121, EfficientNet-B0, ConvNeXt-T (torchvision layouts)
+# ----------------------------------------------------------------------------
+
+
+def _random_biases(model: nn.Module, std: float = 0.1) -> None:
+    """Seeded N(0, std^2) biases for every conv/linear that has one (torchvision zeroes them),
+    so that a dropped or misplaced bias shows up in the numbers."""
+    with torch.no_grad():
+        for m in model.modules():
+            if isinstance(m, (nn.Conv2d, nn.Linear)) and m.bias is not None:
+                m.bias.normal_(0.0, std)
+
+
+class AlexNet(nn.Module):
+    """torchvision's AlexNet (the one-GPU variant: 64/192/384/256/256 filters)."""
+
+    def __init__(self, num_classes: int = 1000, dropout: float = 0.5):
+        super().__init__()
+        self.features = nn.Sequential(
+            nn.Conv2d(3, 64, 11, 4, 2), nn.ReLU(inplace=True), nn.MaxPool2d(3, 2),
+            nn.Conv2d(64, 192, 5, padding=2), nn.ReLU(inplace=True), nn.MaxPool2d(3, 2),
+            nn.Conv2d(192, 384, 3, padding=1), nn.ReLU(inplace=True),
+            nn.Conv2d(384, 256, 3, padding=1), nn.ReLU(inplace=True),
+            nn.Conv2d(256, 256, 3, padding=1), nn.ReLU(inplace=True), nn.MaxPool2d(3, 2),
+        )
+        self.avgpool = nn.AdaptiveAvgPool2d((6, 6))
+        self.classifier = nn.Sequential(
+            nn.Dropout(dropout), nn.Linear(256 * 6 * 6, 4096), nn.ReLU(inplace=True),
+            nn.Dropout(dropout), nn.Linear(4096, 4096), nn.ReLU(inplace=True),
+            nn.Linear(4096, num_classes),
+        )
+
+    def forward(self, x):
+        x = self.avgpool(self.features(x))
+        return self.classifier(torch.flatten(x, 1))
+
+
+def _alexnet() -> AlexNet:
+    # No normalisation layers: torchvision's default init shrinks the activations ~6x in
+    # variance per layer (the output would be mostly bias), so He-normal weights keep them O(1).
+    model = AlexNet()
+    for m in model.modules():
+        if isinstance(m, (nn.Conv2d, nn.Linear)):
+            nn.init.kaiming_normal_(m.weight, nonlinearity="relu")
+    _random_biases(model)
+    return model
+
+
+class DenseLayer(nn.Module):
+    """BN-ReLU-conv1x1 (bn_size * growth) - BN-ReLU-conv3x3 (growth) on the concatenation of
+    every earlier feature map of the block (memory_efficient=False, drop_rate 0)."""
+
+    def __init__(self, cin: int, growth: int, bn_size: int):
+        super().__init__()
+        self.norm1 = nn.BatchNorm2d(cin)
+        self.relu1 = nn.ReLU(inplace=True)
+        self.conv1 = nn.Conv2d(cin, bn_size * growth, 1, bias=False)
+        self.norm2 = nn.BatchNorm2d(bn_size * growth)
+        self.relu2 = nn.ReLU(inplace=True)
+        self.conv2 = nn.Conv2d(bn_size * growth, growth, 3, 1, 1, bias=False)
+
+    def forward(self, inputs: list[torch.Tensor]) -> torch.Tensor:
+        x = self.conv1(self.relu1(self.norm1(torch.cat(inputs, 1))))
+        return self.conv2(self.relu2(self.norm2(x)))
+
+
+class DenseBlock(nn.ModuleDict):
+    def __init__(self, num_layers: int, cin: int, growth: int, bn_size: int):
+        super().__init__()
+        for i in range(num_layers):
+            self.add_module(f"denselayer{i + 1}", DenseLayer(cin + i * growth, growth, bn_size))
+
+    def forward(self, x):
+        features = [x]
+        for layer in self.values():
+            features.append(layer(features))
+        return torch.cat(features, 1)
+
+
+class DenseNet(nn.Module):
+    """torchvision's DenseNet; the defaults are DenseNet-121."""
+
+    def __init__(self, growth: int = 32, block_config=(6, 12, 24, 16), init_features: int = 64,
+                 bn_size: int = 4, num_classes: int = 1000):
+        super().__init__()
+        layers: list[tuple[str, nn.Module]] = [
+            ("conv0", nn.Conv2d(3, init_features, 7, 2, 3, bias=False)),
+            ("norm0", nn.BatchNorm2d(init_features)),
+            ("relu0", nn.ReLU(inplace=True)),
+            ("pool0", nn.MaxPool2d(3, 2, 1)),
+        ]
+        c = init_features
+        for i, n in enumerate(block_config):
+            layers.append((f"denseblock{i + 1}", DenseBlock(n, c, growth, bn_size)))
+            c += n * growth
+            if i != len(block_config) - 1:  # transition: BN-ReLU-conv1x1 (halve) - avgpool 2
+                layers.append((f"transition{i + 1}", nn.Sequential(
+                    nn.BatchNorm2d(c), nn.ReLU(inplace=True),
+                    nn.Conv2d(c, c // 2, 1, bias=False), nn.AvgPool2d(2, 2),
+                )))
+                c //= 2
+        layers.append(("norm5", nn.BatchNorm2d(c)))
+        self.features = nn.Sequential(OrderedDict(layers))
+        self.classifier = nn.Linear(c, num_classes)
+        for m in self.modules():
+            if isinstance(m, nn.Conv2d):
+                nn.init.kaiming_normal_(m.weight)
+
+    def forward(self, x):
+        x = nn.functional.relu(self.features(x), inplace=True)
+        x = nn.functional.adaptive_avg_pool2d(x, (1, 1))
+        return self.classifier(torch.flatten(x, 1))
+
+
+def _densenet121() -> DenseNet:
+    model = DenseNet()
+    _random_biases(model)
+    return model
+
+
+def _conv_bn_silu(cin: int, cout: int, k: int, stride: int = 1, groups: int = 1,
+                  act: bool = True, eps: float = 1e-5) -> nn.Sequential:
+    """torchvision's Conv2dNormActivation with BatchNorm and SiLU (padding (k - 1) // 2)."""
+    layers: list[nn.Module] = [
+        nn.Conv2d(cin, cout, k, stride, (k - 1) // 2, groups=groups, bias=False),
+        nn.BatchNorm2d(cout, eps=eps),
+    ]
+    if act:
+        layers.append(nn.SiLU(inplace=True))
+    return nn.Sequential(*layers)
+
+
+class SqueezeExcitation(nn.Module):
+    """torchvision.ops.SqueezeExcitation: avgpool -> conv1x1 -> SiLU -> conv1x1 -> sigmoid -> * x."""
+
+    def __init__(self, channels: int, squeeze: int):
+        super().__init__()
+        self.avgpool = nn.AdaptiveAvgPool2d(1)
+        self.fc1 = nn.Conv2d(channels, squeeze, 1)
+        self.fc2 = nn.Conv2d(squeeze, channels, 1)
+        self.activation = nn.SiLU(inplace=True)
+        self.scale_activation = nn.Sigmoid()
+
+    def forward(self, x):
+        scale = self.fc2(self.activation(self.fc1(self.avgpool(x))))
+        return self.scale_activation(scale) * x
+
+
+class MBConv(nn.Module):
+    """EfficientNet's inverted residual: expand 1x1, depthwise kxk, squeeze-excitation, project
+    1x1. Stochastic depth is the identity in eval, so it is left out."""
+
+    def __init__(self, cin: int, cout: int, k: int, stride: int, expand_ratio: int, eps: float):
+        super().__init__()
+        self.use_res_connect = stride == 1 and cin == cout
+        hidden = cin * expand_ratio  # a multiple of 8 throughout B0: _make_divisible is the identity
+        layers: list[nn.Module] = []
+        if hidden != cin:
+            layers.append(_conv_bn_silu(cin, hidden, 1, eps=eps))
+        layers.append(_conv_bn_silu(hidden, hidden, k, stride, groups=hidden, eps=eps))
+        layers.append(SqueezeExcitation(hidden, max(1, cin // 4)))
+        layers.append(_conv_bn_silu(hidden, cout, 1, act=False, eps=eps))
+        self.block = nn.Sequential(*layers)
+
+    def forward(self, x):
+        result = self.block(x)
+        if self.use_res_connect:
+            result += x
+        return result
+
+
+class EfficientNetB0(nn.Module):
+    """torchvision's efficientnet_b0 (width and depth 1.0). BatchNorm eps is torchvision's for
+    B0: nn.BatchNorm2d's default 1e-5 (torchvision uses 1e-3 only for B5-B7 and V2)."""
+
+    # expand ratio, kernel, stride of the first repeat, in, out, repeats
+    SETTINGS = (
+        (1, 3, 1, 32, 16, 1), (6, 3, 2, 16, 24, 2), (6, 5, 2, 24, 40, 2), (6, 3, 2, 40, 80, 3),
+        (6, 5, 1, 80, 112, 3), (6, 5, 2, 112, 192, 4), (6, 3, 1, 192, 320, 1),
+    )
+
+    def __init__(self, num_classes: int = 1000, dropout: float = 0.2, eps: float = 1e-5):
+        super().__init__()
+        layers: list[nn.Module] = [_conv_bn_silu(3, self.SETTINGS[0][3], 3, 2, eps=eps)]
+        for t, k, s, cin, cout, n in self.SETTINGS:
+            layers.append(nn.Sequential(*(
+                MBConv(cin if i == 0 else cout, cout, k, s if i == 0 else 1, t, eps) for i in range(n)
+            )))
+        last = 4 * self.SETTINGS[-1][4]
+        layers.append(_conv_bn_silu(self.SETTINGS[-1][4], last, 1, eps=eps))
+        self.features = nn.Sequential(*layers)
+        self.avgpool = nn.AdaptiveAvgPool2d(1)
+        self.classifier = nn.Sequential(nn.Dropout(dropout, inplace=True), nn.Linear(last, num_classes))
+        for m in self.modules():
+            if isinstance(m, nn.Conv2d):
+                nn.init.kaiming_normal_(m.weight, mode="fan_out")
+            elif isinstance(m, nn.Linear):
+                r = 1.0 / math.sqrt(m.out_features)
+                nn.init.uniform_(m.weight, -r, r)
+
+    def forward(self, x):
+        x = self.avgpool(self.features(x))
+        return self.classifier(torch.flatten(x, 1))
+
+
+def _efficientnet_b0() -> EfficientNetB0:
+    model = EfficientNetB0()
+    _random_biases(model)
+    return model
+
+
+class Permute(nn.Module):
+    def __init__(self, dims: list[int]):
+        super().__init__()
+        self.dims = dims
+
+    def forward(self, x):
+        return torch.permute(x, self.dims)
+
+
+class LayerNorm2d(nn.LayerNorm):
+    """LayerNorm over the channels of an NCHW tensor (permute to NHWC and back)."""
+
+    def forward(self, x):
+        x = x.permute(0, 2, 3, 1)
+        x = nn.functional.layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps)
+        return x.permute(0, 3, 1, 2)
+
+
+class CNBlock(nn.Module):
+    """dw7x7 -> NHWC -> LayerNorm -> Linear 4x -> GELU -> Linear -> NCHW, times a per-channel
+    layer scale, plus the input (stochastic depth: the identity in eval, left out)."""
+
+    def __init__(self, dim: int, layer_scale: float):
+        super().__init__()
+        self.block = nn.Sequential(
+            nn.Conv2d(dim, dim, 7, padding=3, groups=dim),
+            Permute([0, 2, 3, 1]),
+            nn.LayerNorm(dim, eps=1e-6),
+            nn.Linear(dim, 4 * dim),
+            nn.GELU(),
+            nn.Linear(4 * dim, dim),
+            Permute([0, 3, 1, 2]),
+        )
+        self.layer_scale = nn.Parameter(torch.ones(dim, 1, 1) * layer_scale)
+
+    def forward(self, x):
+        result = self.layer_scale * self.block(x)
+        result += x
+        return result
+
+
+class ConvNeXt(nn.Module):
+    """torchvision's ConvNeXt; the defaults are ConvNeXt-T."""
+
+    def __init__(self, dims=(96, 192, 384, 768), depths=(3, 3, 9, 3), layer_scale: float = 1e-6,
+                 num_classes: int = 1000):
+        super().__init__()
+        layers: list[nn.Module] = [nn.Sequential(  # stem: patchify conv 4x4 s4 + LayerNorm2d
+            nn.Conv2d(3, dims[0], 4, 4, 0), LayerNorm2d(dims[0], eps=1e-6),
+        )]
+        for i, (dim, depth) in enumerate(zip(dims, depths, strict=True)):
+            layers.append(nn.Sequential(*(CNBlock(dim, layer_scale) for _ in range(depth))))
+            if i + 1 < len(dims):  # downsampling: LayerNorm2d + conv 2x2 s2
+                layers.append(nn.Sequential(
+                    LayerNorm2d(dim, eps=1e-6), nn.Conv2d(dim, dims[i + 1], 2, 2),
+                ))
+        self.features = nn.Sequential(*layers)
+        self.avgpool = nn.AdaptiveAvgPool2d(1)
+        self.classifier = nn.Sequential(
+            LayerNorm2d(dims[-1], eps=1e-6), nn.Flatten(1), nn.Linear(dims[-1], num_classes),
+        )
+        for m in self.modules():
+            if isinstance(m, (nn.Conv2d, nn.Linear)):
+                nn.init.trunc_normal_(m.weight, std=0.02)
+
+    def forward(self, x):
+        return self.classifier(self.avgpool(self.features(x)))
+
+
+def _convnext_tiny() -> ConvNeXt:
+    # torchvision initialises the layer scale to 1e-6, which makes every block's branch vanish
+    # next to the residual; U[0.1, 1) per channel makes the branches count in the numbers.
+    model = ConvNeXt()
+    with torch.no_grad():
+        for m in model.modules():
+            if isinstance(m, CNBlock):
+                m.layer_scale.uniform_(0.1, 1.0)
+    _random_biases(model)
+    return model
+
+
+# ----------------------------------------------------------------------------
 # Registry
 # ----------------------------------------------------------------------------
 
@@ -479,20 +776,62 @@ def _randomize_norms(model: nn.Module, x: torch.Tensor, seed: int) -> None:
     model.eval()
 
 
-def _builder(factory: Callable[[], nn.Module], input_shape, input_kind: str, seed: int):
+def _randomize_norms_sequentially(model: nn.Module, x: torch.Tensor, seed: int) -> None:
+    """As _randomize_norms, but each BatchNorm is calibrated on its input as the final eval-mode
+    model computes it, i.e. after every BatchNorm before it has been perturbed and given its
+    random affine parameters. Then the perturbations do not compound with depth: with
+    _randomize_norms, EfficientNet-B0's activations grow ~5x per stage, to ~1e3, and its late
+    squeeze-excitation gates saturate (sigmoid of |s| in the hundreds)."""
+    g = torch.Generator().manual_seed(seed + 12345)
+    done: set[nn.Module] = set()
+
+    def calibrate(m, args):
+        if m in done:
+            return
+        done.add(m)
+        dims = [0, *range(2, args[0].dim())]
+        mean, var = args[0].mean(dims), args[0].var(dims)  # unbiased, as a training-mode update
+        c = m.num_features
+        m.running_mean.copy_(mean + 0.2 * torch.randn(c, generator=g) * var.sqrt())
+        m.running_var.copy_(var * (0.7 + 0.7 * torch.rand(c, generator=g)))
+        m.weight.copy_(0.5 + torch.rand(m.weight.shape, generator=g))
+        m.bias.copy_(0.1 * torch.randn(m.bias.shape, generator=g))
+
+    with torch.no_grad():
+        for m in model.modules():
+            if isinstance(m, nn.LayerNorm):
+                m.weight.copy_(0.5 + torch.rand(m.weight.shape, generator=g))
+                m.bias.copy_(0.1 * torch.randn(m.bias.shape, generator=g))
+        bns = [m for m in model.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)]
+        hooks = [m.register_forward_pre_hook(calibrate) for m in bns]
+        try:
+            model.eval()
+            model(x)
+        finally:
+            for h in hooks:
+                h.remove()
+        assert len(done) == len(bns), "a BatchNorm the forward never called"
+    model.eval()
+
+
+def _builder(factory: Callable[[], nn.Module], input_shape, input_kind: str, seed: int,
+             sequential_norms: bool = False):
+    randomize = _randomize_norms_sequentially if sequential_norms else _randomize_norms
+
     def build() -> nn.Module:
         with torch.random.fork_rng(devices=[]):  # leave the global RNG untouched
             torch.manual_seed(seed)
             model = factory()
             x = torch.from_numpy(_sample(input_shape, input_kind, 1, seed + 1))
-            _randomize_norms(model, x, seed)
+            randomize(model, x, seed)
         return model.eval()
 
     return build
 
 
-def _entry(name, factory, input_shape, description, input_kind="normal", seed=0):
-    build = _builder(factory, tuple(input_shape), input_kind, seed)
+def _entry(name, factory, input_shape, description, input_kind="normal", seed=0,
+           sequential_norms=False):
+    build = _builder(factory, tuple(input_shape), input_kind, seed, sequential_norms)
     return ZooEntry(name, build, tuple(input_shape), description, input_kind, seed)
 
 
@@ -517,6 +856,18 @@ ZOO: dict[str, ZooEntry] = {
                "pre-norm encoder block, 4 heads, explicit matmul/softmax attention"),
         _entry("tiny_cnn", TinyCNN, (1, 3, 32, 32),
                "tiny conv/bn/relu/pool net with a residual add, 10 classes (demo)"),
+        _entry("alexnet", _alexnet, (1, 3, 224, 224),
+               "AlexNet (torchvision layout): 5 convs, adaptive avgpool 6x6, 3 linears with dropout, "
+               "1000 classes"),
+        _entry("densenet121", _densenet121, (1, 3, 224, 224),
+               "DenseNet-121 (torchvision layout): growth 32, blocks 6/12/24/16, BN-ReLU-conv dense "
+               "layers concatenating every earlier map, avgpool transitions, 1000 classes"),
+        _entry("efficientnet_b0", _efficientnet_b0, (1, 3, 224, 224),
+               "EfficientNet-B0 (torchvision layout): MBConv with depthwise convs, SiLU, "
+               "squeeze-excitation (sigmoid gate), 1000 classes", sequential_norms=True),
+        _entry("convnext_tiny", _convnext_tiny, (1, 3, 224, 224),
+               "ConvNeXt-T (torchvision layout): dw 7x7, channels-last LayerNorm, Linear-GELU-Linear, "
+               "layer scale U[0.1, 1), LayerNorm2d downsampling, 1000 classes"),
     ]
 }
 

@@ -22,12 +22,19 @@ operations, each carried to the output by the derivative of the rest of the netw
    gamma_n * M, n * u * M; summing in blocks, as BLAS, oneDNN and our kernels all do, the
    observed error stays near u * M without the factor n). Using M rather than sqrt(sum t_j^2)
    matters: on the all-positive image input of YOLOv5's first conv the terms share a sign per
-   filter, the partial sums drift, and the error was up to 20x the sqrt(sum t_j^2) estimate;
+   filter, the partial sums drift, and the error was up to 20x the sqrt(sum t_j^2) estimate.
+   Average pooling is the exception: pooling kernels (torch's, ours) add a window's n terms one
+   after another; the n - 1 partial sums and the division by d each round by up to u M / d at
+   the output, variance (n + 1) u^2 M^2 / (3 d^2). (Modelled as one u M / d, the error of
+   torch's float32 adaptive pooling of 100-term windows of positive terms was 3.5 sigma in root
+   mean square and 11 at worst; modelled so, 0.9 and 3.)
 3. errors are carried forward to first order and independent ones add in variance: through a
    linear layer var_out = W^2 var_in (not |W| times a bound: that grows like sqrt(fan_in) per
    layer and is useless after a few layers), through f elementwise f'(x)^2 var_in, softmax and
    layer norm by their Jacobians, and data movement (views, cat, pooling by max, nearest
-   upsampling) moves the variance with the value.
+   upsampling) moves the variance with the value: as_strided (torch restrides a channels-last
+   global pool's output in place) by storage position, and a write in place through one view
+   of a storage reaches its other views (_ErrorScale's docstring).
 
 The float64 forward runs under a TorchDispatchMode that computes, beside every aten op's value,
 the variance of its float32 error (rules in _ErrorScale.rule; an op without a rule raises, so a
@@ -44,11 +51,14 @@ The check
 K: the error at one element is a sum of many small roundings, roughly normal with a standard
 deviation near sigma, and the largest of the up to 8.6e6 elements of an output (YOLOv5s, batch 4)
 is then 5 to 6 sigma out. sigma is an estimate: it ignores correlations between roundings and
-how each kernel blocks its sums (the measured root mean square of error / sigma is 0.3 to 0.6).
-Measured, the worst |got - y| / sigma over every output element of the zoo at batch 1 and 4 is,
-for ours (numba and interpreter): YOLOv5s 4.0, transformer_block 2.4, unet_small 2.3,
-mobilenet_v2 2.1, tiny_cnn 1.5, resnet18 1.4, resnet50 1.2, mlp 1.2; for torch's own float32
-(AVX2) at most 4.6 (YOLOv5s). K = 16 leaves a factor 3.5 for other CPUs and inputs.
+how each kernel blocks its sums (the measured root mean square of error / sigma is 0.3 to 0.6,
+but 1.1 to 1.7 on EfficientNet-B0). Measured, the worst |got - y| / sigma over every output
+element of the zoo at batch 1 and 4 is, for ours (numba and interpreter): YOLOv5s 4.0,
+transformer_block 2.4, unet_small 2.3, mobilenet_v2 2.1, tiny_cnn 1.5, resnet18 1.4, resnet50
+1.2, mlp 1.2; for the interpreter on the later architectures: efficientnet_b0 4.9, densenet121
+1.5, convnext_tiny 1.5, alexnet 0.8; for torch's own float32 (AVX2) at most 7.1 (EfficientNet-B0;
+YOLOv5s 4.6). K = 16 leaves a factor 3.3 over ours (2.3 over torch's on EfficientNet-B0) for
+other CPUs and inputs.
 u * |y|: rounding the exact result to float32 (up to half an ulp, u relative) is unavoidable.
 TINY: float32 kernels flush results far below anything of interest to zero (torch's float32
 silu(-88.7) is -0, the exact value -2.6e-37: exp(88.7) overflowed); 2^-100 = 7.9e-31.
@@ -60,6 +70,7 @@ A small real bug is far outside: one weight changed by a relative 1e-3 moves out
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Sequence
 
@@ -92,43 +103,84 @@ _FACTORY = {"empty", "empty_like", "empty_strided", "zeros", "zeros_like", "ones
 
 
 class _ErrorScale(TorchDispatchMode):
-    """Beside every float64 value, the variance (float32) of a float32 evaluation's error in it."""
+    """Beside every float64 value, the variance (float32) of a float32 evaluation's error in it.
+
+    In place, an op whose out-of-place form returns a view (as_strided_, transpose_, unsqueeze_)
+    restrides the tensor itself, which takes the view's variance; any other (relu_, add_, copy_)
+    writes its out-of-place result into the tensor.
+
+    Aliasing: a view's variance is computed by the view's rule when the view is made. A later
+    write in place through any alias of the same storage (add_ on the base, relu_ on a slice of
+    it, copy_ into a slice) would leave the other aliases' variances stale, so every variance is
+    stamped with when it was set, a write through a view also updates its base (torch's _base,
+    the tensor that owns the storage), and a view whose base was written after its own variance
+    was set takes the base's instead, element by element through their storage positions.
+    """
 
     def __init__(self):
         super().__init__()
-        self.var = WeakTensorKeyDictionary()
+        self.var = WeakTensorKeyDictionary()  # tensor -> (stamp, variance)
+        self.stamp = itertools.count()
 
     def get(self, t):
-        if isinstance(t, torch.Tensor) and t.is_floating_point():
-            return self.var.get(t)
-        return None
+        if not (isinstance(t, torch.Tensor) and t.is_floating_point()):
+            return None
+        own = self.var.get(t)
+        base = _base(t)
+        if base is not None:
+            of_base = self.var.get(base)
+            if of_base is not None and (own is None or of_base[0] > own[0]):
+                return _restride(base, of_base[1], t.size(), t.stride(), t.storage_offset())
+        return None if own is None else own[1]
 
     def get_or_zero(self, t):
         v = self.get(t)
         return torch.zeros(t.shape, dtype=torch.float32) if v is None else v
 
+    def set(self, t, v, stamp=None):
+        if v is None:
+            self.var.pop(t, None)
+        else:
+            self.var[t] = (next(self.stamp) if stamp is None else stamp, v)
+
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         name = func.overloadpacket.__name__
-        if name.endswith("_") and not name.startswith("_"):  # in place (relu_, silu_, add_): as relu, silu, add
-            outplace = getattr(getattr(_aten, name[:-1]), func._overloadname)
+        if name.endswith("_") and not name.startswith("_"):  # in place (relu_, add_, as_strided_)
+            outplace = _out_of_place(func, name[:-1])
             y = outplace(*args, **kwargs)
             v = self.rule(outplace, name[:-1], args, kwargs, y)
-            args[0].copy_(y)
+            x = args[0]
+            if _returns_alias(outplace):
+                # a view op in place (as_strided_, transpose_, unsqueeze_): y is x's storage with
+                # the new sizes and strides, which x itself now takes; the values do not change
+                func(*args, **kwargs)
+                self.set(x, v)
+                return x
+            # as relu, silu, add, whose result is written into x (and so into x's base)
+            base = _base(x)
+            tracked = self.get(x) is not None or (base is not None and self.get(base) is not None)
+            x.copy_(y)
             if v is None:
-                self.var.pop(args[0], None)
-            else:
-                self.var[args[0]] = v
-            return args[0]
+                if not (tracked and x.is_floating_point()):
+                    self.set(x, None)
+                    return x
+                v = torch.zeros(x.shape, dtype=torch.float32)  # exact now, and so in its base
+            stamp = next(self.stamp)
+            self.set(x, v, stamp)
+            if base is not None:
+                self.set(base, _restride(x, v, base.size(), base.stride(), base.storage_offset(),
+                                         under=(base, self.get_or_zero(base))), stamp)
+            return x
         y = _depthwise_conv64(*args) if name == "convolution" and _is_depthwise64(*args) else func(*args, **kwargs)
         v = self.rule(func, name, args, kwargs, y)
         if isinstance(y, torch.Tensor):
             if v is not None:
-                self.var[y] = v
+                self.set(y, v)
         elif v is not None:
             for yi, vi in zip(y, v):
                 if vi is not None:
-                    self.var[yi] = vi
+                    self.set(yi, vi)
         return y
 
     def _any_var(self, items) -> bool:
@@ -147,7 +199,49 @@ class _ErrorScale(TorchDispatchMode):
         if name in _DATA:
             if not self._any_var(list(args) + list(kwargs.values())):
                 return None
+            if func in (_aten.view.default, _aten._unsafe_view.default):
+                # a variance need not be laid out as its value (a rule's result is laid out as its
+                # operands: layer norm's of a permuted input is permuted, its value contiguous), so
+                # a view of the value may need a copy of the variance
+                func = _aten.reshape.default
             return func(*self._as_var(args), **{k: self._as_var(a) for k, a in kwargs.items()})
+        if name == "as_strided":  # any sizes, strides and offset: by storage position
+            x = args[0]
+            vx = self.get(x)
+            if vx is None:
+                return None
+            base = _base(x)
+            vbase = None if base is None else self.get(base)
+            under = None if vbase is None else (base, vbase)
+            return _restride(x, vx, y.size(), y.stride(), y.storage_offset(), under=under)
+        if name == "copy":  # copy(self, src): src's values (broadcast) in self's place
+            vs = self.get(args[1])
+            return None if vs is None else vs.expand(y.shape).contiguous()
+        if name in ("avg_pool2d", "avg_pool3d", "_adaptive_avg_pool2d", "_adaptive_avg_pool3d"):
+            # out = (sum of the window's n terms) / d; d: the kernel's size, n, or divisor_override.
+            # Pooling kernels (torch's, ours) add a window's terms one after another, not in
+            # blocks: n - 1 partial sums round, each by up to u M (M = sum_j |t_j|), then the
+            # division (and 1 / d) by up to u |y| <= u M / d: variance (n + 1) u^2 / 3 (M / d)^2,
+            # M / d = pool(|x|). Carried: sum_j var_j / d^2 = pool(var) / d.
+            x = args[0]
+            if name.startswith("avg"):  # pool(1) = n / d; with divisor_override 1: n
+                params = _with_defaults(func, args, kwargs)
+                ones = torch.ones(x.shape, dtype=torch.float32)
+                n = func(ones, *params[1:-1], 1)
+                inv_d = func(ones, *params[1:]).div_(n)
+            else:  # along a dim of m elements, output i averages [floor(i m / o), ceil((i + 1) m / o))
+                out_size = args[1]
+                n = torch.ones((), dtype=torch.float32)
+                for k, (m, o) in enumerate(zip(x.shape[-len(out_size):], out_size)):
+                    i = torch.arange(o)
+                    n_k = ((i + 1) * m + o - 1) // o - i * m // o
+                    n = n * n_k.float().view((o,) + (1,) * (len(out_size) - 1 - k))
+                inv_d = 1 / n
+            v = func(x.float().abs_(), *args[1:], **kwargs).mul_((n + 1).sqrt_() * _ROUND_SD).square_()
+            vx = self.get(x)
+            if vx is not None:
+                v += func(vx, *args[1:], **kwargs).mul_(inv_d)
+            return v
         if name == "_to_copy":
             v = self.get(args[0])
             return None if v is None or not y.is_floating_point() else v
@@ -244,6 +338,61 @@ class _ErrorScale(TorchDispatchMode):
                     v += _derivative(func, name, args, kwargs, i, y).mul_(va.sqrt()).square_()
             return v
         raise NotImplementedError(f"tests/numerics.py has no rounding-error rule for {func}")
+
+
+def _out_of_place(func, name: str):
+    """The overload of aten.<name> that func (aten.<name>_) computes in place: the one of the same
+    overload name, else of the same arguments (transpose_.default: transpose.int)."""
+    packet = getattr(_aten, name)
+    if func._overloadname in packet.overloads():
+        return getattr(packet, func._overloadname)
+    arguments = [a.name for a in func._schema.arguments]
+    for overload in packet.overloads():
+        if [a.name for a in getattr(packet, overload)._schema.arguments] == arguments:
+            return getattr(packet, overload)
+    raise NotImplementedError(f"tests/numerics.py: no out-of-place form of {func}")
+
+
+def _returns_alias(op) -> bool:
+    """Whether op's result is a view of its first argument (its schema: "-> Tensor(a)")."""
+    returns = op._schema.returns
+    return len(returns) == 1 and returns[0].alias_info is not None and not returns[0].alias_info.is_write
+
+
+def _base(t: torch.Tensor) -> torch.Tensor | None:
+    """The tensor that t is a view of (torch's _base: the one owning the storage), or None."""
+    base = t._base
+    if base is not None and base.dtype != t.dtype:
+        raise NotImplementedError(f"tests/numerics.py: a {t.dtype} view of a {base.dtype} tensor")
+    return base
+
+
+def _storage_positions(t: torch.Tensor, size, stride, offset) -> torch.Tensor:
+    """The storage index of each element of the view (size, stride, offset) of t's storage."""
+    n = t.untyped_storage().nbytes() // t.element_size()
+    return torch.arange(n).as_strided(size, stride, offset)
+
+
+def _restride(x: torch.Tensor, vx: torch.Tensor, size, stride, offset, under=None) -> torch.Tensor:
+    """The variances of the view (size, stride, offset) of x's storage, given x's variances vx:
+    each element takes the variance of the element of x at the same storage position; positions
+    x does not cover take those of under = (tensor on the same storage, its variances), if any.
+    A position neither covers has no known variance: NotImplementedError."""
+    n = x.untyped_storage().nbytes() // x.element_size()
+    buf, known = torch.zeros(n, dtype=torch.float32), torch.zeros(n, dtype=torch.bool)
+    for t, vt in ([under] if under is not None else []) + [(x, vx)]:
+        at = _storage_positions(t, t.size(), t.stride(), t.storage_offset()).reshape(-1)
+        buf[at], known[at] = vt.expand(t.shape).reshape(-1), True
+    at = _storage_positions(x, size, stride, offset)
+    if not known[at].all():
+        raise NotImplementedError("tests/numerics.py: a strided view reaching storage of unknown variance")
+    return buf[at]
+
+
+def _with_defaults(func, args, kwargs) -> list:
+    """func's arguments, all positional, defaults filled in from its schema."""
+    params = func._schema.arguments
+    return [args[i] if i < len(args) else kwargs.get(p.name, p.default_value) for i, p in enumerate(params)]
 
 
 def _is_depthwise64(x, w, b, stride, padding, dilation, transposed, output_padding, groups) -> bool:

@@ -1,5 +1,6 @@
 """Every zoo model, exported by pnnx: the IR round-trips, and both backends compute what the torch
-model computes, to float32 accuracy.
+model computes, to float32 accuracy: MODELS at batch 1 and 4, the real ARCHITECTURES (AlexNet,
+DenseNet-121, EfficientNet-B0, ConvNeXt-T) at batch 1.
 
 Accuracy is judged against the torch model evaluated in float64, element by element, within
 K * sigma + u |y| + TINY, where sigma is the scale of a correct float32 evaluation's rounding
@@ -25,6 +26,8 @@ from ir import parse_graph, print_graph, verify
 from tests.numerics import check_float32, float64_with_error_scale
 
 MODELS = ["tiny_cnn", "mlp", "transformer_block", "unet_small", "mobilenet_v2", "resnet18", "resnet50", "yolov5s"]
+# interpreter and IR only for now: not in test_compiled_matches_torch_and_the_interpreter
+ARCHITECTURES = ["alexnet", "densenet121", "efficientnet_b0", "convnext_tiny"]
 
 
 @functools.cache
@@ -44,7 +47,7 @@ def check(got, name: str, batch: int, label: str) -> None:
                   [s[:batch] for s in sigma], label)
 
 
-@pytest.mark.parametrize("name", MODELS)
+@pytest.mark.parametrize("name", MODELS + ARCHITECTURES)
 def test_ir_round_trips(name):
     graph = compiler.load_graph(export_zoo(name))
     text = print_graph(graph)
@@ -53,7 +56,7 @@ def test_ir_round_trips(name):
     assert print_graph(again) == text
 
 
-@pytest.mark.parametrize("name", MODELS)
+@pytest.mark.parametrize("name", MODELS + ARCHITECTURES)
 def test_interpreter_matches_torch(name):
     model = compiler.compile(export_zoo(name), backend="interpreter")
     check(model(reference(name)[0][:1]), name, 1, f"{name} interpreter")
@@ -67,6 +70,14 @@ def test_compiled_matches_torch_and_the_interpreter(name, batch):
     check(compiler.compile(param)(x), name, batch, f"{name} numba batch {batch}")
     if batch > 1:  # batch 1: test_interpreter_matches_torch
         check(compiler.compile(param, backend="interpreter")(x), name, batch, f"{name} interpreter batch {batch}")
+
+
+@pytest.mark.parametrize("name", ARCHITECTURES)
+def test_compiled_architecture_matches_torch(name):
+    """The real architectures compiled at batch 1 (their interpreter runs are checked above; batch 4
+    costs a second export and compile each, and the zoo models above cover batching)."""
+    x = reference(name)[0][:1]
+    check(compiler.compile(export_zoo(name))(x), name, 1, f"{name} numba batch 1")
 
 
 def _with_one_weight_changed(param: Path, entry: str, index: int | None, relative: float, out_dir: Path) -> Path:

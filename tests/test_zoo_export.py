@@ -21,6 +21,10 @@ EXPECTED_OUTPUT_SHAPES = {
     "mlp": (1, 10),
     "transformer_block": (1, 16, 64),
     "tiny_cnn": (1, 10),
+    "alexnet": (1, 1000),
+    "densenet121": (1, 1000),
+    "efficientnet_b0": (1, 1000),
+    "convnext_tiny": (1, 1000),
 }
 
 
