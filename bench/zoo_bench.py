@@ -1,11 +1,15 @@
-"""The zoo benchmark: our compiled forward vs our interpreter vs torch eager vs onnxruntime.
+"""The zoo benchmark: our compiled forward vs our interpreter vs torch eager vs onnxruntime vs ncnn.
 
     python -m bench.zoo_bench             # every model at batch 1 and 8 -> bench/results/zoo.{md,png,json}
     python -m bench.zoo_bench --quick     # mlp, transformer_block, resnet18 at batch 1 -> zoo_quick.*
     python -m bench.zoo_bench --models resnet18 --batches 1 --threads 2 --out /tmp/r   # -> zoo_partial.*
 
-For each model and batch size: latency of the four runtimes in this process (same
-input, same thread count, warm-up, median of repeated runs, ratio to onnxruntime),
+For each model and batch size: latency of the five runtimes in this process (same
+input, same thread count, warm-up, median of repeated runs, ratio to onnxruntime;
+ncnn is optional, skipped with a message where it cannot be imported, and runs the
+images of a batch one after another), the model's FLOPs (from our IR) and the
+GFLOP/s each runtime reaches, against the machine's peak measured at the start (a
+float32 GEMM through numpy's BLAS on the same threads),
 the compile time of our compiled backend cold (empty cache) and warm (from the
 cache), each in a fresh process as a user meets it, and the peak memory of each
 runtime, each in its own fresh process (bench/zoo_probe.py). Outputs are also
@@ -36,13 +40,26 @@ import torch
 
 from bench import zoo
 from bench.pnnx_export import export_zoo
-from bench.runtimes import as_arrays, export_onnx, median_ms, onnxruntime_session, ours, torch_eager
-from bench.zoo_report import BUSY, ROOT, RUNTIMES, ModelResult, Report, machine_info, write_all
+from bench.runtimes import (
+    NCNN_BATCH,
+    as_arrays,
+    export_onnx,
+    measure_peak_gflops,
+    median_ms,
+    model_flops,
+    ncnn_runtime,
+    ncnn_unavailable,
+    onnxruntime_session,
+    ours,
+    torch_eager,
+)
+from bench.zoo_report import BUSY, ROOT, RUNTIMES, ModelResult, Report, machine_info, si, write_all
 
 FULL_MODELS = ["mlp", "transformer_block", "mobilenet_v2", "resnet18", "resnet50", "yolov5s", "unet_small"]
 FULL_BATCHES = [1, 8]
 QUICK_MODELS = ["mlp", "transformer_block", "resnet18"]
 QUICK_BATCHES = [1]
+PEAK_N, PEAK_REPEAT = 2048, 5  # the peak: best of 5 float32 (2048 x 2048) @ (2048 x 2048) GEMMs
 
 T = TypeVar("T")
 
@@ -53,6 +70,7 @@ class Options:
     repeat: int  # timed runs per runtime, at most
     max_seconds: float  # ... and at most this long (never fewer than 3 runs)
     memory: bool  # run the peak-memory probes
+    ncnn: bool = True  # ncnn can be imported here
 
 
 class CpuClock:
@@ -153,6 +171,8 @@ def bench_model(name: str, batch: int, options: Options, work: Path) -> ModelRes
     module = entry.build()
     param = attempt(errors, "pnnx export", lambda: export_zoo(name, batch=batch))
     onnx = attempt(errors, "onnx export", lambda: export_onnx(module, x, work / f"{name}.onnx"))
+    if param is not None:
+        result.flops = attempt(errors, "flops", lambda: model_flops(param))
 
     cache = work / "cache"
     if param is not None:
@@ -161,16 +181,17 @@ def bench_model(name: str, batch: int, options: Options, work: Path) -> ModelRes
     compiled = attempt(errors, "compiled", lambda: ours(name, batch, "numba", threads, cache_dir=cache)[0])
     interpreted = attempt(errors, "interpreter", lambda: ours(name, batch, "interpreter", threads)[0])
     session = attempt(errors, "onnxruntime", lambda: onnxruntime_session(name, batch, threads, onnx)) if onnx else None
+    ncnn = attempt(errors, "ncnn", lambda: ncnn_runtime(name, threads)) if options.ncnn else None
     runs: dict[str, Callable[[np.ndarray], object] | None] = {
         "compiled": compiled, "interpreter": interpreted, "torch": torch_eager(name, threads, module),
-        "onnxruntime": session,
+        "onnxruntime": session, "ncnn": ncnn,
     }
 
     reference = as_arrays(runs["torch"](x))
     for runtime, run in runs.items():
         if run is not None:
             check_and_time(result, runtime, run, x, reference, options)
-    del runs, compiled, interpreted, session
+    del runs, compiled, interpreted, session, ncnn
     gc.collect()
 
     if options.memory:
@@ -184,9 +205,12 @@ def bench_model(name: str, batch: int, options: Options, work: Path) -> ModelRes
     return result
 
 
-def summary(result: ModelResult) -> str:
-    """One progress line: the latencies and compile times of one model and batch."""
+def summary(result: ModelResult, peak_gflops: float | None) -> str:
+    """One progress line: the latencies, compiled GFLOP/s and compile times of one model and batch."""
     parts = [f"{rt} {ms:.3g} ms" for rt in RUNTIMES if (ms := result.latency_ms.get(rt)) is not None]
+    if (rate := result.gflops("compiled")) is not None:
+        share = f" ({rate / peak_gflops:.0%} of peak)" if peak_gflops else ""
+        parts.append(f"{si(result.flops)}FLOP, compiled {rate:.3g} GFLOP/s{share}")
     if result.compile_cold_s is not None and result.compile_warm_s is not None:
         parts.append(f"compile cold {result.compile_cold_s:.1f} s, warm {result.compile_warm_s:.2f} s")
     disturbed = f", other processes used {result.others_cpu:.0%} of the CPU" if result.others_cpu > BUSY else ""
@@ -208,14 +232,22 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--max-seconds", type=float,
                         help="time per runtime's timed runs, at most; never fewer than 3 (default 10, quick 2)")
     parser.add_argument("--no-memory", action="store_true", help="skip the peak-memory probes (quick: skipped)")
+    parser.add_argument("--no-ncnn", action="store_true",
+                        help="skip ncnn (skipped anyway, with a message, where the ncnn package cannot be imported)")
+    parser.add_argument("--peak-size", type=int, default=PEAK_N, metavar="N",
+                        help=f"the peak is the best of {PEAK_REPEAT} float32 NxN GEMMs (default {PEAK_N}); "
+                             "0 skips it")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results", help="default: bench/results")
     args = parser.parse_args(argv)
 
     models = args.models or (QUICK_MODELS if args.quick else FULL_MODELS)
     batches = args.batches or (QUICK_BATCHES if args.quick else FULL_BATCHES)
+    ncnn_reason = "--no-ncnn" if args.no_ncnn else ncnn_unavailable()
+    if ncnn_reason is not None:
+        print(f"ncnn: skipped ({ncnn_reason})", file=sys.stderr, flush=True)
     options = Options(threads=args.threads, repeat=args.repeat or (10 if args.quick else 50),
                       max_seconds=args.max_seconds or (2.0 if args.quick else 10.0),
-                      memory=not (args.no_memory or args.quick))
+                      memory=not (args.no_memory or args.quick), ncnn=ncnn_reason is None)
     stem = "zoo_quick" if args.quick else "zoo" if (models, batches) == (FULL_MODELS, FULL_BATCHES) else "zoo_partial"
 
     before = CpuClock()
@@ -223,6 +255,17 @@ def main(argv: list[str] | None = None) -> None:
     if (share := before.others_share()) > BUSY:
         print(f"warning: other processes are using {share:.0%} of the CPU; the latencies will be disturbed",
               file=sys.stderr)
+    machine, peak, extra = machine_info(args.threads), None, {}
+    if ncnn_reason is not None:
+        extra["ncnn_skipped"] = ncnn_reason
+    if args.peak_size > 0:
+        extra["peak"] = (f"float32 {args.peak_size}x{args.peak_size} GEMM through numpy's BLAS, "
+                         f"best of {PEAK_REPEAT}, {args.threads} threads")
+        peak = measure_peak_gflops(args.threads, args.peak_size, PEAK_REPEAT)
+    print(f"machine: {machine['cpu']}, {machine['cpus']} CPUs, {machine['isa']}; "
+          + (f"measured peak {peak:.1f} GFLOP/s ({extra['peak']})" if peak else "peak not measured"), flush=True)
+    if options.ncnn:
+        print(f"ncnn {machine['ncnn']}: {NCNN_BATCH}", flush=True)
     clock = CpuClock()
     results = []
     for name in models:
@@ -232,9 +275,10 @@ def main(argv: list[str] | None = None) -> None:
                 results.append(bench_model(name, batch, options, Path(work)))
             results[-1].seconds = time.perf_counter() - model_clock.wall
             results[-1].others_cpu = model_clock.others_share()
-            print(summary(results[-1]), flush=True)
-    report = Report(results, machine_info(args.threads), shlex.join(["python", "-m", "bench.zoo_bench", *argv]),
-                    time.perf_counter() - clock.wall, clock.others_share())
+            print(summary(results[-1], peak), flush=True)
+    command = shlex.join(["python", "-m", "bench.zoo_bench", *argv])
+    report = Report(results, {**machine_info(args.threads), **extra}, command, time.perf_counter() - clock.wall,
+                    clock.others_share(), peak)
     for path in write_all(report, args.out / stem):
         print(f"wrote {path}")
     print(f"total {report.duration_s:.0f} s")

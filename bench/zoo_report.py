@@ -20,9 +20,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-RUNTIMES = ("compiled", "interpreter", "torch", "onnxruntime")
+RUNTIMES = ("compiled", "interpreter", "torch", "onnxruntime", "ncnn")
 LABELS = {"compiled": "compiled (numba)", "interpreter": "interpreter", "torch": "torch eager",
-          "onnxruntime": "onnxruntime"}
+          "onnxruntime": "onnxruntime", "ncnn": "ncnn"}
+# The runtimes whose peak memory bench/zoo_probe.py measures (it has no ncnn loader).
+MEMORY_RUNTIMES = ("compiled", "interpreter", "torch", "onnxruntime")
 REFERENCE = "onnxruntime"
 # An output further than this from torch eager's (relative to its largest magnitude) is flagged: a
 # check that a runtime computes the same function, not a precision test (tests/test_zoo.py is). Float32
@@ -40,6 +42,7 @@ class ModelResult:
 
     model: str
     batch: int
+    flops: int | None = None  # of one forward at this batch: 2 per multiply-add of conv/linear/matmul
     latency_ms: dict[str, float | None] = field(default_factory=dict)  # median, by runtime
     compile_cold_s: float | None = None
     compile_warm_s: float | None = None
@@ -54,24 +57,36 @@ class ModelResult:
         ms, ref = self.latency_ms.get(runtime), self.latency_ms.get(REFERENCE)
         return ms / ref if ms is not None and ref else None
 
+    def gflops(self, runtime: str) -> float | None:
+        """GFLOP/s `runtime` reaches: the model's FLOPs over its median latency."""
+        ms = self.latency_ms.get(runtime)
+        return self.flops / ms / 1e6 if self.flops and ms else None
+
 
 @dataclass
 class Report:
     results: list[ModelResult]
-    machine: dict[str, str]  # cpu, cpus, threads, versions, date, commit
+    machine: dict[str, str]  # cpu, cpus, isa, threads, versions, date, commit, how the peak was measured
     command: str
     duration_s: float
     others_cpu: float  # share of the machine's CPU time other processes used during the run
+    peak_gflops: float | None = None  # the machine's measured float32 GEMM rate (machine["peak"] says how)
+
+    def peak_share(self, result: ModelResult, runtime: str = "compiled") -> float | None:
+        """`runtime`'s GFLOP/s on `result` as a share of the machine's peak."""
+        rate = result.gflops(runtime)
+        return rate / self.peak_gflops if rate is not None and self.peak_gflops else None
 
 
 def machine_info(threads: int) -> dict[str, str]:
     """The machine and software the numbers belong to."""
-    from bench.runtimes import cpu_name
+    from bench.runtimes import cpu_name, isa, ncnn_version
 
     versions = {name: importlib.metadata.version(name) for name in ("numpy", "numba", "torch", "onnxruntime")}
+    versions["ncnn"] = ncnn_version()
     commit = subprocess.run(["git", "describe", "--always", "--dirty"], cwd=ROOT, capture_output=True,
                             text=True).stdout.strip()
-    return {"cpu": cpu_name(), "cpus": str(os.cpu_count()), "threads": str(threads),
+    return {"cpu": cpu_name(), "cpus": str(os.cpu_count()), "isa": isa(), "threads": str(threads),
             "python": platform.python_version(), **versions, "commit": commit or "unknown",
             "date": datetime.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z")}
 
@@ -84,6 +99,14 @@ def _num(value: float) -> str:
     return f"{value:.3f}"
 
 
+def si(value: float) -> str:
+    """A count with an SI prefix, three significant digits: 51.7 k, 2.36 M, 16.5 G."""
+    for prefix, scale in (("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if value >= scale:
+            return f"{_num(value / scale)} {prefix}"
+    return f"{value:.0f}"
+
+
 def _cell(value: float | None, fmt: Callable[[float], str]) -> str:
     return "—" if value is None else fmt(value)
 
@@ -92,15 +115,27 @@ def _duration(seconds: float) -> str:
     return f"{seconds:.0f} s" if seconds < 120 else f"{seconds / 60:.0f} min"
 
 
-def render_markdown(report: Report) -> str:
+def machine_line(report: Report) -> str:
+    """The command, the machine (with its ISA and measured peak) and the software the numbers belong to."""
     m = report.machine
+    isa = f", {m['isa']}" if m.get("isa") else ""
+    ncnn = m.get("ncnn", "not recorded") + (" (skipped)" if m.get("ncnn_skipped") else "")
+    peak = ""
+    if report.peak_gflops:
+        how = f" ({m['peak']})" if m.get("peak") else ""
+        peak = f"; measured peak {_num(report.peak_gflops)} GFLOP/s{how}"
+    return (f"`{report.command}` on {m['cpu']} ({m['cpus']} CPUs{isa}), {m['threads']} threads per runtime{peak}; "
+            f"Python {m['python']}, numpy {m['numpy']}, numba {m['numba']}, torch {m['torch']}, "
+            f"onnxruntime {m['onnxruntime']}, ncnn {ncnn}; commit {m['commit']}; "
+            f"{m['date']}; the run took {_duration(report.duration_s)}, other processes used "
+            f"{report.others_cpu:.0%} of the CPU.")
+
+
+def render_markdown(report: Report) -> str:
     lines = [
         "# Zoo benchmark",
         "",
-        f"`{report.command}` on {m['cpu']} ({m['cpus']} CPUs), {m['threads']} threads per runtime; "
-        f"Python {m['python']}, numpy {m['numpy']}, numba {m['numba']}, torch {m['torch']}, "
-        f"onnxruntime {m['onnxruntime']}; commit {m['commit']}; {m['date']}; "
-        f"the run took {_duration(report.duration_s)}, other processes used {report.others_cpu:.0%} of the CPU.",
+        machine_line(report),
         "",
         "## Latency",
         "",
@@ -128,17 +163,37 @@ def render_markdown(report: Report) -> str:
         "",
         "## Compile time and peak memory",
         "",
-        "| model | batch | compile cold s | compile warm s | " + " | ".join(f"{LABELS[r]} MB" for r in RUNTIMES) + " |",
-        "|---|--:|--:|--:|" + "--:|" * len(RUNTIMES),
+        "| model | batch | compile cold s | compile warm s | "
+        + " | ".join(f"{LABELS[r]} MB" for r in MEMORY_RUNTIMES) + " |",
+        "|---|--:|--:|--:|" + "--:|" * len(MEMORY_RUNTIMES),
     ]
     for r in report.results:
         cells = [_cell(r.compile_cold_s, lambda v: f"{v:.1f}"), _cell(r.compile_warm_s, lambda v: f"{v:.2f}")]
-        cells += [_cell(r.peak_mb.get(rt), lambda v: f"{v:.0f}") for rt in RUNTIMES]
+        cells += [_cell(r.peak_mb.get(rt), lambda v: f"{v:.0f}") for rt in MEMORY_RUNTIMES]
+        lines.append(f"| {r.model} | {r.batch} | " + " | ".join(cells) + " |")
+    peak = f"{_num(report.peak_gflops)} GFLOP/s" if report.peak_gflops else "not measured"
+    lines += [
+        "",
+        "## Throughput",
+        "",
+        "FLOPs of one forward pass (2 per multiply-add of the conv, linear and matmul ops in our IR) and the "
+        f"GFLOP/s each runtime reaches (FLOPs / median latency); % of peak: of the machine's measured peak ({peak}).",
+        "",
+        f"| model | batch | FLOPs | {LABELS['compiled']} GFLOP/s | {LABELS['compiled']} % of peak | "
+        + " | ".join(f"{LABELS[r]} GFLOP/s" for r in RUNTIMES if r != "compiled") + " |",
+        "|---|--:|" + "--:|" * (len(RUNTIMES) + 2),
+    ]
+    for r in report.results:
+        cells = [_cell(r.flops, si), _cell(r.gflops("compiled"), _num),
+                 _cell(report.peak_share(r), lambda v: f"{v:.0%}")]
+        cells += [_cell(r.gflops(rt), _num) for rt in RUNTIMES if rt != "compiled"]
         lines.append(f"| {r.model} | {r.batch} | " + " | ".join(cells) + " |")
     lines += ["", "Notes:", ""] + [f"- {note}" for note in NOTES]
     if flagged:
         lines.append(f"- †: the output differs from torch eager's by more than {TOLERANCE:g} "
                      "(relative to its largest magnitude); see `max_error` in the JSON.")
+    if report.machine.get("ncnn_skipped"):
+        lines.append(f"- ncnn was skipped: {report.machine['ncnn_skipped']}.")
     if any_disturbed:
         lines.append(f"- *: other processes used more than {BUSY:.0%} of the CPU while this row was measured; "
                      "its latencies are not to be trusted (`others_cpu` in the JSON).")
@@ -150,10 +205,21 @@ def render_markdown(report: Report) -> str:
 
 
 NOTES = (
-    "All four runtimes run in one process with the same thread count, each on the same input: "
+    "All five runtimes run in one process with the same thread count, each on the same input: "
     "warm-up runs, then the median of repeated runs (repetitions are capped by time, so the "
     "interpreter on large models has fewer). onnxruntime runs the torch model exported with "
     "`torch.onnx.export` (CPU provider); torch eager runs under `torch.no_grad()`.",
+    "ncnn runs the model as pnnx converts it to ncnn (float32 weights), on the CPU with "
+    "`net.opt.num_threads` threads and float32 storage and arithmetic (its float16/bfloat16 options "
+    "off; packing layouts, Winograd and sgemm convolutions on). Its Python API takes one image without "
+    "a batch dim: at batch > 1 the images run one after another (a new extractor each) and the "
+    "outputs are stacked, so its batch-8 time is eight batch-1 runs. Its peak memory is not probed. "
+    "Where the `ncnn` package cannot be imported its columns are empty and the run says so.",
+    "FLOPs: counted from our IR as lowered from the pnnx model (before any pass): 2 per "
+    "multiply-add of conv2d, conv_transpose2d, linear and matmul; biases, normalisations, "
+    "activations, pooling and the rest count nothing. Peak: the best of a few float32 GEMMs of "
+    "the size the header names, through numpy's BLAS on the benchmark's thread count; the rate a "
+    "well-blocked sgemm reaches on these cores, not the chip's theoretical peak.",
     "Compile cold: `compiler.compile()` in a fresh process with an empty cache directory (passes, "
     "code generation, numba's JIT of the forward); numba's cache of our kernel library "
     "(`codegen/kernels/__pycache__`) is warm, as it is after the first use of the package (when it "
