@@ -27,7 +27,7 @@ import sys
 import tempfile
 import threading
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -166,13 +166,33 @@ def _zoo_key(name: str, batch: int) -> str:
     return f"{name}-b{batch}-{h.hexdigest()[:16]}"
 
 
+def build_cache_dir(final: Path, files: list[Path], build: Callable[[Path], object]) -> None:
+    """Make the cache directory `final`, holding `files`, with build(tmp): under a file lock, into a
+    private temporary directory beside it that is renamed into place, so that a concurrent reader
+    never sees half of it. Returns at once if another process made it meanwhile."""
+    import filelock
+
+    final.parent.mkdir(parents=True, exist_ok=True)
+    with filelock.FileLock(f"{final}.lock"):
+        if all(f.is_file() for f in files):
+            return  # another process finished it while we waited
+        tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}-", dir=final.parent))
+        try:
+            build(tmp)
+            os.chmod(tmp, 0o755)  # mkdtemp makes it private
+            if final.exists():  # incomplete leftover (e.g. a killed process)
+                shutil.rmtree(final)
+            os.rename(tmp, final)
+        finally:
+            if tmp.exists():
+                shutil.rmtree(tmp, ignore_errors=True)
+
+
 def export_zoo(name: str, batch: int = 1, cache_dir=None) -> Path:
     """Export zoo model ``name`` at ``batch``; return its cached ``.pnnx.param``.
 
     A cache hit returns at once without importing pnnx or building the model.
     """
-    import filelock
-
     entry = zoo.get(name)
     root = Path(cache_dir) if cache_dir is not None else default_cache_dir()
     key = _zoo_key(name, batch)
@@ -181,19 +201,6 @@ def export_zoo(name: str, batch: int = 1, cache_dir=None) -> Path:
     if param.is_file() and param.with_suffix(".bin").is_file():
         return param
 
-    root.mkdir(parents=True, exist_ok=True)
-    with filelock.FileLock(str(root / f"{key}.lock")):
-        if param.is_file() and param.with_suffix(".bin").is_file():
-            return param  # another process finished it while we waited
-        tmp = Path(tempfile.mkdtemp(prefix=f".{key}-", dir=root))
-        try:
-            x = zoo.make_input(entry, batch=batch)
-            export_pnnx(entry.build(), x, tmp, name)
-            os.chmod(tmp, 0o755)  # mkdtemp makes it private
-            if final.exists():  # incomplete leftover (e.g. a killed process)
-                shutil.rmtree(final)
-            os.rename(tmp, final)
-        finally:
-            if tmp.exists():
-                shutil.rmtree(tmp, ignore_errors=True)
+    build_cache_dir(final, [param, param.with_suffix(".bin")],
+                    lambda tmp: export_pnnx(entry.build(), zoo.make_input(entry, batch=batch), tmp, name))
     return param

@@ -17,7 +17,6 @@ import io
 import math
 import os
 import re
-import shutil
 import tempfile
 import time
 import warnings
@@ -29,7 +28,7 @@ import torch
 
 import compiler
 from bench import zoo
-from bench.pnnx_export import _CWD_LOCK, _captured_fds, _chdir, _zoo_key, default_cache_dir, export_zoo
+from bench.pnnx_export import _CWD_LOCK, _captured_fds, _chdir, _zoo_key, build_cache_dir, default_cache_dir, export_zoo
 from bench.zoo_probe import limit_numpy_blas
 from ir.graph import Graph
 
@@ -271,28 +270,14 @@ def export_ncnn(name: str, cache_dir: str | os.PathLike | None = None) -> tuple[
     bench/zoo.py, torch and pnnx versions) with an "-ncnn" suffix; written to a
     temporary directory renamed into place, under a file lock.
     """
-    import filelock
-
     root = Path(cache_dir) if cache_dir is not None else default_cache_dir()
     final = root / f"{_zoo_key(name, 1)}-ncnn"
     param, binf = final / f"{name}.ncnn.param", final / f"{name}.ncnn.bin"
     if param.is_file() and binf.is_file():
         return param, binf
-    root.mkdir(parents=True, exist_ok=True)
-    with filelock.FileLock(f"{final}.lock"):
-        if param.is_file() and binf.is_file():
-            return param, binf
-        tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}-", dir=root))
-        try:
-            entry = zoo.get(name)
-            convert_ncnn(entry.build(), zoo.make_input(entry, batch=1), tmp, name)
-            os.chmod(tmp, 0o755)  # mkdtemp makes it private
-            if final.exists():  # incomplete leftover (e.g. a killed process)
-                shutil.rmtree(final)
-            os.rename(tmp, final)
-        finally:
-            if tmp.exists():
-                shutil.rmtree(tmp, ignore_errors=True)
+    entry = zoo.get(name)
+    build_cache_dir(final, [param, binf],
+                    lambda tmp: convert_ncnn(entry.build(), zoo.make_input(entry, batch=1), tmp, name))
     return param, binf
 
 
