@@ -101,14 +101,13 @@ def generate_loop(name: str, node: Node) -> str:
                 lines += [f"    s{i}_{k} = m{i} if {dim} != 1 else 0", f"    m{i} *= {dim}"]
             else:
                 lines.append(f"    s{i}_{k} = 0")
-    loop = "numba.prange" if parallel else "range"
-    lines.append(f"    for row in {loop}(rows):")
-    if spread and n >= 2:  # the row's multi-index over the leading dims (p_k: rows per step of dim k)
-        lines.insert(lines.index(f"    for row in {loop}(rows):"), f"    p{n - 2} = 1")
-        for k in reversed(range(n - 2)):
-            lines.insert(lines.index(f"    for row in {loop}(rows):"), f"    p{k} = p{k + 1} * d{k + 1}")
-        for k in range(n - 1):
-            lines.append(f"        i{k} = row // p{k}" + (f" % d{k}" if k else ""))
+    indexed = bool(spread) and n >= 2  # the loop needs each row's multi-index over the leading dims
+    if indexed:  # p_k: rows per step of leading dim k
+        lines.append(f"    p{n - 2} = 1")
+        lines += [f"    p{k} = p{k + 1} * d{k + 1}" for k in reversed(range(n - 2))]
+    lines.append(f"    for row in {'numba.prange' if parallel else 'range'}(rows):")
+    if indexed:
+        lines += [f"        i{k} = row // p{k}" + (f" % d{k}" if k else "") for k in range(n - 1)]
     for i in spread:
         terms = [f"i{k} * s{i}_{k}" for k in range(n - 1)]
         lines.append(f"        b{i} = {' + '.join(terms) if terms else '0'}")
