@@ -8,8 +8,9 @@ import numpy as np
 
 from codegen.emit import Emit, const_args, emits, lit
 from codegen.emit.gemm import NO_EPILOGUE, epilogue_args
-from codegen.kernels.conv import PAD_CODES, conv2d, conv_transpose2d, pad5
-from codegen.kernels.winograd import weight_transform, winograd_conv2d
+from codegen.kernels.conv import PAD_CODES, conv2d, conv2d_packed, conv_transpose2d, pad5
+from codegen.kernels.microkernel import pack_weights
+from codegen.kernels.winograd import pack_transformed, winograd_conv2d
 from ir.errors import CodegenUnsupportedError
 from ir.graph import Node
 from ir.ops.conv import _pad_pairs
@@ -38,6 +39,14 @@ def uses_winograd(node: Node) -> bool:
             and y.shape[2] * y.shape[3] >= WINOGRAD_MIN_PIXELS)
 
 
+def uses_packed_weights(node: Node) -> bool:
+    """Whether conv node runs on our microkernel with weights packed at compile time: float32
+    weights known at compile time, and not depthwise (which has a direct kernel of its own)."""
+    x, w = node.inputs[0], node.inputs[1]
+    depthwise = node.attrs["groups"] == x.shape[1] and w.shape[1] == 1 and node.attrs["groups"] > 1
+    return w.is_constant and w.dtype == x.dtype == "float32" and not depthwise
+
+
 @emits("conv2d", "fused_conv2d")
 def _emit_conv2d(e: Emit) -> list[str]:
     a = e.node.attrs
@@ -45,10 +54,16 @@ def _emit_conv2d(e: Emit) -> list[str]:
     residual = e.args[3] if len(e.args) > 3 else "None"
     act = epilogue_args(a) if e.node.op == "fused_conv2d" else NO_EPILOGUE
     if uses_winograd(e.node):
-        u_ = e.prepack(1, "winograd", weight_transform)
+        u_ = e.prepack(1, "winograd", pack_transformed)
         top, left = a["padding"][0], a["padding"][1]
         return [f"{e.call(winograd_conv2d)}({e.args[0]}, {u_}, {bias}, {residual}, {e.outs[0]}, "
                 f"{const_args(top, left)}, {act})"]
+    if uses_packed_weights(e.node):
+        groups = a["groups"]
+        wp = e.prepack(1, f"panels{groups}", lambda w: pack_weights(w, groups))
+        return [f"{e.call(conv2d_packed)}({e.args[0]}, {wp}, {bias}, {residual}, {e.outs[0]}, "
+                f"{const_args(e.node.inputs[1].shape[2:], a['stride'], a['padding'], a['dilation'])}, "
+                f"{PAD_CODES[a['padding_mode']]}, {act})"]
     return [f"{e.call(conv2d)}({e.args[0]}, {e.args[1]}, {bias}, {residual}, {e.outs[0]}, "
             f"{const_args(a['stride'], a['padding'], a['dilation'], a['groups'], PAD_CODES[a['padding_mode']])}, "
             f"{act})"]

@@ -1,12 +1,15 @@
 """Convolutions (conv2d, fused_conv2d, conv_transpose2d) and explicit padding (pad), NCHW.
 
-conv2d is one of three kernels, each applying the epilogue of ir/ops/fused.py (bias,
+conv2d is one of four kernels, each applying the epilogue of ir/ops/fused.py (bias,
 activation, residual, post-activation) as it writes its output:
 - Winograd F(2x2, 3x3) (winograd.py) for 3x3 stride-1 convs with enough channels and
   pixels, chosen at compile time by the emit rule (`uses_winograd`);
 - depthwise (groups == input channels): a direct loop, parallel over (image, channel),
   its inner loop running along an output row;
-- everything else: im2col + GEMM one output tile at a time (conv_gemm.py).
+- float32 weights known at compile time (`conv2d_packed`): im2col + our own microkernel
+  on weights packed once (conv_packed.py);
+- everything else (float64, weights computed by the model): im2col + OpenBLAS one
+  output tile at a time (conv_gemm.py).
 padding_mode reflect/replicate/circular pads into a scratch first. conv_transpose2d is
 one GEMM per (image, group, block of output channels), then a scatter-add.
 """
@@ -19,6 +22,7 @@ from numba import prange
 
 from codegen.kernels.common import PAR, SEQ, blocks, gemm, span, u
 from codegen.kernels.conv_gemm import conv_gemm
+from codegen.kernels.conv_packed import conv_packed
 from codegen.kernels.depthwise import conv_depthwise
 
 # conv padding_mode or pad mode -> kernel code
@@ -83,6 +87,23 @@ def _conv_body(x, weight, bias, residual, out, sh, sw, pt, pl, dh, dw, groups,
     else:
         conv_gemm(x, weight, bias, residual, out, sh, sw, pt, pl, dh, dw, groups,
                   act, alpha, beta, post, post_alpha, post_beta)
+
+
+@numba.njit(**SEQ)
+def conv2d_packed(x, wp, bias, residual, out, kernel, stride, padding, dilation, pad_mode,
+                  act, alpha, beta, post, post_alpha, post_beta):
+    """conv2d with float32 weights packed at compile time: wp = microkernel.pack_weights(weight, groups)."""
+    n_n, c_n, h, w = x.shape
+    (kh, kw), (sh, sw), (pt, pl, pb, pr), (dh, dw) = kernel, stride, padding, dilation
+    if pad_mode != 0 and pt + pl + pb + pr > 0:
+        xp = np.empty((n_n, c_n, h + pt + pb, w + pl + pr), x.dtype)
+        pad5(x.reshape((1, n_n, c_n, h, w)), xp.reshape((1,) + xp.shape), (0, 0, pt, pl), (0, 0, 0, 0),
+             (n_n, c_n, h, w), pad_mode, 0.0)
+        conv_packed(xp, wp, bias, residual, out, kh, kw, sh, sw, 0, 0, dh, dw,
+                    act, alpha, beta, post, post_alpha, post_beta)
+    else:
+        conv_packed(x, wp, bias, residual, out, kh, kw, sh, sw, pt, pl, dh, dw,
+                    act, alpha, beta, post, post_alpha, post_beta)
 
 
 @numba.njit(**SEQ)

@@ -29,11 +29,12 @@ MIN_PIXELS = 128  # pixels per tile of a 1x1 conv, at least: narrower GEMMs lose
 
 
 @numba.njit(**SEQ)
-def im2col_rows(xf, x0, h, w, cg, cols, oy0, ow, sh, sw, pt, pl, dh, dw, kh, kw):
+def im2col_rows(xf, x0, h, w, cg, cols, p, oy0, ow, sh, sw, pt, pl, dh, dw, kh, kw):
     """cols[(c*KH + i)*KW + j, y*OW + ox] = x[c, (oy0 + y)*sh - pt + i*dh, ox*sw - pl + j*dw]
-    for the output rows oy0 .. oy0 + cols.shape[1] // OW, 0 where that falls in the padding;
-    channel c of the input starts at xf[x0 + c*H*W]."""
-    p = cols.shape[1]
+    for the p // OW output rows from oy0 (cols may be wider than p: its other columns are
+    left alone), 0 where that falls in the padding; channel c of the input starts at
+    xf[x0 + c*H*W]."""
+    ld = cols.shape[1]
     cf = cols.reshape(-1)
     for c in range(cg):
         for i in range(kh):
@@ -42,7 +43,7 @@ def im2col_rows(xf, x0, h, w, cg, cols, oy0, ow, sh, sw, pt, pl, dh, dw, kh, kw)
                 lo, hi = span(off, sw, w, ow)
                 for y in range(p // ow):
                     iy = (oy0 + y) * sh - pt + i * dh
-                    d = ((c * kh + i) * kw + j) * p + y * ow
+                    d = ((c * kh + i) * kw + j) * ld + y * ow
                     if iy < 0 or iy >= h:
                         for ox in range(ow):
                             cf[u(d + ox)] = 0
@@ -95,7 +96,7 @@ def conv_gemm(x, weight, bias, residual, out, sh, sw, pt, pl, dh, dw, groups,
             gemm_blocks(o1 - o0, p, k, wf, o0 * k, k, xf, x0 + p0, h * w, False, of, c0, p_n, False)
         else:
             cols = np.empty(k * p, x.dtype)
-            im2col_rows(xf, x0, h, w, cg, cols.reshape((k, p)), p0 // ow, ow, sh, sw, pt, pl, dh, dw, kh, kw)
+            im2col_rows(xf, x0, h, w, cg, cols.reshape((k, p)), p, p0 // ow, ow, sh, sw, pt, pl, dh, dw, kh, kw)
             gemm_blocks(o1 - o0, p, k, wf, o0 * k, k, cols, 0, p, False, of, c0, p_n, False)
         for r in range(o1 - o0):  # the epilogue while the tile is still in cache
             d = c0 + r * p_n

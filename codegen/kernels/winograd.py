@@ -9,8 +9,8 @@ and the forward receives it as a constant.
 A run of tile rows goes through three parallel loops, so each loop splits its work
 evenly without repeating any of it and every GEMM is as large as the run allows:
   1. input transform, parallel over input channels (V, written plane by plane);
-  2. the 16 GEMMs, parallel over (GEMM, block of output channels), single-threaded
-     OpenBLAS each;
+  2. the 16 GEMMs, parallel over (GEMM, block of output channels), on the microkernel
+     (microkernel.py) with U packed into its panels at compile time (`pack_transformed`);
   3. output transform and epilogue, parallel over output channels.
 Runs are as many tile rows as keep V and the products under RUN_BYTES (the whole image
 for ResNet-sized inputs). The transforms are loops over whole rows with one store each,
@@ -23,19 +23,28 @@ import numba
 import numpy as np
 from numba import prange
 
-from codegen.kernels.common import PAR, SEQ, blocks, gemm, span, u
+from codegen.kernels.common import PAR, SEQ, blocks, span, u
 from codegen.kernels.epilogue import epilogue_run
+from codegen.kernels.microkernel import MR, micro_gemm, pack_weights, panel_width
 
 RUN_BYTES = 8 << 20  # V or the products of one run of tile rows, at most
-MIN_BLOCK = 32  # output channels per GEMM block, at least
+MIN_PANELS = 4  # MR-channel panels per block of a product, at least
+K_CHUNK = 256  # input channels per microkernel call: a weight panel chunk (6 KB) stays in L1
 
 _G = np.array([[1.0, 0.0, 0.0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0.0, 0.0, 1.0]])
 
 
 def weight_transform(weight: np.ndarray) -> np.ndarray:
     """U (16, O, C) with U[4i + j, o, c] = (G g G^T)[i, j] for g = weight[o, c] (3x3)."""
-    u_ = np.einsum("ia,ocab,jb->ijoc", _G, weight.astype(np.float64), _G)
+    u_ = np.einsum("ia,ocab,jb->ijoc", _G, weight.astype(np.float64), _G, optimize=True)
     return np.ascontiguousarray(u_.reshape(16, weight.shape[0], weight.shape[1]), dtype=weight.dtype)
+
+
+def pack_transformed(weight: np.ndarray) -> np.ndarray:
+    """The transformed weight U of a (O, C, 3, 3) float32 weight as microkernel panels
+    (16, blocks, C, MR): U[k] packed as the weight of one group of a 1x1 conv."""
+    u_ = weight_transform(weight)
+    return pack_weights(u_.reshape(16 * u_.shape[1], u_.shape[2], 1, 1), 16)
 
 
 @numba.njit(inline="always", **SEQ)
@@ -53,11 +62,12 @@ def _add3(dst, d, src, i0, i1, i2, sign, n):
 
 
 @numba.njit(**PAR)
-def _input_transform(xf, x0, h, w, pt, pl, ty0, tw, v):
+def _input_transform(xf, x0, h, w, pt, pl, ty0, tw, tc, v):
     """v[4r + q, c, y*TW + tx] = (B^T d B)[r, q] for the 4x4 input tile d of channel c at padded
-    row 2(ty0 + y), column 2tx; channel c of the image starts at xf[x0 + c*H*W]."""
-    c_n, tc = v.shape[1], v.shape[2]
-    plane = c_n * tc
+    row 2(ty0 + y), column 2tx, for the tc tiles of the run (v's rows may be longer: the rest
+    is left alone); channel c of the image starts at xf[x0 + c*H*W]."""
+    c_n, ld = v.shape[1], v.shape[2]
+    plane = c_n * ld
     vf = v.reshape(-1)
     one = np.float32(1.0)
     half = tw + 1
@@ -85,7 +95,7 @@ def _input_transform(xf, x0, h, w, pt, pl, ty0, tw, v):
             _add(buf, t + 3 * n, buf, n, 3 * n, -one, n)  # d1 - d3
             for r in range(4):
                 e, o = t + r * n, t + r * n + half  # even and odd columns of row r of B^T d
-                d = 4 * r * plane + c * tc + y * tw
+                d = 4 * r * plane + c * ld + y * tw
                 _add(vf, d, buf, e, e + 1, -one, tw)  # a0 - a2
                 _add(vf, d + plane, buf, o, e + 1, one, tw)  # a1 + a2
                 _add(vf, d + 2 * plane, buf, e + 1, o, -one, tw)  # a2 - a1
@@ -93,23 +103,32 @@ def _input_transform(xf, x0, h, w, pt, pl, ty0, tw, v):
 
 
 @numba.njit(**PAR)
-def _products(u_, v, m):
-    """m[k] = u_[k] @ v[k] for the 16 k, in blocks of output channels."""
-    o_n = m.shape[1]
-    n_o, ob = blocks(16, o_n, MIN_BLOCK)
+def _products(up, v, m):
+    """m[k] = U[k] @ v[k] for the 16 k, in blocks of MR-channel panels, on the microkernel;
+    up = U packed into panels (16, blocks, C, MR); v's and m's rows are whole panels of NR."""
+    n_mb, c_n, ld = up.shape[1], up.shape[2], v.shape[2]
+    nr = panel_width()
+    n_o, mbb = blocks(16, n_mb, MIN_PANELS)
+    uf, vf, mf = up.reshape(-1), v.reshape(-1), m.reshape(-1)
     for t in prange(16 * n_o):
-        k, o0 = t // n_o, (t % n_o) * ob
-        o1 = min(o_n, o0 + ob)
-        gemm(u_[k, o0:o1], v[k], m[k, o0:o1])
+        k, mb0 = t // n_o, (t % n_o) * mbb
+        mb1 = min(n_mb, mb0 + mbb)
+        for kb in range(0, c_n, K_CHUNK):
+            kc = min(K_CHUNK, c_n - kb)
+            for mb in range(mb0, mb1):
+                a0 = ((k * n_mb + mb) * c_n + kb) * MR
+                c0 = (k * n_mb + mb) * MR * ld
+                for j in range(0, ld, nr):
+                    micro_gemm(kc, uf, a0, vf, (k * c_n + kb) * ld + j, ld, mf, c0 + j, ld, kb > 0)
 
 
 @numba.njit(**PAR)
-def _output_transform(m, out, n, ty0, tw, bias, residual, act, alpha, beta, post, post_alpha, post_beta):
+def _output_transform(m, tc, out, n, ty0, tw, bias, residual, act, alpha, beta, post, post_alpha, post_beta):
     """Output rows 2(ty0 + y), 2(ty0 + y) + 1 of image n = epilogue(A^T m A) for the products
-    m (16, O, tiles); residual is None or the output's shape."""
+    m (16, O or more, tc tiles or more); residual is None or the output's shape."""
     o_n, oh, ow = out.shape[1], out.shape[2], out.shape[3]
-    tc = m.shape[2]
-    plane = o_n * tc
+    ld = m.shape[2]
+    plane = m.shape[1] * ld
     mf, of = m.reshape(-1), out.reshape(-1)
     rf = of if residual is None else residual.reshape(-1)
     one = np.float32(1.0)
@@ -119,7 +138,7 @@ def _output_transform(m, out, n, ty0, tw, bias, residual, act, alpha, beta, post
         row = np.empty(2 * tw, np.float32)
         bv = 0.0 if bias is None else bias[o]
         for y in range(tc // tw):
-            q = o * tc + y * tw
+            q = o * ld + y * tw
             for k in range(4):  # A^T along the tile's rows
                 m0, m1, m2, m3 = q + k * plane, q + (4 + k) * plane, q + (8 + k) * plane, q + (12 + k) * plane
                 _add3(s, k * tw, mf, m0, m1, m2, one, tw)
@@ -141,21 +160,25 @@ def _output_transform(m, out, n, ty0, tw, bias, residual, act, alpha, beta, post
 
 
 @numba.njit(**SEQ)
-def winograd_conv2d(x, u_, bias, residual, out, pt, pl, act, alpha, beta, post, post_alpha, post_beta):
+def winograd_conv2d(x, up, bias, residual, out, pt, pl, act, alpha, beta, post, post_alpha, post_beta):
     """out = post(act(conv2d(x, 3x3 weight, stride 1, padding top pt / left pl) + bias) + residual),
-    u_ = weight_transform(weight); bias and residual may be None."""
+    up = pack_transformed(weight_transform(weight)); bias and residual may be None."""
     n_n, c_n, h, w = x.shape
     o_n, oh, ow = out.shape[1], out.shape[2], out.shape[3]
+    o_rows = up.shape[1] * MR  # the products' rows: the output channels, padded to whole panels
+    nr = panel_width()
     th, tw = (oh + 1) // 2, (ow + 1) // 2
-    rows = max(1, min(th, RUN_BYTES // (64 * max(c_n, o_n) * tw)))
-    vbuf = np.empty(16 * c_n * rows * tw, np.float32)
-    mbuf = np.empty(16 * o_n * rows * tw, np.float32)
+    rows = max(1, min(th, RUN_BYTES // (64 * max(c_n, o_rows) * tw)))
+    ld_max = -(-rows * tw // nr) * nr
+    vbuf = np.empty(16 * c_n * ld_max, np.float32)
+    mbuf = np.empty(16 * o_rows * ld_max, np.float32)
     xf = x.reshape(-1)
     for n in range(n_n):
         for ty0 in range(0, th, rows):
             tc = min(rows, th - ty0) * tw
-            v = vbuf[:16 * c_n * tc].reshape((16, c_n, tc))
-            m = mbuf[:16 * o_n * tc].reshape((16, o_n, tc))
-            _input_transform(xf, n * c_n * h * w, h, w, pt, pl, ty0, tw, v)
-            _products(u_, v, m)
-            _output_transform(m, out, n, ty0, tw, bias, residual, act, alpha, beta, post, post_alpha, post_beta)
+            ld = -(-tc // nr) * nr  # v's and m's rows: the run's tiles, padded to whole panels
+            v = vbuf[:16 * c_n * ld].reshape((16, c_n, ld))
+            m = mbuf[:16 * o_rows * ld].reshape((16, o_rows, ld))
+            _input_transform(xf, n * c_n * h * w, h, w, pt, pl, ty0, tw, tc, v)
+            _products(up, v, m)
+            _output_transform(m, tc, out, n, ty0, tw, bias, residual, act, alpha, beta, post, post_alpha, post_beta)

@@ -247,3 +247,40 @@ def test_matmul(a_shape, b_shape, dtype):
 ])
 def test_emitted_lines_compile_in_njit(op, arrays, attrs, weights):
     check(op, arrays, attrs, weights=weights, jit=True)
+
+
+# convs that exercise the packed kernel's edges: output channels not a multiple of MR (6), pixels
+# not a multiple of NR (16 or 32), reduction longer than one chunk (256), several tiles, blocks
+# of channels split between tasks, batches, groups
+PACKED_CONVS = [
+    ((1, 3, 17, 19), 7, (3, 3), (1, 1), (1, 1, 1, 1), 1),
+    ((2, 40, 9, 9), 13, (3, 3), (2, 2), (1, 1, 1, 1), 1),  # k = 360: two reduction chunks
+    ((1, 300, 5, 7), 50, (1, 1), (1, 1), (0, 0, 0, 0), 1),  # 1x1 read in place, 35 pixels: a tail panel
+    ((3, 24, 11, 13), 37, (1, 1), (1, 1), (0, 0, 0, 0), 1),
+    ((1, 8, 70, 66), 12, (3, 3), (1, 1), (1, 1, 1, 1), 1),  # several row tiles
+    ((1, 16, 150, 150), 8, (1, 1), (1, 1), (0, 0, 0, 0), 1),  # several pixel tiles of a 1x1 conv
+    ((2, 12, 10, 10), 18, (3, 3), (1, 1), (1, 1, 1, 1), 3),
+    ((1, 130, 3, 3), 200, (3, 3), (1, 1), (1, 1, 1, 1), 1),  # many channel panels, 9 pixels
+]
+
+
+@pytest.mark.parametrize("shape, o, kernel, stride, padding, groups", PACKED_CONVS)
+@pytest.mark.parametrize("act, residual", [("none", False), ("relu", True), ("silu", False)])
+def test_conv2d_on_packed_weights(shape, o, kernel, stride, padding, groups, act, residual):
+    """Float32 convs with constant weights run on the microkernel (conv2d_packed), and match."""
+    arrays = conv_arrays(*shape, o, kernel, groups)
+    attrs = {**conv_attrs(kernel, stride, padding, (1, 1), groups), **epilogue_attrs(act)}
+    if residual:
+        (n, _, h, w), (t, left, b, r) = shape, padding
+        arrays.append(rand(n, o, (h + t + b - kernel[0]) // stride[0] + 1, (w + left + r - kernel[1]) // stride[1] + 1))
+    lines = check("fused_conv2d", arrays, attrs, weights=(1, 2), rtol=1e-4, atol=1e-4)
+    assert "conv2d_packed" in lines[0]
+
+
+@pytest.mark.parametrize("dtype, weights", [(np.float32, (2,)), (np.float64, (1, 2))])
+def test_conv2d_without_packed_weights(dtype, weights):
+    """A weight computed by the model, or float64, runs im2col + OpenBLAS (conv2d), and matches."""
+    arrays = [a.astype(dtype) for a in conv_arrays(2, 9, 12, 11, 14, (3, 3), 1)]
+    lines = check("conv2d", arrays, conv_attrs((3, 3), (2, 1), (1, 1, 1, 1), (1, 1), 1), weights=weights,
+                  rtol=1e-5, atol=1e-5)
+    assert "conv2d_packed" not in lines[0] and "conv_conv2d(" in lines[0]

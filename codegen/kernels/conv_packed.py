@@ -1,0 +1,104 @@
+"""Convolution on our own microkernel (microkernel.py), for float32 convs whose weights
+are known at compile time: the weights are packed into MR-channel panels once, when the
+model is compiled (microkernel.pack_weights), so no run repacks them.
+
+The output of each image and group is cut into tiles of pixels (whole output rows, or
+any pixels for a 1x1 stride-1 conv), times blocks of MR-channel panels when there are
+too few tiles to keep every thread busy. Each task of one parallel loop
+  1. copies its tile's input windows into a (C*KH*KW, pixels) matrix (im2col), its rows
+     padded to a multiple of NR pixels; a 1x1 stride-1 conv reads its input where it lies
+     (only a last partial panel of pixels is copied, padded with zeros);
+  2. runs the microkernel over (reduction chunk, panel of channels, panel of pixels),
+     the chunk outermost so that the chunk of the tile stays in L2 across the channel
+     panels and one channel panel's weights stay in L1 across the pixel panels, into an
+     accumulator block of its own;
+  3. applies the epilogue (bias, activation, residual) on the way from that block to the
+     output, while the block is still in cache.
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+from numba import prange
+
+from codegen.kernels.common import PAR, SEQ, blocks, u
+from codegen.kernels.conv_gemm import im2col_rows
+from codegen.kernels.epilogue import epilogue_run
+from codegen.kernels.microkernel import MR, micro_gemm, panel_width
+
+TILE_BYTES = 1 << 19  # a tile's im2col matrix (or input block of a 1x1 conv): about a core's L2
+WHOLE_IMAGE_BYTES = 1 << 21  # an im2col matrix up to this size is one tile
+K_CHUNK = 256  # reduction steps per microkernel call: a weight panel chunk (6 KB) stays in L1
+MIN_PANELS = 2  # channel panels per block when a tile is split between tasks, at least
+
+
+@numba.njit(**SEQ)
+def _tail_panel(xf, x0, hw, k, p0, n, nr):
+    """The last n < NR pixels p0.. of a 1x1 conv's input as a (k, NR) panel, zero-padded."""
+    panel = np.zeros(k * nr, xf.dtype)
+    for c in range(k):
+        for q in range(n):
+            panel[u(c * nr + q)] = xf[u(x0 + c * hw + p0 + q)]
+    return panel
+
+
+@numba.njit(**PAR)
+def conv_packed(x, wp, bias, residual, out, kh, kw, sh, sw, pt, pl, dh, dw,
+                act, alpha, beta, post, post_alpha, post_beta):
+    """out = post(act(conv2d(x, weight) + bias) + residual), wp = pack_weights(weight, groups);
+    bias and residual may be None; zero padding top pt, left pl."""
+    n_n, c_n, h, w = x.shape
+    groups, n_mb, k = wp.shape[0], wp.shape[1], wp.shape[2]
+    cg = c_n // groups
+    o_n, oh, ow = out.shape[1], out.shape[2], out.shape[3]
+    og, p_n = o_n // groups, oh * ow
+    nr = panel_width()
+    pointwise = kh == 1 and kw == 1 and sh == 1 and sw == 1 and pt == 0 and pl == 0 and oh == h and ow == w
+    if pointwise:  # tiles of any whole panels of pixels: the microkernel reads the input where it lies
+        tile = min(p_n, max(nr, TILE_BYTES // (x.itemsize * cg) // nr * nr))
+    elif x.itemsize * k * p_n <= WHOLE_IMAGE_BYTES:  # small images: split the channels between tasks
+        tile = p_n  # (7 rows cut into tiles of 4 and 3 keep one thread idle 1/7 of the time)
+    else:  # tiles of whole output rows, for im2col
+        tile = max(1, min(oh, TILE_BYTES // (x.itemsize * k * ow))) * ow
+    n_p = -(-p_n // tile)
+    n_o, mbb = blocks(n_n * groups * n_p, n_mb, MIN_PANELS)
+    xf, wf, of = x.reshape(-1), wp.reshape(-1), out.reshape(-1)
+    rf = of if residual is None else residual.reshape(-1)
+    for t in prange(n_n * groups * n_p * n_o):
+        oi, pi = t % n_o, (t // n_o) % n_p
+        g, n = (t // (n_o * n_p)) % groups, t // (n_o * n_p * groups)
+        p0 = pi * tile
+        p = min(tile, p_n - p0)
+        pp = -(-p // nr) * nr  # the tile's pixels, padded to whole panels
+        mb0 = oi * mbb
+        mb1 = min(n_mb, mb0 + mbb)
+        x0 = (n * c_n + g * cg) * h * w
+        if pointwise:
+            b, b0, ldb = xf, x0 + p0, h * w
+            full = p // nr * nr  # the panels read in place; a partial last one is copied
+            tail = _tail_panel(xf, x0, h * w, k, p0 + full, p - full, nr)
+        else:
+            cols = np.empty((k, pp), x.dtype)
+            im2col_rows(xf, x0, h, w, cg, cols, p, p0 // ow, ow, sh, sw, pt, pl, dh, dw, kh, kw)
+            b, b0, ldb, full = cols.reshape(-1), 0, pp, pp
+            tail = cols.reshape(-1)[:0]
+        acc = np.empty((mb1 - mb0) * MR * pp, x.dtype)
+        for kb in range(0, k, K_CHUNK):
+            kc = min(K_CHUNK, k - kb)
+            for mb in range(mb0, mb1):
+                a0 = ((g * n_mb + mb) * k + kb) * MR
+                c0 = (mb - mb0) * MR * pp
+                for j in range(0, full, nr):
+                    micro_gemm(kc, wf, a0, b, b0 + kb * ldb + j, ldb, acc, c0 + j, pp, kb > 0)
+                if full < pp:
+                    micro_gemm(kc, wf, a0, tail, kb * nr, nr, acc, c0 + full, pp, kb > 0)
+        for r in range(mb0 * MR, min(og, mb1 * MR)):  # the epilogue, from the block into the output
+            o = g * og + r
+            d = (n * o_n + o) * p_n + p0
+            s = (r - mb0 * MR) * pp
+            bv = 0.0 if bias is None else bias[o]
+            if residual is None:
+                epilogue_run(of, d, p, acc, s, bv, None, act, alpha, beta, post, post_alpha, post_beta)
+            else:
+                epilogue_run(of, d, p, acc, s, bv, rf, act, alpha, beta, post, post_alpha, post_beta)

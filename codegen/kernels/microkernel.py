@@ -1,0 +1,132 @@
+"""The register-blocked GEMM microkernel our convolutions run on, written in LLVM IR.
+
+`micro_gemm` multiplies one packed panel of the weights, MR output channels by kc
+(stored [kc][MR]: the MR weights of one reduction step side by side), by kc rows of NR
+pixels of the input (each row NR contiguous floats, rows ldb apart), into an MR x NR
+block of the output (rows ldc apart), overwriting it or adding to it. Its MR * NR
+accumulators live in vector registers for the whole reduction, each step one broadcast
+per weight and one fused multiply-add per vector: the inner loop of every fast GEMM
+(BLIS, OpenBLAS, MLAS) written once, here, instead of left to the auto-vectoriser.
+
+The vector is as wide as the CPU numba compiles for: 8 floats (AVX2), 16 where
+AVX-512F is enabled; NR is two vectors, so 6 x 16 (12 ymm accumulators of 16) or
+6 x 32 (12 zmm of 32). `panel_width()` tells kernels the NR of the code they were
+compiled into. MR is the same everywhere, so weights packed at compile time
+(`pack_weights`) do not depend on the machine.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from llvmlite import ir
+from numba.core import cgutils, types
+from numba.extending import intrinsic
+
+MR = 6  # output channels per microkernel call: rows of the accumulator block
+VECTORS_PER_ROW = 2  # NR = 2 vectors: 2 * MR accumulators + 2 loads + 1 broadcast fit in 16 registers
+
+
+def _vector_width(context) -> int:
+    """Floats per vector of the code being generated: 16 if it targets AVX-512F, else 8."""
+    features = context.codegen().magic_tuple()[2]
+    return 16 if "+avx512f" in features.split(",") else 8
+
+
+@intrinsic
+def panel_width(typingctx):
+    """NR, the pixels per microkernel call, for the CPU this code is compiled for."""
+    def codegen(context, builder, signature, args):
+        return ir.Constant(ir.IntType(64), VECTORS_PER_ROW * _vector_width(context))
+
+    return types.int64(), codegen
+
+
+def _data_pointer(context, builder, array_type, value, offset):
+    data = cgutils.create_struct_proxy(array_type)(context, builder, value=value).data
+    return builder.gep(data, [offset])
+
+
+@intrinsic
+def micro_gemm(typingctx, kc, a, a0, b, b0, ldb, c, c0, ldc, accumulate):
+    """c[c0 + i*ldc + j] (+)= sum_p a[a0 + p*MR + i] * b[b0 + p*ldb + j] for i < MR, j < NR
+    (float32, flat contiguous arrays); `accumulate` adds to c instead of overwriting it."""
+    if not all(isinstance(t, types.Array) and t.dtype == types.float32 for t in (a, b, c)):
+        return None
+    sig = types.void(kc, a, a0, b, b0, ldb, c, c0, ldc, accumulate)
+
+    def codegen(context, builder, signature, args):
+        kc_, a_, a0_, b_, b0_, ldb_, c_, c0_, ldc_, acc_ = args
+        width = _vector_width(context)
+        f32, i32, i64 = ir.FloatType(), ir.IntType(32), ir.IntType(64)
+        vec = ir.VectorType(f32, width)
+        fma = cgutils.get_or_insert_function(builder.module, ir.FunctionType(vec, [vec, vec, vec]),
+                                             f"llvm.fma.v{width}f32")
+        a_ptr = _data_pointer(context, builder, signature.args[1], a_, a0_)
+        b_ptr = _data_pointer(context, builder, signature.args[3], b_, b0_)
+        c_ptr = _data_pointer(context, builder, signature.args[6], c_, c0_)
+        kc_, ldb_, ldc_ = (context.cast(builder, v, t, types.int64) for v, t in
+                           ((kc_, signature.args[0]), (ldb_, signature.args[5]), (ldc_, signature.args[8])))
+        n_acc = MR * VECTORS_PER_ROW
+        zero = ir.Constant(vec, [0.0] * width)
+        splat_mask = ir.Constant(ir.VectorType(i32, width), [0] * width)
+
+        def vector_at(pointer, index):
+            return builder.bitcast(builder.gep(pointer, [index]), vec.as_pointer())
+
+        entry = builder.block
+        loop = builder.append_basic_block("micro.loop")
+        done = builder.append_basic_block("micro.done")
+        builder.cbranch(builder.icmp_signed(">", kc_, ir.Constant(i64, 0)), loop, done)
+
+        builder.position_at_end(loop)  # one reduction step: MR broadcasts, 2 loads, MR * 2 FMAs
+        p = builder.phi(i64)
+        acc = [builder.phi(vec) for _ in range(n_acc)]
+        b_row = builder.gep(b_ptr, [builder.mul(p, ldb_)])
+        b_vecs = [builder.load(vector_at(b_row, ir.Constant(i64, j * width)), align=4)
+                  for j in range(VECTORS_PER_ROW)]
+        a_step = builder.gep(a_ptr, [builder.mul(p, ir.Constant(i64, MR))])
+        new = []
+        for i in range(MR):
+            scalar = builder.load(builder.gep(a_step, [ir.Constant(i64, i)]))
+            lane0 = builder.insert_element(ir.Constant(vec, ir.Undefined), scalar, ir.Constant(i32, 0))
+            splat = builder.shuffle_vector(lane0, ir.Constant(vec, ir.Undefined), splat_mask)
+            new += [builder.call(fma, [splat, b_vecs[j], acc[i * VECTORS_PER_ROW + j]])
+                    for j in range(VECTORS_PER_ROW)]
+        p_next = builder.add(p, ir.Constant(i64, 1))
+        tail = builder.block
+        p.add_incoming(ir.Constant(i64, 0), entry)
+        p.add_incoming(p_next, tail)
+        for phi, value in zip(acc, new):
+            phi.add_incoming(zero, entry)
+            phi.add_incoming(value, tail)
+        builder.cbranch(builder.icmp_signed("<", p_next, kc_), loop, done)
+
+        builder.position_at_end(done)  # store the block, added to what is there if accumulating
+        results = []
+        for value in new:  # (phis first: kc <= 0 leaves every accumulator 0)
+            results.append(builder.phi(vec))
+            results[-1].add_incoming(zero, entry)
+            results[-1].add_incoming(value, tail)
+        add = builder.icmp_unsigned("!=", acc_, ir.Constant(acc_.type, 0))
+        for i in range(MR):
+            c_row = builder.gep(c_ptr, [builder.mul(ir.Constant(i64, i), ldc_)])
+            for j in range(VECTORS_PER_ROW):
+                result = results[i * VECTORS_PER_ROW + j]
+                target = vector_at(c_row, ir.Constant(i64, j * width))
+                old = builder.load(target, align=4)
+                builder.store(builder.select(add, builder.fadd(old, result), result), target, align=4)
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+def pack_weights(weight: np.ndarray, groups: int) -> np.ndarray:
+    """A conv weight (O, C/groups, KH, KW) as microkernel panels (groups, blocks, K, MR):
+    block b of group g holds output channels g*O/groups + b*MR + i at [g, b, k, i], with
+    k running over (c, kh, kw) as im2col's rows do; channels past the group's end are 0."""
+    o_n = weight.shape[0]
+    og, k = o_n // groups, int(np.prod(weight.shape[1:]))
+    n_blocks = -(-og // MR)
+    padded = np.zeros((groups, n_blocks * MR, k), np.float32)
+    padded[:, :og] = weight.reshape(groups, og, k)
+    return np.ascontiguousarray(padded.reshape(groups, n_blocks, MR, k).transpose(0, 1, 3, 2))
