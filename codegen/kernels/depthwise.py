@@ -12,9 +12,10 @@ out over the threads; each thread has one scratch, and for each task it
   2. sums the taps in one flat loop over those flat indices, all output rows of the block
      at once (the WQ - OW columns past each row's end are computed and thrown away): no
      bounds logic, long enough for LLVM to vectorise even 7-wide rows. A 3x3 kernel keeps
-     its 9 weights and offsets in registers and sums each pixel's taps at once; other
-     kernels add one tap at a time;
-  3. writes the rows out through the epilogue (bias, activation, residual).
+     its 9 weights and offsets in registers and sums each pixel's taps at once, a Kx5
+     kernel one row of taps at a time; other kernels add one tap at a time;
+  3. applies the epilogue (bias, activation) to the whole block at once, a whole number
+     of vectors, and copies the rows out (a residual, rare here, is added row by row).
 The blocks are sized so the scratch stays in L1.
 """
 
@@ -97,6 +98,26 @@ def _sum3x3(p, wf, k0, acc, n, sh, sw, dh, dw, hq, wq):
 
 
 @numba.njit(**FMA)
+def _sum_rows5(p, wf, k0, kh, acc, n, sh, sw, dh, dw, hq, wq):
+    """_sum3x3 for a KH x 5 kernel (EfficientNet's 5x5): one pass per kernel row, its 5 weights
+    and offsets in registers."""
+    for i in range(kh):
+        k = k0 + 5 * i
+        w0, w1, w2, w3, w4 = wf[k], wf[k + 1], wf[k + 2], wf[k + 3], wf[k + 4]
+        o0, o1, o2 = (_offset(i, 0, sh, sw, dh, dw, hq, wq), _offset(i, 1, sh, sw, dh, dw, hq, wq),
+                      _offset(i, 2, sh, sw, dh, dw, hq, wq))
+        o3, o4 = _offset(i, 3, sh, sw, dh, dw, hq, wq), _offset(i, 4, sh, sw, dh, dw, hq, wq)
+        if i == 0:
+            for q in range(n):
+                acc[u(q)] = ((w0 * p[u(q + o0)] + w1 * p[u(q + o1)]) + (w2 * p[u(q + o2)] + w3 * p[u(q + o3)])
+                             + w4 * p[u(q + o4)])
+        else:
+            for q in range(n):
+                acc[u(q)] += ((w0 * p[u(q + o0)] + w1 * p[u(q + o1)]) + (w2 * p[u(q + o2)] + w3 * p[u(q + o3)])
+                              + w4 * p[u(q + o4)])
+
+
+@numba.njit(**FMA)
 def _sum_taps(p, wf, k0, kh, kw, acc, n, sh, sw, dh, dw, hq, wq):
     """_sum3x3 for any kernel size, one tap at a time into acc."""
     for q in range(n):
@@ -142,16 +163,22 @@ def conv_depthwise(x, weight, bias, residual, out, sh, sw, pt, pl, dh, dw,
             n = -(-nr * wq // VEC) * VEC
             if kh == 3 and kw == 3:
                 _sum3x3(p, wf, k0, acc, n, sh, sw, dh, dw, hq, wq)
+            elif kw == 5:
+                _sum_rows5(p, wf, k0, kh, acc, n, sh, sw, dh, dw, hq, wq)
             else:
                 _sum_taps(p, wf, k0, kh, kw, acc, n, sh, sw, dh, dw, hq, wq)
             bv = typed(0.0 if bias is None else bias[o])
+            if not clamp and residual is None:  # the epilogue over the whole block at once, a whole
+                # number of vectors (the columns past each row's end too): no scalar tail per row
+                epilogue_run(acc, 0, n, None, 0, bv, None, act, alpha, beta, post, post_alpha, post_beta)
             for r in range(nr):
                 d = (job * oh + oy0 + r) * ow
                 if clamp:
                     for ox in range(ow):
                         of[u(d + ox)] = min(max(acc[u(r * wq + ox)] + bv, vmin), vmax)
                 elif residual is None:
-                    epilogue_run(of, d, ow, acc, r * wq, bv, None, act, alpha, beta, post, post_alpha, post_beta)
+                    for ox in range(ow):
+                        of[u(d + ox)] = acc[u(r * wq + ox)]
                 else:
                     epilogue_run(of, d, ow, acc, r * wq, bv, residual.reshape(-1), act, alpha, beta,
                                  post, post_alpha, post_beta)

@@ -15,6 +15,9 @@ from codegen.kernels.common import PAR, SEQ, blocks, gemm, gemm_blocks, u
 from codegen.kernels.epilogue import epilogue_run
 
 MIN_ROWS = 8  # rows (or output features) per block of a split product, at least
+GEMV_MAX_ROWS = 2  # products of this many rows or fewer run as dot products (see linear)
+# the dot product's sum may be reordered into vector lanes (reassoc) and use fused multiply-adds
+DOT = {**SEQ, "fastmath": {"reassoc", "contract"}}
 # below this many multiply-adds (a few microseconds on one core) a product runs in the calling
 # thread: waking the others for a parallel loop costs more (an MLP's layers, a transformer's heads)
 PARALLEL_MIN_MACS = 1 << 17
@@ -38,13 +41,52 @@ def _linear_task(t, n_o, mb, ob, m_n, o_n, k, xf, wf, of, bias, residual, rf,
             epilogue_run(of, d, width, None, 0, 0.0, rf, act, alpha, beta, post, post_alpha, post_beta)
 
 
+@numba.njit(**DOT)
+def _dot(xf, x0, wf, w0, k):
+    """sum_i xf[x0 + i] * wf[w0 + i], vectorised (the sum's order is the vector lanes')."""
+    acc = xf[x0] * wf[w0] * 0
+    for i in range(k):
+        acc += xf[u(x0 + i)] * wf[u(w0 + i)]
+    return acc
+
+
+@numba.njit(**SEQ)
+def _gemv_task(t, ob, m_n, o_n, k, xf, wf, of, bias, residual, rf, act, alpha, beta, post, post_alpha, post_beta):
+    o0 = t * ob
+    o1 = min(o_n, o0 + ob)
+    for r in range(m_n):
+        d = r * o_n
+        for o in range(o0, o1):
+            v = _dot(xf, r * k, wf, o * k, k)
+            of[u(d + o)] = v if bias is None else v + bias[o]
+        if residual is None:
+            epilogue_run(of, d + o0, o1 - o0, None, 0, 0.0, None, act, alpha, beta, post, post_alpha, post_beta)
+        else:
+            epilogue_run(of, d + o0, o1 - o0, None, 0, 0.0, rf, act, alpha, beta, post, post_alpha, post_beta)
+
+
 @numba.njit(**PAR)
 def linear(x, weight, bias, residual, out, act, alpha, beta, post, post_alpha, post_beta):
     """out (M, O) = epilogue(x (M, K) @ weight (O, K).T + bias): blocks of rows times blocks of
     output features, each multiplied into its block of out and finished there; the features
-    are split only when rows are too few."""
+    are split only when rows are too few. A product of GEMV_MAX_ROWS rows or fewer (a
+    classifier at batch 1) is a dot product per output feature instead, in blocks of
+    features: it streams the weight once, where BLAS would pack it first."""
     m_n, o_n = out.shape
     k = x.shape[1]
+    if m_n <= GEMV_MAX_ROWS:
+        xf, wf, of = x.reshape(-1), weight.reshape(-1), out.reshape(-1)
+        rf = of if residual is None else residual.reshape(-1)
+        n_o, ob = blocks(1, o_n, 4 * MIN_ROWS)
+        if m_n * o_n * k < PARALLEL_MIN_MACS:
+            for t in range(n_o):
+                _gemv_task(t, ob, m_n, o_n, k, xf, wf, of, bias, residual, rf,
+                           act, alpha, beta, post, post_alpha, post_beta)
+        else:
+            for t in prange(n_o):
+                _gemv_task(t, ob, m_n, o_n, k, xf, wf, of, bias, residual, rf,
+                           act, alpha, beta, post, post_alpha, post_beta)
+        return
     n_m, mb = blocks(1, m_n, MIN_ROWS)
     n_o, ob = blocks(n_m, o_n, MIN_ROWS) if n_m == 1 else (1, o_n)
     xf, wf, of = x.reshape(-1), weight.reshape(-1), out.reshape(-1)

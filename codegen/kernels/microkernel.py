@@ -17,6 +17,8 @@ compiled into. MR is the same everywhere, so weights packed at compile time
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 from llvmlite import ir
 from numba.core import cgutils, types
@@ -27,7 +29,14 @@ VECTORS_PER_ROW = 2  # NR = 2 vectors: 2 * MR accumulators + 2 loads + 1 broadca
 
 
 def _vector_width(context) -> int:
-    """Floats per vector of the code being generated: 16 if it targets AVX-512F, else 8."""
+    """Floats per vector of the code being generated: 16 if it targets AVX-512F, else 8.
+    PNNX_JIT_VECTOR_WIDTH=8|16 overrides it, so a test can run the 6 x 32 kernel on an AVX2
+    machine (LLVM splits each 16-float vector in two); whatever the width, a compiled kernel
+    is consistent with itself (panel_width() is compiled into the same code), so caches mix
+    safely."""
+    forced = os.environ.get("PNNX_JIT_VECTOR_WIDTH")
+    if forced in ("8", "16"):
+        return int(forced)
     features = context.codegen().magic_tuple()[2]
     return 16 if "+avx512f" in features.split(",") else 8
 

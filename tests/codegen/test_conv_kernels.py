@@ -3,6 +3,11 @@ reference; a few cases also run the emitted lines inside @njit, as the forward d
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -205,6 +210,16 @@ def test_linear(x_shape, bias):
     check("linear", arrays, {}, weights=(1, 2) if bias else (1,))
 
 
+@pytest.mark.parametrize("rows, k, o", [(1, 1280, 1000), (2, 300, 70), (3, 300, 70), (1, 5, 3), (2, 2048, 600)])
+@pytest.mark.parametrize("act, residual", [("none", False), ("relu", True), ("gelu", False)])
+def test_linear_few_rows(rows, k, o, act, residual):
+    """Products of one or two rows (dot products per feature, in blocks) and of three (BLAS), small
+    and large enough to run in parallel, against float64."""
+    arrays = [rand(rows, k), rand(o, k, scale=k ** -0.5), rand(o)] + ([rand(rows, o)] if residual else [])
+    check("fused_linear", arrays, epilogue_attrs(act, "clamp" if residual else "none"), weights=(1, 2),
+          rtol=1e-5, atol=1e-5)
+
+
 @pytest.mark.parametrize("act", EPILOGUE_ACTIVATIONS)
 @pytest.mark.parametrize("residual", [False, True])
 def test_fused_linear(act, residual):
@@ -284,3 +299,34 @@ def test_conv2d_without_packed_weights(dtype, weights):
     lines = check("conv2d", arrays, conv_attrs((3, 3), (2, 1), (1, 1, 1, 1), (1, 1), 1), weights=weights,
                   rtol=1e-5, atol=1e-5)
     assert "conv2d_packed" not in lines[0] and "conv_conv2d(" in lines[0]
+
+
+def test_packed_convs_with_avx512_panels(tmp_path):
+    """The 6 x 32 microkernel that AVX-512 machines run (two 16-float vectors per row), forced on
+    whatever this machine is (LLVM splits the vectors where it must), in a fresh process with its
+    own numba cache: conv2d_packed and Winograd on it match float64 references."""
+    script = """
+import numpy as np, torch
+from codegen.kernels.conv import conv2d_packed
+from codegen.kernels.microkernel import pack_weights, panel_width
+from codegen.kernels.winograd import pack_transformed, winograd_conv2d
+from numba import njit
+assert njit(lambda: panel_width())() == 32
+rng = np.random.default_rng(0)
+for n, c, o, h, w, k, s, p in [(1, 13, 20, 23, 17, 3, 2, 1), (2, 40, 7, 9, 9, 1, 1, 0), (1, 300, 8, 5, 5, 3, 1, 1)]:
+    x = rng.standard_normal((n, c, h, w)).astype(np.float32)
+    wt = rng.standard_normal((o, c, k, k)).astype(np.float32) / np.sqrt(c * k * k)
+    ref = torch.nn.functional.conv2d(torch.from_numpy(x).double(), torch.from_numpy(wt).double(), None, s, p).numpy()
+    out = np.empty(ref.shape, np.float32)
+    conv2d_packed(x, pack_weights(wt, 1), None, None, out, (k, k), (s, s), (p, p, p, p), (1, 1), 0,
+                  0, 0.0, 0.0, 0, 0.0, 0.0)
+    assert np.abs(out - ref).max() < 1e-4, np.abs(out - ref).max()
+    if k == 3 and s == 1:
+        winograd_conv2d(x, pack_transformed(wt), None, None, out, p, p, 0, 0.0, 0.0, 0, 0.0, 0.0)
+        assert np.abs(out - ref).max() < 1e-4, np.abs(out - ref).max()
+print("ok")
+"""
+    env = {**os.environ, "PNNX_JIT_VECTOR_WIDTH": "16", "NUMBA_CACHE_DIR": str(tmp_path)}
+    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=1500,
+                          cwd=Path(__file__).resolve().parents[2])
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-3000:]

@@ -1,8 +1,9 @@
 """The depthwise conv kernel (codegen/kernels/depthwise.py), called directly, against the IR
 reference of fused_conv2d: every path of its scratch copy (stride 1, 2, other; either
 parity of the left padding; odd widths; rows and columns in the padding; unread columns),
-of its sums (3x3 in registers, any other kernel tap by tap), of its epilogue (the clamp
-written in place, the rest through epilogue_run, with a residual), row blocks, float64."""
+of its sums (3x3 in registers, Kx5 a kernel row at a time, any other kernel tap by tap), of its
+epilogue (the clamp written in place, the rest through epilogue_run over the block or, with a
+residual, row by row), row blocks, float64."""
 
 from __future__ import annotations
 
@@ -60,6 +61,9 @@ GEOMETRIES = {
     "5x5_s1": ((1, 6, 12, 11), 1, (5, 5), (1, 1), (2, 2, 2, 2), (1, 1)),
     "5x5_s2": ((2, 6, 14, 13), 1, (5, 5), (2, 2), (2, 2, 2, 2), (1, 1)),
     "7x7_s1": ((1, 4, 14, 14), 1, (7, 7), (1, 1), (3, 3, 3, 3), (1, 1)),
+    "5x5_dilated_multiplier_2": ((1, 3, 13, 14), 2, (5, 5), (1, 1), (4, 4, 4, 4), (2, 2)),
+    "3x5_s1x2_dilated": ((1, 4, 12, 15), 1, (3, 5), (1, 2), (1, 2, 1, 2), (1, 2)),
+    "5x5_row_blocks": ((1, 2, 96, 96), 1, (5, 5), (1, 1), (2, 2, 2, 2), (1, 1)),
     "5x3_everything": ((1, 6, 11, 9), 2, (5, 3), (2, 1), (2, 0, 1, 2), (1, 2)),
     "5x5_one_output_pixel": ((1, 3, 5, 5), 1, (5, 5), (1, 1), (0, 0, 0, 0), (1, 1)),
     "1x1": ((2, 5, 6, 7), 1, (1, 1), (1, 1), (0, 0, 0, 0), (1, 1)),
