@@ -164,7 +164,7 @@ def winograd_conv2d(x, up, bias, residual, out, pt, pl, act, alpha, beta, post, 
     """out = post(act(conv2d(x, 3x3 weight, stride 1, padding top pt / left pl) + bias) + residual),
     up = pack_transformed(weight_transform(weight)); bias and residual may be None."""
     n_n, c_n, h, w = x.shape
-    o_n, oh, ow = out.shape[1], out.shape[2], out.shape[3]
+    oh, ow = out.shape[2], out.shape[3]
     o_rows = up.shape[1] * MR  # the products' rows: the output channels, padded to whole panels
     nr = panel_width()
     th, tw = (oh + 1) // 2, (ow + 1) // 2
