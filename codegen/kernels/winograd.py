@@ -162,7 +162,7 @@ def _output_transform(m, tc, out, n, ty0, tw, bias, residual, act, alpha, beta, 
 @numba.njit(**SEQ)
 def winograd_conv2d(x, up, bias, residual, out, pt, pl, act, alpha, beta, post, post_alpha, post_beta):
     """out = post(act(conv2d(x, 3x3 weight, stride 1, padding top pt / left pl) + bias) + residual),
-    up = pack_transformed(weight_transform(weight)); bias and residual may be None."""
+    up = pack_transformed(weight); bias and residual may be None."""
     n_n, c_n, h, w = x.shape
     oh, ow = out.shape[2], out.shape[3]
     o_rows = up.shape[1] * MR  # the products' rows: the output channels, padded to whole panels
