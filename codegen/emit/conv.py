@@ -7,7 +7,7 @@ import math
 import numpy as np
 
 from codegen.emit import Emit, const_args, emits, lit
-from codegen.emit.gemm import NO_EPILOGUE, epilogue_args
+from codegen.emit.gemm import NO_EPILOGUE, epilogue_args, no_residual
 from codegen.kernels.conv import PAD_CODES, conv2d, conv2d_packed, conv_transpose2d, pad5
 from codegen.kernels.microkernel import pack_weights
 from codegen.kernels.winograd import pack_transformed, winograd_conv2d
@@ -47,26 +47,43 @@ def uses_packed_weights(node: Node) -> bool:
     return w.is_constant and w.dtype == x.dtype == "float32" and not depthwise
 
 
+def _zero_padded_input(e: Emit) -> tuple[list[str], str, tuple[int, ...]]:
+    """(lines, input, padding) for a conv whose kernel pads with zeros as it reads: a padding_mode
+    other than zeros (reflect, replicate, circular) is applied by the forward first, into a
+    scratch array, and the conv then runs unpadded."""
+    a = e.node.attrs
+    padding = tuple(a["padding"])
+    if a["padding_mode"] == "zeros" or not any(padding):
+        return [], e.args[0], padding
+    pt, pl, pb, pr = padding
+    n, c, h, w = e.node.inputs[0].type.shape
+    padded = f"{e.outs[0]}_padded"
+    lines = [f"{padded} = np.empty({lit((n, c, h + pt + pb, w + pl + pr))}, np.{e.node.inputs[0].type.dtype})",
+             f"{e.call(pad5)}({e.args[0]}.reshape({lit((1, n, c, h, w))}), "
+            f"{padded}.reshape({lit((1, n, c, h + pt + pb, w + pl + pr))}), {lit((0, 0, pt, pl))}, "
+            f"{lit((0, 0, 0, 0))}, {lit((n, c, h, w))}, {PAD_CODES[a['padding_mode']]}, 0.0)"]
+    return lines, padded, (0, 0, 0, 0)
+
+
 @emits("conv2d", "fused_conv2d")
 def _emit_conv2d(e: Emit) -> list[str]:
     a = e.node.attrs
     bias = e.args[2] if len(e.args) > 2 else "None"
-    residual = e.args[3] if len(e.args) > 3 else "None"
+    residual = e.args[3] if len(e.args) > 3 else no_residual(e.outs[0])
     act = epilogue_args(a) if e.node.op == "fused_conv2d" else NO_EPILOGUE
     if uses_winograd(e.node):
         u_ = e.prepack(1, "winograd", pack_transformed)
         top, left = a["padding"][0], a["padding"][1]
         return [f"{e.call(winograd_conv2d)}({e.args[0]}, {u_}, {bias}, {residual}, {e.outs[0]}, "
                 f"{const_args(top, left)}, {act})"]
+    lines, x, padding = _zero_padded_input(e)
     if uses_packed_weights(e.node):
         groups = a["groups"]
         wp = e.prepack(1, f"panels{groups}", lambda w: pack_weights(w, groups))
-        return [f"{e.call(conv2d_packed)}({e.args[0]}, {wp}, {bias}, {residual}, {e.outs[0]}, "
-                f"{const_args(e.node.inputs[1].shape[2:], a['stride'], a['padding'], a['dilation'])}, "
-                f"{PAD_CODES[a['padding_mode']]}, {act})"]
-    return [f"{e.call(conv2d)}({e.args[0]}, {e.args[1]}, {bias}, {residual}, {e.outs[0]}, "
-            f"{const_args(a['stride'], a['padding'], a['dilation'], a['groups'], PAD_CODES[a['padding_mode']])}, "
-            f"{act})"]
+        return lines + [f"{e.call(conv2d_packed)}({x}, {wp}, {bias}, {residual}, {e.outs[0]}, "
+                        f"{const_args(e.node.inputs[1].shape[2:], a['stride'], padding, a['dilation'])}, {act})"]
+    return lines + [f"{e.call(conv2d)}({x}, {e.args[1]}, {bias}, {residual}, {e.outs[0]}, "
+                    f"{const_args(a['stride'], padding, a['dilation'], a['groups'])}, {act})"]
 
 
 @emits("conv_transpose2d")

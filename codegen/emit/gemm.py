@@ -18,6 +18,13 @@ def epilogue_args(attrs: dict) -> str:
 
 
 NO_EPILOGUE = const_args(0, 0.0, 0.0, 0, 0.0, 0.0)
+
+
+def no_residual(out: str) -> str:
+    """The residual argument of a conv or linear kernel call without one: an empty view of its
+    output, not None, so that the kernel compiles once for calls with and without a residual
+    (codegen/kernels/epilogue.py, `residual_run`)."""
+    return f"{out}[:0]"
 BATCH_DIMS = 6  # matmul broadcasts over at most this many (merged) batch dims
 
 
@@ -27,10 +34,11 @@ def _emit_linear(e: Emit) -> list[str]:
     rows = (math.prod(x.shape[:-1]), x.shape[-1])
     out_rows = (rows[0], w.shape[0])
     bias = e.args[2] if len(e.args) > 2 else "None"
-    residual = f"{e.args[3]}.reshape({lit(out_rows)})" if len(e.args) > 3 else "None"
+    out = f"{e.outs[0]}.reshape({lit(out_rows)})"
+    residual = f"{e.args[3]}.reshape({lit(out_rows)})" if len(e.args) > 3 else no_residual(out)
     act = epilogue_args(e.node.attrs) if e.node.op == "fused_linear" else NO_EPILOGUE
     return [f"{e.call(linear)}({e.args[0]}.reshape({lit(rows)}), {e.args[1]}, {bias}, {residual}, "
-            f"{e.outs[0]}.reshape({lit(out_rows)}), {act})"]
+            f"{out}, {act})"]
 
 
 def _batch_plan(a_batch: tuple, b_batch: tuple, batch: tuple) -> tuple[tuple, tuple, tuple]:

@@ -10,7 +10,9 @@ activation, residual, post-activation) as it writes its output:
   on weights packed once (conv_packed.py);
 - everything else (float64, weights computed by the model): im2col + OpenBLAS one
   output tile at a time (conv_gemm.py).
-padding_mode reflect/replicate/circular pads into a scratch first. conv_transpose2d is
+The kernels pad with zeros as they read; for padding_mode reflect/replicate/circular the
+forward pads the input into a scratch first (pad5), so that no conv kernel carries (and
+compiles) the padding code. conv_transpose2d is
 one GEMM per (image, group, block of output channels), then a scatter-add.
 """
 
@@ -90,38 +92,23 @@ def _conv_body(x, weight, bias, residual, out, sh, sw, pt, pl, dh, dw, groups,
 
 
 @numba.njit(**SEQ)
-def conv2d_packed(x, wp, bias, residual, out, kernel, stride, padding, dilation, pad_mode,
+def conv2d_packed(x, wp, bias, residual, out, kernel, stride, padding, dilation,
                   act, alpha, beta, post, post_alpha, post_beta):
-    """conv2d with float32 weights packed at compile time: wp = microkernel.pack_weights(weight, groups)."""
-    n_n, c_n, h, w = x.shape
-    (kh, kw), (sh, sw), (pt, pl, pb, pr), (dh, dw) = kernel, stride, padding, dilation
-    if pad_mode != 0 and pt + pl + pb + pr > 0:
-        xp = np.empty((n_n, c_n, h + pt + pb, w + pl + pr), x.dtype)
-        pad5(x.reshape((1, n_n, c_n, h, w)), xp.reshape((1,) + xp.shape), (0, 0, pt, pl), (0, 0, 0, 0),
-             (n_n, c_n, h, w), pad_mode, 0.0)
-        conv_packed(xp, wp, bias, residual, out, kh, kw, sh, sw, 0, 0, dh, dw,
-                    act, alpha, beta, post, post_alpha, post_beta)
-    else:
-        conv_packed(x, wp, bias, residual, out, kh, kw, sh, sw, pt, pl, dh, dw,
-                    act, alpha, beta, post, post_alpha, post_beta)
+    """conv2d with float32 weights packed at compile time: wp = microkernel.pack_weights(weight, groups).
+    padding: (top, left, bottom, right) zeros (other modes are padded by the forward first: pad5)."""
+    (kh, kw), (sh, sw), (dh, dw) = kernel, stride, dilation
+    conv_packed(x, wp, bias, residual, out, kh, kw, sh, sw, padding[0], padding[1], dh, dw,
+                act, alpha, beta, post, post_alpha, post_beta)
 
 
 @numba.njit(**SEQ)
-def conv2d(x, weight, bias, residual, out, stride, padding, dilation, groups, pad_mode,
+def conv2d(x, weight, bias, residual, out, stride, padding, dilation, groups,
            act, alpha, beta, post, post_alpha, post_beta):
-    """out = post(act(conv2d(x, weight) + bias) + residual); bias and residual may be None.
-    padding: (top, left, bottom, right); pad_mode: a PAD_CODES value."""
-    n_n, c_n, h, w = x.shape
-    (sh, sw), (pt, pl, pb, pr), (dh, dw) = stride, padding, dilation
-    if pad_mode != 0 and pt + pl + pb + pr > 0:
-        xp = np.empty((n_n, c_n, h + pt + pb, w + pl + pr), x.dtype)
-        pad5(x.reshape((1, n_n, c_n, h, w)), xp.reshape((1,) + xp.shape), (0, 0, pt, pl), (0, 0, 0, 0),
-             (n_n, c_n, h, w), pad_mode, 0.0)
-        _conv_body(xp, weight, bias, residual, out, sh, sw, 0, 0, dh, dw, groups,
-                   act, alpha, beta, post, post_alpha, post_beta)
-    else:
-        _conv_body(x, weight, bias, residual, out, sh, sw, pt, pl, dh, dw, groups,
-                   act, alpha, beta, post, post_alpha, post_beta)
+    """out = post(act(conv2d(x, weight) + bias) + residual); bias may be None, residual None or empty
+    for none. padding: (top, left, bottom, right) zeros (other modes are padded by the forward first)."""
+    (sh, sw), (dh, dw) = stride, dilation
+    _conv_body(x, weight, bias, residual, out, sh, sw, padding[0], padding[1], dh, dw, groups,
+               act, alpha, beta, post, post_alpha, post_beta)
 
 
 # -- conv_transpose2d ----------------------------------------------------------------------------

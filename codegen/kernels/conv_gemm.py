@@ -20,7 +20,7 @@ import numpy as np
 from numba import prange
 
 from codegen.kernels.common import PAR, SEQ, blocks, gemm_blocks, span, u
-from codegen.kernels.epilogue import epilogue_run
+from codegen.kernels.epilogue import epilogue_run, residual_run
 
 TILE_BYTES = 1 << 19  # im2col matrix (or input block of a 1x1 conv) of one tile: about half of a core's L2
 WHOLE_IMAGE_BYTES = 1 << 21  # an im2col matrix up to this size is one tile
@@ -67,7 +67,7 @@ def im2col_rows(xf, x0, h, w, cg, cols, p, oy0, ow, sh, sw, pt, pl, dh, dw, kh, 
 @numba.njit(**PAR)
 def conv_gemm(x, weight, bias, residual, out, sh, sw, pt, pl, dh, dw, groups,
               act, alpha, beta, post, post_alpha, post_beta):
-    """out = post(act(conv2d(x, weight) + bias) + residual); bias and residual may be None."""
+    """out = post(act(conv2d(x, weight) + bias) + residual); bias may be None, residual None or empty for none."""
     n_n, c_n, h, w = x.shape
     o_n, cg, kh, kw = weight.shape
     oh, ow = out.shape[2], out.shape[3]
@@ -82,7 +82,7 @@ def conv_gemm(x, weight, bias, residual, out, sh, sw, pt, pl, dh, dw, groups,
     n_p = -(-p_n // tile)
     n_o, ob = blocks(n_n * groups * n_p, og, MIN_BLOCK)
     xf, wf, of = x.reshape(-1), weight.reshape(-1), out.reshape(-1)
-    rf = of if residual is None else residual.reshape(-1)
+    rf = residual_run(residual, out)
     for t in prange(n_n * groups * n_p * n_o):
         oi, pi = t % n_o, (t // n_o) % n_p
         g, n = (t // (n_o * n_p)) % groups, t // (n_o * n_p * groups)
@@ -101,7 +101,4 @@ def conv_gemm(x, weight, bias, residual, out, sh, sw, pt, pl, dh, dw, groups,
         for r in range(o1 - o0):  # the epilogue while the tile is still in cache
             d = c0 + r * p_n
             bv = 0.0 if bias is None else bias[o0 + r]
-            if residual is None:
-                epilogue_run(of, d, p, None, 0, bv, None, act, alpha, beta, post, post_alpha, post_beta)
-            else:
-                epilogue_run(of, d, p, None, 0, bv, rf, act, alpha, beta, post, post_alpha, post_beta)
+            epilogue_run(of, d, p, of, d, bv, rf, act, alpha, beta, post, post_alpha, post_beta)

@@ -24,7 +24,7 @@ from numba import prange
 
 from codegen.kernels.common import PAR, SEQ, blocks, u
 from codegen.kernels.conv_gemm import im2col_rows
-from codegen.kernels.epilogue import epilogue_run
+from codegen.kernels.epilogue import epilogue_run, residual_run
 from codegen.kernels.microkernel import MR, micro_gemm, panel_width
 
 TILE_BYTES = 1 << 19  # a tile's im2col matrix (or input block of a 1x1 conv): about a core's L2
@@ -47,7 +47,7 @@ def _tail_panel(xf, x0, hw, k, p0, n, nr):
 def conv_packed(x, wp, bias, residual, out, kh, kw, sh, sw, pt, pl, dh, dw,
                 act, alpha, beta, post, post_alpha, post_beta):
     """out = post(act(conv2d(x, weight) + bias) + residual), wp = pack_weights(weight, groups);
-    bias and residual may be None; zero padding top pt, left pl."""
+    bias may be None, residual None or empty for none; zero padding top pt, left pl."""
     n_n, c_n, h, w = x.shape
     groups, n_mb, k = wp.shape[0], wp.shape[1], wp.shape[2]
     cg = c_n // groups
@@ -64,7 +64,7 @@ def conv_packed(x, wp, bias, residual, out, kh, kw, sh, sw, pt, pl, dh, dw,
     n_p = -(-p_n // tile)
     n_o, mbb = blocks(n_n * groups * n_p, n_mb, MIN_PANELS)
     xf, wf, of = x.reshape(-1), wp.reshape(-1), out.reshape(-1)
-    rf = of if residual is None else residual.reshape(-1)
+    rf = residual_run(residual, out)
     for t in prange(n_n * groups * n_p * n_o):
         oi, pi = t % n_o, (t // n_o) % n_p
         g, n = (t // (n_o * n_p)) % groups, t // (n_o * n_p * groups)
@@ -98,7 +98,4 @@ def conv_packed(x, wp, bias, residual, out, kh, kw, sh, sw, pt, pl, dh, dw,
             d = (n * o_n + o) * p_n + p0
             s = (r - mb0 * MR) * pp
             bv = 0.0 if bias is None else bias[o]
-            if residual is None:
-                epilogue_run(of, d, p, acc, s, bv, None, act, alpha, beta, post, post_alpha, post_beta)
-            else:
-                epilogue_run(of, d, p, acc, s, bv, rf, act, alpha, beta, post, post_alpha, post_beta)
+            epilogue_run(of, d, p, acc, s, bv, rf, act, alpha, beta, post, post_alpha, post_beta)

@@ -26,7 +26,7 @@ import numpy as np
 from numba import prange
 
 from codegen.kernels.common import PAR, SEQ, blocks, num_threads, u
-from codegen.kernels.epilogue import epilogue_run
+from codegen.kernels.epilogue import epilogue_run, residual_run
 
 # a*b + c may compile to one fused multiply-add (the only fast-math flag: no reassociation)
 FMA = {**SEQ, "fastmath": {"contract"}}
@@ -147,7 +147,8 @@ def conv_depthwise(x, weight, bias, residual, out, sh, sw, pt, pl, dh, dw,
     hq = rows + reach
     # ReLU6 (clamp) and relu are a min/max as the rows are written; other epilogues run per row
     typed = of.dtype.type
-    clamp = act <= 2 and post == 0 and residual is None
+    rf = residual_run(residual, out)
+    clamp = act <= 2 and post == 0 and rf.size == 0
     vmin = typed(-np.inf if act == 0 else (0.0 if act == 1 else alpha))
     vmax = typed(np.inf if act <= 1 else beta)
     tasks, threads = n_n * o_n * n_b, num_threads()
@@ -168,17 +169,17 @@ def conv_depthwise(x, weight, bias, residual, out, sh, sw, pt, pl, dh, dw,
             else:
                 _sum_taps(p, wf, k0, kh, kw, acc, n, sh, sw, dh, dw, hq, wq)
             bv = typed(0.0 if bias is None else bias[o])
-            if not clamp and residual is None:  # the epilogue over the whole block at once, a whole
+            if not clamp and rf.size == 0:  # the epilogue over the whole block at once, a whole
                 # number of vectors (the columns past each row's end too): no scalar tail per row
-                epilogue_run(acc, 0, n, None, 0, bv, None, act, alpha, beta, post, post_alpha, post_beta)
+                epilogue_run(acc, 0, n, acc, 0, float(bv), acc[:0], act, alpha, beta, post, post_alpha, post_beta)
             for r in range(nr):
                 d = (job * oh + oy0 + r) * ow
                 if clamp:
                     for ox in range(ow):
                         of[u(d + ox)] = min(max(acc[u(r * wq + ox)] + bv, vmin), vmax)
-                elif residual is None:
+                elif rf.size == 0:
                     for ox in range(ow):
                         of[u(d + ox)] = acc[u(r * wq + ox)]
                 else:
-                    epilogue_run(of, d, ow, acc, r * wq, bv, residual.reshape(-1), act, alpha, beta,
+                    epilogue_run(of, d, ow, acc, r * wq, float(bv), rf, act, alpha, beta,
                                  post, post_alpha, post_beta)

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import numba
 import numpy as np
+from numba.core import types
+from numba.extending import overload
 
 from codegen.generated import import_generated
 from codegen.kernels.common import u
@@ -35,7 +37,7 @@ def activations_source() -> str:
              "from codegen.kernels.common import u",
              "from codegen.kernels.vmath import fast_erf, fast_exp, fast_gelu, fast_gelu_tanh, fast_sigmoid, "
              "fast_tanh  # noqa: F401", "", "",
-             '@numba.njit(inline="always", cache=True, nogil=True, error_model="numpy")',
+             '@numba.njit(cache=True, nogil=True, error_model="numpy")',
              "def activate_run(dst, d, n, src, s, bias, code, alpha, beta):",
              "    T = dst.dtype.type  # noqa: N806 - the scalar type, as the scalar forms name it"]
     for name, code in ACTIVATION_CODES.items():
@@ -56,24 +58,44 @@ ACTIVATIONS_SOURCE = activations_source()
 activate_run = import_generated("codegen.kernels._activations", ACTIVATIONS_SOURCE).activate_run
 
 
-@numba.njit(inline="always", cache=True, nogil=True)
+def residual_run(residual, out):
+    """A kernel's residual operand as the flat run epilogue_run takes: residual.reshape(-1), or
+    an empty run (out.reshape(-1)[:0]) when it has none: None, or an empty array.
+
+    The forward passes an empty array rather than None for "no residual" (codegen/emit/gemm.py,
+    `no_residual`), so that a conv or linear kernel compiles once for the convs with a residual
+    and those without: each signature of a kernel costs seconds to tens of seconds of numba's time.
+    The test is at run time, once per run of outputs. (A residual has the output's shape, so
+    it is empty only when the output is, and then nothing is written.)"""
+    return residual.reshape(-1) if residual is not None else out.reshape(-1)[:0]
+
+
+@overload(residual_run)
+def _ol_residual_run(residual, out):
+    if isinstance(residual, (types.NoneType, types.Omitted)):
+        return lambda residual, out: out.reshape(-1)[:0]
+    return lambda residual, out: residual.reshape(-1)
+
+
+@numba.njit(cache=True, nogil=True, error_model="numpy")
 def _finish(dst, d, n, src, s, bias, res, act, alpha, beta, post, post_alpha, post_beta):
     typed = dst.dtype.type  # parameters in the output's precision: float32 stays float32, float64 exact
     a, b, bv = typed(alpha), typed(beta), typed(bias)
+    r = residual_run(res, dst)
     if act <= 1 and post <= 1:  # none/relu, the most common: one pass
         lo = typed(-np.inf if act == 0 else 0.0)
         top = typed(0.0 if post == 1 else -np.inf)
-        if res is None:
+        if r.size == 0:
             for i in range(n):
                 dst[u(d + i)] = max(max(src[u(s + i)] + bv, lo), top)
         else:
             for i in range(n):
-                dst[u(d + i)] = max(max(src[u(s + i)] + bv, lo) + res[u(d + i)], top)
+                dst[u(d + i)] = max(max(src[u(s + i)] + bv, lo) + r[u(d + i)], top)
         return
     activate_run(dst, d, n, src, s, bv, act, a, b)  # then, over the run still in L1:
-    if res is not None:
+    if r.size != 0:
         for i in range(n):
-            dst[u(d + i)] += res[u(d + i)]
+            dst[u(d + i)] += r[u(d + i)]
     if post != 0:
         activate_run(dst, d, n, dst, d, typed(0.0), post, typed(post_alpha), typed(post_beta))
 
@@ -81,7 +103,12 @@ def _finish(dst, d, n, src, s, bias, res, act, alpha, beta, post, post_alpha, po
 @numba.njit(cache=True, nogil=True, error_model="numpy")
 def epilogue_run(dst, d, n, src, s, bias, res, act, alpha, beta, post, post_alpha, post_beta):
     """dst[d:d+n] = post(act(v + bias) + res[d:d+n]) over flat arrays, v = src[s:s+n] (or
-    dst[d:d+n] itself when src is None); bias is a scalar, res None or indexed like dst."""
+    dst[d:d+n] itself when src is None); bias is a scalar, res indexed like dst, or None or empty
+    for none (residual_run).
+
+    Kernels call it with one signature per dtype, each costing seconds of numba's time to
+    compile and more to link into every kernel calling it: a float64 bias, and arrays for src
+    (dst itself, at d, for a run in place) and for res (empty for none)."""
     if src is None:
         _finish(dst, d, n, dst, d, bias, res, act, alpha, beta, post, post_alpha, post_beta)
     else:

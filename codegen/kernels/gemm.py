@@ -12,7 +12,7 @@ import numba
 from numba import prange
 
 from codegen.kernels.common import PAR, SEQ, blocks, gemm, gemm_blocks, u
-from codegen.kernels.epilogue import epilogue_run
+from codegen.kernels.epilogue import epilogue_run, residual_run
 
 MIN_ROWS = 8  # rows (or output features) per block of a split product, at least
 GEMV_MAX_ROWS = 2  # products of this many rows or fewer run as dot products (see linear)
@@ -23,8 +23,8 @@ DOT = {**SEQ, "fastmath": {"reassoc", "contract"}}
 PARALLEL_MIN_MACS = 1 << 17
 
 
-@numba.njit(inline="always", **SEQ)
-def _linear_task(t, n_o, mb, ob, m_n, o_n, k, xf, wf, of, bias, residual, rf,
+@numba.njit(**SEQ)
+def _linear_task(t, n_o, mb, ob, m_n, o_n, k, xf, wf, of, bias, rf,
                  act, alpha, beta, post, post_alpha, post_beta):
     m0, o0 = (t // n_o) * mb, (t % n_o) * ob
     m1, o1 = min(m_n, m0 + mb), min(o_n, o0 + ob)
@@ -35,10 +35,7 @@ def _linear_task(t, n_o, mb, ob, m_n, o_n, k, xf, wf, of, bias, residual, rf,
         if bias is not None:
             for i in range(width):
                 of[u(d + i)] += bias[u(o0 + i)]
-        if residual is None:
-            epilogue_run(of, d, width, None, 0, 0.0, None, act, alpha, beta, post, post_alpha, post_beta)
-        else:
-            epilogue_run(of, d, width, None, 0, 0.0, rf, act, alpha, beta, post, post_alpha, post_beta)
+        epilogue_run(of, d, width, of, d, 0.0, rf, act, alpha, beta, post, post_alpha, post_beta)
 
 
 @numba.njit(**DOT)
@@ -51,7 +48,7 @@ def _dot(xf, x0, wf, w0, k):
 
 
 @numba.njit(**SEQ)
-def _gemv_task(t, ob, m_n, o_n, k, xf, wf, of, bias, residual, rf, act, alpha, beta, post, post_alpha, post_beta):
+def _gemv_task(t, ob, m_n, o_n, k, xf, wf, of, bias, rf, act, alpha, beta, post, post_alpha, post_beta):
     o0 = t * ob
     o1 = min(o_n, o0 + ob)
     for r in range(m_n):
@@ -59,10 +56,7 @@ def _gemv_task(t, ob, m_n, o_n, k, xf, wf, of, bias, residual, rf, act, alpha, b
         for o in range(o0, o1):
             v = _dot(xf, r * k, wf, o * k, k)
             of[u(d + o)] = v if bias is None else v + bias[o]
-        if residual is None:
-            epilogue_run(of, d + o0, o1 - o0, None, 0, 0.0, None, act, alpha, beta, post, post_alpha, post_beta)
-        else:
-            epilogue_run(of, d + o0, o1 - o0, None, 0, 0.0, rf, act, alpha, beta, post, post_alpha, post_beta)
+        epilogue_run(of, d + o0, o1 - o0, of, d + o0, 0.0, rf, act, alpha, beta, post, post_alpha, post_beta)
 
 
 @numba.njit(**PAR)
@@ -76,28 +70,28 @@ def linear(x, weight, bias, residual, out, act, alpha, beta, post, post_alpha, p
     k = x.shape[1]
     if m_n <= GEMV_MAX_ROWS:
         xf, wf, of = x.reshape(-1), weight.reshape(-1), out.reshape(-1)
-        rf = of if residual is None else residual.reshape(-1)
+        rf = residual_run(residual, out)
         n_o, ob = blocks(1, o_n, 4 * MIN_ROWS)
         if m_n * o_n * k < PARALLEL_MIN_MACS:
             for t in range(n_o):
-                _gemv_task(t, ob, m_n, o_n, k, xf, wf, of, bias, residual, rf,
+                _gemv_task(t, ob, m_n, o_n, k, xf, wf, of, bias, rf,
                            act, alpha, beta, post, post_alpha, post_beta)
         else:
             for t in prange(n_o):
-                _gemv_task(t, ob, m_n, o_n, k, xf, wf, of, bias, residual, rf,
+                _gemv_task(t, ob, m_n, o_n, k, xf, wf, of, bias, rf,
                            act, alpha, beta, post, post_alpha, post_beta)
         return
     n_m, mb = blocks(1, m_n, MIN_ROWS)
     n_o, ob = blocks(n_m, o_n, MIN_ROWS) if n_m == 1 else (1, o_n)
     xf, wf, of = x.reshape(-1), weight.reshape(-1), out.reshape(-1)
-    rf = of if residual is None else residual.reshape(-1)
+    rf = residual_run(residual, out)
     if m_n * o_n * k < PARALLEL_MIN_MACS:
         for t in range(n_m * n_o):
-            _linear_task(t, n_o, mb, ob, m_n, o_n, k, xf, wf, of, bias, residual, rf,
+            _linear_task(t, n_o, mb, ob, m_n, o_n, k, xf, wf, of, bias, rf,
                          act, alpha, beta, post, post_alpha, post_beta)
     else:
         for t in prange(n_m * n_o):
-            _linear_task(t, n_o, mb, ob, m_n, o_n, k, xf, wf, of, bias, residual, rf,
+            _linear_task(t, n_o, mb, ob, m_n, o_n, k, xf, wf, of, bias, rf,
                          act, alpha, beta, post, post_alpha, post_beta)
 
 

@@ -86,7 +86,7 @@ def fast_gelu_tanh(x):
     return 0.5 * x * (1.0 + math.tanh(0.7978845608028654 * (x + 0.044715 * x * x * x)))
 
 
-@numba.njit(inline="always")
+@numba.njit(error_model="numpy")
 def _exp_parts(x, hi):
     """(e^r, n) with e^x = e^r * 2^n, n a float32 integer in [-127, floor(hi / ln 2 + 0.5)]: x clamped
     to [-88, hi] (builtin min/max keep their first argument when it is NaN, as Python's do, so NaN
@@ -98,7 +98,7 @@ def _exp_parts(x, hi):
     return p * r * r + r + _F(1.0), n
 
 
-@numba.njit(inline="always")
+@numba.njit(error_model="numpy")
 def _pow2(n):
     """2^n for a float32 integer n in [-127, 127] (0 for -127), built from its exponent bits in float32
     arithmetic: numba widens int32 arithmetic to int64, whose conversion back to float does not
@@ -117,28 +117,28 @@ def _exp32_no_overflow(x):
     return e_r * _pow2(n)
 
 
-@overload(fast_exp, inline="always")
+@overload(fast_exp)
 def _ol_fast_exp(x):
     if x == types.float32:
         return _exp32
     return lambda x: math.exp(x)
 
 
-@overload(fast_exp_no_overflow, inline="always")
+@overload(fast_exp_no_overflow)
 def _ol_fast_exp_no_overflow(x):
     if x == types.float32:
         return _exp32_no_overflow
     return lambda x: math.exp(x)
 
 
-@overload(fast_sigmoid, inline="always")
+@overload(fast_sigmoid)
 def _ol_fast_sigmoid(x):
     if x == types.float32:
         return lambda x: _F(1.0) / (_F(1.0) + fast_exp(-x))
     return lambda x: 1.0 / (1.0 + math.exp(-x))
 
 
-@overload(fast_tanh, inline="always")
+@overload(fast_tanh)
 def _ol_fast_tanh(x):
     if x != types.float32:
         return lambda x: math.tanh(x)
@@ -181,7 +181,7 @@ def _ol_fast_gelu(x):
     return lambda x: _F(0.5) * x * (_F(1.0) + fast_erf(x * _F(0.7071067811865476)))
 
 
-@overload(fast_gelu_tanh, inline="always")
+@overload(fast_gelu_tanh)
 def _ol_fast_gelu_tanh(x):
     if x != types.float32:
         return lambda x: 0.5 * x * (1.0 + math.tanh(0.7978845608028654 * (x + 0.044715 * x * x * x)))

@@ -24,7 +24,7 @@ import numpy as np
 from numba import prange
 
 from codegen.kernels.common import PAR, SEQ, blocks, span, u
-from codegen.kernels.epilogue import epilogue_run
+from codegen.kernels.epilogue import epilogue_run, residual_run
 from codegen.kernels.microkernel import MR, micro_gemm, pack_weights, panel_width
 
 RUN_BYTES = 8 << 20  # V or the products of one run of tile rows, at most
@@ -48,17 +48,25 @@ def pack_transformed(weight: np.ndarray) -> np.ndarray:
 
 
 @numba.njit(inline="always", **SEQ)
-def _add(dst, d, src, i0, i1, sign, n):
-    """dst[d + k] = src[i0 + k] + sign * src[i1 + k] for k < n (sign: 1 or -1)."""
+def _rows_bt(dst, d, dn, src, s0, s1, s2, s3, n):
+    """B^T's four rows of the four runs a_i = src[s_i ..][:n] (or B's four columns), each written
+    as dst[d + j*dn ..][:n]: a0 - a2, a1 + a2, a2 - a1, a1 - a3. One pass, unit stride."""
     for k in range(n):
-        dst[u(d + k)] = src[u(i0 + k)] + sign * src[u(i1 + k)]
+        a0, a1, a2, a3 = src[u(s0 + k)], src[u(s1 + k)], src[u(s2 + k)], src[u(s3 + k)]
+        dst[u(d + k)] = a0 - a2
+        dst[u(d + dn + k)] = a1 + a2
+        dst[u(d + 2 * dn + k)] = a2 - a1
+        dst[u(d + 3 * dn + k)] = a1 - a3
 
 
 @numba.njit(inline="always", **SEQ)
-def _add3(dst, d, src, i0, i1, i2, sign, n):
-    """dst[d + k] = src[i0 + k] + sign * (src[i1 + k] + src[i2 + k]) for k < n (sign: 1 or -1)."""
+def _rows_at(dst, d, dn, src, s0, s1, s2, s3, n):
+    """A^T's two rows of the four runs src[s_i ..][:n]: s0 + s1 + s2 to dst[d ..] and
+    s1 - s2 - s3 to dst[d + dn ..], n each. One pass, unit stride."""
     for k in range(n):
-        dst[u(d + k)] = src[u(i0 + k)] + sign * (src[u(i1 + k)] + src[u(i2 + k)])
+        m1, m2 = src[u(s1 + k)], src[u(s2 + k)]
+        dst[u(d + k)] = src[u(s0 + k)] + m1 + m2
+        dst[u(d + dn + k)] = m1 - m2 - src[u(s3 + k)]
 
 
 @numba.njit(**PAR)
@@ -69,7 +77,6 @@ def _input_transform(xf, x0, h, w, pt, pl, ty0, tw, tc, v):
     c_n, ld = v.shape[1], v.shape[2]
     plane = c_n * ld
     vf = v.reshape(-1)
-    one = np.float32(1.0)
     half = tw + 1
     (e_lo, e_hi), (o_lo, o_hi) = span(-pl, 2, w, half), span(1 - pl, 2, w, half)
     for c in prange(c_n):
@@ -89,17 +96,10 @@ def _input_transform(xf, x0, h, w, pt, pl, ty0, tw, tc, v):
                     for z in range(2 * half):
                         buf[u(d + z)] = 0
             t, n = 8 * half, 2 * half
-            _add(buf, t, buf, 0, 2 * n, -one, n)  # d0 - d2
-            _add(buf, t + n, buf, n, 2 * n, one, n)  # d1 + d2
-            _add(buf, t + 2 * n, buf, 2 * n, n, -one, n)  # d2 - d1
-            _add(buf, t + 3 * n, buf, n, 3 * n, -one, n)  # d1 - d3
-            for r in range(4):
-                e, o = t + r * n, t + r * n + half  # even and odd columns of row r of B^T d
-                d = 4 * r * plane + c * ld + y * tw
-                _add(vf, d, buf, e, e + 1, -one, tw)  # a0 - a2
-                _add(vf, d + plane, buf, o, e + 1, one, tw)  # a1 + a2
-                _add(vf, d + 2 * plane, buf, e + 1, o, -one, tw)  # a2 - a1
-                _add(vf, d + 3 * plane, buf, o, o + 1, -one, tw)  # a1 - a3
+            _rows_bt(buf, t, n, buf, 0, n, 2 * n, 3 * n, n)  # B^T d: d0 - d2, d1 + d2, d2 - d1, d1 - d3
+            for r in range(4):  # then B along the columns of its row r: tile tx's four columns
+                e, o = t + r * n, t + r * n + half  # are its even and odd columns tx, then tx + 1
+                _rows_bt(vf, 4 * r * plane + c * ld + y * tw, plane, buf, e, o, e + 1, o + 1, tw)
 
 
 @numba.njit(**PAR)
@@ -125,13 +125,12 @@ def _products(up, v, m):
 @numba.njit(**PAR)
 def _output_transform(m, tc, out, n, ty0, tw, bias, residual, act, alpha, beta, post, post_alpha, post_beta):
     """Output rows 2(ty0 + y), 2(ty0 + y) + 1 of image n = epilogue(A^T m A) for the products
-    m (16, O or more, tc tiles or more); residual is None or the output's shape."""
+    m (16, O or more, tc tiles or more); residual is None, empty, or the output's shape."""
     o_n, oh, ow = out.shape[1], out.shape[2], out.shape[3]
     ld = m.shape[2]
     plane = m.shape[1] * ld
     mf, of = m.reshape(-1), out.reshape(-1)
-    rf = of if residual is None else residual.reshape(-1)
-    one = np.float32(1.0)
+    rf = residual_run(residual, out)
     for o in prange(o_n):
         s = np.empty(8 * tw, np.float32)  # A^T m: rows 0-3 for output row 0, 4-7 for row 1
         y2 = np.empty(4 * tw, np.float32)  # A^T m A: even, odd columns of row 0, then of row 1
@@ -141,28 +140,23 @@ def _output_transform(m, tc, out, n, ty0, tw, bias, residual, act, alpha, beta, 
             q = o * ld + y * tw
             for k in range(4):  # A^T along the tile's rows
                 m0, m1, m2, m3 = q + k * plane, q + (4 + k) * plane, q + (8 + k) * plane, q + (12 + k) * plane
-                _add3(s, k * tw, mf, m0, m1, m2, one, tw)
-                _add3(s, (4 + k) * tw, mf, m1, m2, m3, -one, tw)
+                _rows_at(s, k * tw, 4 * tw, mf, m0, m1, m2, m3, tw)
             for i in range(2):  # and along its columns
                 a = 4 * i * tw
-                _add3(y2, 2 * i * tw, s, a, a + tw, a + 2 * tw, one, tw)
-                _add3(y2, (2 * i + 1) * tw, s, a + tw, a + 2 * tw, a + 3 * tw, -one, tw)
+                _rows_at(y2, 2 * i * tw, tw, s, a, a + tw, a + 2 * tw, a + 3 * tw, tw)
                 oy = 2 * (ty0 + y) + i
                 if oy < oh:
                     for tx in range(tw):
                         row[u(2 * tx)] = y2[u(2 * i * tw + tx)]
                         row[u(2 * tx + 1)] = y2[u((2 * i + 1) * tw + tx)]
                     d = ((n * o_n + o) * oh + oy) * ow
-                    if residual is None:
-                        epilogue_run(of, d, ow, row, 0, bv, None, act, alpha, beta, post, post_alpha, post_beta)
-                    else:
-                        epilogue_run(of, d, ow, row, 0, bv, rf, act, alpha, beta, post, post_alpha, post_beta)
+                    epilogue_run(of, d, ow, row, 0, bv, rf, act, alpha, beta, post, post_alpha, post_beta)
 
 
 @numba.njit(**SEQ)
 def winograd_conv2d(x, up, bias, residual, out, pt, pl, act, alpha, beta, post, post_alpha, post_beta):
     """out = post(act(conv2d(x, 3x3 weight, stride 1, padding top pt / left pl) + bias) + residual),
-    up = pack_transformed(weight); bias and residual may be None."""
+    up = pack_transformed(weight); bias may be None, residual None or empty for none."""
     n_n, c_n, h, w = x.shape
     oh, ow = out.shape[2], out.shape[3]
     o_rows = up.shape[1] * MR  # the products' rows: the output channels, padded to whole panels

@@ -318,7 +318,7 @@ for n, c, o, h, w, k, s, p in [(1, 13, 20, 23, 17, 3, 2, 1), (2, 40, 7, 9, 9, 1,
     wt = rng.standard_normal((o, c, k, k)).astype(np.float32) / np.sqrt(c * k * k)
     ref = torch.nn.functional.conv2d(torch.from_numpy(x).double(), torch.from_numpy(wt).double(), None, s, p).numpy()
     out = np.empty(ref.shape, np.float32)
-    conv2d_packed(x, pack_weights(wt, 1), None, None, out, (k, k), (s, s), (p, p, p, p), (1, 1), 0,
+    conv2d_packed(x, pack_weights(wt, 1), None, None, out, (k, k), (s, s), (p, p, p, p), (1, 1),
                   0, 0.0, 0.0, 0, 0.0, 0.0)
     assert np.abs(out - ref).max() < 1e-4, np.abs(out - ref).max()
     if k == 3 and s == 1:
