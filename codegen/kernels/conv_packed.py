@@ -22,7 +22,7 @@ import numba
 import numpy as np
 from numba import prange
 
-from codegen.kernels.common import PAR, SEQ, blocks, u
+from codegen.kernels.common import PAR, SEQ, blocks, num_threads, u
 from codegen.kernels.conv_gemm import im2col_rows
 from codegen.kernels.epilogue import epilogue_run, residual_run
 from codegen.kernels.microkernel import MR, micro_gemm, panel_width
@@ -43,6 +43,16 @@ def _tail_panel(xf, x0, hw, k, p0, n, nr):
     return panel
 
 
+@numba.njit(**SEQ)
+def _even_count(jobs, count):
+    """count, or the next larger count for which jobs * count tasks share out evenly over the
+    threads, while the tasks are few enough (under 4 per thread) for an uneven last round to cost."""
+    threads = num_threads()
+    while jobs * count % threads != 0 and jobs * count < 4 * threads:
+        count += 1
+    return count
+
+
 @numba.njit(**PAR)
 def conv_packed(x, wp, bias, residual, out, kh, kw, sh, sw, pt, pl, dh, dw,
                 act, alpha, beta, post, post_alpha, post_beta):
@@ -55,13 +65,22 @@ def conv_packed(x, wp, bias, residual, out, kh, kw, sh, sw, pt, pl, dh, dw,
     og, p_n = o_n // groups, oh * ow
     nr = panel_width()
     pointwise = kh == 1 and kw == 1 and sh == 1 and sw == 1 and pt == 0 and pl == 0 and oh == h and ow == w
+    # a tile's bytes per pixel: of its input (im2col) matrix, or of its accumulator block, whichever
+    # is larger (few input channels and many outputs, as in an inverted residual's expansion)
+    per_pixel = x.itemsize * max(k, og)
     if pointwise:  # tiles of any whole panels of pixels: the microkernel reads the input where it lies
-        tile = min(p_n, max(nr, TILE_BYTES // (x.itemsize * cg) // nr * nr))
-    elif x.itemsize * k * p_n <= WHOLE_IMAGE_BYTES:  # small images: split the channels between tasks
+        tile = min(p_n, max(nr, TILE_BYTES // per_pixel // nr * nr))
+    elif per_pixel * p_n <= WHOLE_IMAGE_BYTES:  # small images: split the channels between tasks
         tile = p_n  # (7 rows cut into tiles of 4 and 3 keep one thread idle 1/7 of the time)
     else:  # tiles of whole output rows, for im2col
-        tile = max(1, min(oh, TILE_BYTES // (x.itemsize * k * ow))) * ow
+        tile = max(1, min(oh, TILE_BYTES // (per_pixel * ow))) * ow
     n_p = -(-p_n // tile)
+    if n_p > 1:  # as many tiles as share out evenly over the threads: 4 tiles, not 3.5, for 2 threads
+        n_p = _even_count(n_n * groups, n_p)
+        unit = nr if pointwise else ow  # tiles of whole panels, or of whole rows
+        per_tile = -(-p_n // n_p)
+        tile = -(-per_tile // unit) * unit
+        n_p = -(-p_n // tile)
     n_o, mbb = blocks(n_n * groups * n_p, n_mb, MIN_PANELS)
     xf, wf, of = x.reshape(-1), wp.reshape(-1), out.reshape(-1)
     rf = residual_run(residual, out)
