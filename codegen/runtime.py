@@ -17,6 +17,16 @@ is memory the process keeps after a large free (at most TRIM_BYTES).
 The OpenMP wait policy is set to passive (unless the user set one) before numba
 loads its OpenMP runtime: idle workers then sleep instead of spinning, which leaves
 the cores to the rest of the process between calls of the model.
+
+Vector width: LLVM's models of Intel's AVX-512 CPUs (skylake-avx512 to sapphirerapids)
+prefer 256-bit vectors, so every loop LLVM vectorises (depthwise convs, epilogues,
+elementwise loops, pooling) would use half the machine's width; AMD's znver4 model
+already uses 512 bits. So where the host has AVX-512F, numba's target features get
+"-prefer-256-bit" (`wide_vector_features`), unless the user chose features
+(NUMBA_CPU_FEATURES) or sets PNNX_JIT_PREFER_256_BIT=1. This must happen before numba
+builds its JIT target, at the first compile of the process; the microkernel uses
+512-bit vectors on AVX-512 either way (microkernel.py), and compiled models are cached
+per feature string (compiler/cache.py).
 """
 
 from __future__ import annotations
@@ -32,7 +42,29 @@ TRIM_BYTES = 512 << 20
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import numba  # noqa: E402 - must come after the environment is set
+from numba.core import codegen as numba_codegen  # noqa: E402
 from numba.np.ufunc.parallel import _launch_threads  # noqa: E402
+
+
+def wide_vector_features(features: str) -> str:
+    """numba's target features for a host with `features` (LLVM's comma-separated +/- list): with
+    "-prefer-256-bit" added where they include +avx512f, so that LLVM vectorises loops to 512 bits."""
+    names = features.split(",") if features else []
+    if "+avx512f" not in names or any(f.endswith("prefer-256-bit") for f in names):
+        return features
+    return ",".join(names + ["-prefer-256-bit"])
+
+
+def _use_wide_vectors() -> None:
+    """Set numba's target features to wide_vector_features(host's), before its JIT target exists."""
+    if numba.config.CPU_FEATURES is not None or os.environ.get("PNNX_JIT_PREFER_256_BIT", "0") not in ("", "0"):
+        return
+    features = wide_vector_features(numba_codegen.get_host_cpu_features())
+    if features != numba_codegen.get_host_cpu_features():
+        numba.config.CPU_FEATURES = features
+
+
+_use_wide_vectors()
 
 # Start numba's thread pool now. A forward function loaded from the cache calls cached
 # parallel kernels directly; if the pool has not been started by a compile in this

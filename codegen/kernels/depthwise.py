@@ -32,7 +32,7 @@ from codegen.kernels.epilogue import epilogue_run, residual_run
 FMA = {**SEQ, "fastmath": {"contract"}}
 SCRATCH_FLOATS = 6144  # phase planes plus sums of one block: 24 KiB in float32, within L1
 MIN_ROWS = 4  # output rows per block, at least, when cutting rows only to share out the work
-VEC = 8  # the flat loop runs a whole number of AVX2 float32 vectors: no scalar tail
+VEC = 16  # the flat loop runs a whole number of float32 vectors (AVX-512: 16, AVX2: 2 x 8): no scalar tail
 
 
 @numba.njit(**SEQ)
