@@ -25,6 +25,8 @@ def no_residual(out: str) -> str:
     output, not None, so that the kernel compiles once for calls with and without a residual
     (codegen/kernels/epilogue.py, `residual_run`)."""
     return f"{out}[:0]"
+
+
 BATCH_DIMS = 6  # matmul broadcasts over at most this many (merged) batch dims
 
 
