@@ -1,4 +1,5 @@
-"""view(buffer, offset, dtype, shape): an array over part of a flat buffer, built in a few instructions.
+"""view(buffer, offset, dtype, shape): an array over part of a flat buffer, built in a few instructions;
+reshaped(array, shape) and emptied(array), the same for a reshape and an empty slice.
 
 A generated forward binds every weight to a view of the packed weights and every intermediate
 to a view of the arena. Written as numpy (`arena[a:b].view(np.float32).reshape(shape)`), each
@@ -10,6 +11,9 @@ that each view fits and is aligned, so this intrinsic fills the array's fields d
 
 from __future__ import annotations
 
+import math
+
+import numpy as np
 from numba.core import cgutils, types
 from numba.extending import intrinsic
 
@@ -90,3 +94,34 @@ def reshaped(typingctx, array, shape):
         return value
 
     return result(array, shape), codegen
+
+
+@intrinsic
+def emptied(typingctx, array):
+    """array[:0] for a C-contiguous array (no elements, the same type), built by value: numba's
+    slicing lowers to bounds and step code at ~30x the compile time. The forward passes one as
+    "no residual" to conv and linear kernels (codegen/emit/gemm.py, no_residual)."""
+    if not (isinstance(array, types.Array) and array.layout == "C" and array.ndim >= 1):
+        return None
+
+    def codegen(context, builder, signature, args):
+        zero = context.get_constant(types.intp, 0)
+        value = builder.insert_value(args[0], zero, 2)  # nitems
+        value = builder.insert_value(value, zero, [5, 0])  # shape[0]
+        context.nrt.incref(builder, array, value)  # a new reference to the array's memory
+        return value
+
+    return array(array), codegen
+
+
+def _numpy_view(buffer: np.ndarray, offset: int, dtype, shape) -> np.ndarray:
+    dtype = np.dtype(dtype)
+    count = math.prod(shape) if isinstance(shape, tuple) else shape
+    return buffer.view(np.uint8)[offset:offset + count * dtype.itemsize].view(dtype).reshape(shape)
+
+
+INTRINSICS = {"view": view, "reshaped": reshaped, "emptied": emptied}
+# the same functions in numpy (same arrays: C-contiguous, read-only if their buffer is), for code that
+# runs a forward's lines in Python: codegen/linker.py does, to find its kernel calls
+IN_NUMPY = {"view": _numpy_view, "reshaped": lambda array, shape: array.reshape(shape),
+            "emptied": lambda array: array[:0]}

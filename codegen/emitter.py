@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from codegen.emit import Emit, emit_rule, lit
+from codegen.emit.data import concat_parts
 from codegen.memory_plan import MemoryPlan, plan_memory
 from ir.errors import CodegenUnsupportedError
 from ir.graph import Graph, Node, Value
@@ -91,6 +92,7 @@ class GeneratedModule:
     weights: WeightPack
     plan: MemoryPlan
     input_names: list[str]
+    steps: int  # nodes of the graph: forward_profiled's times has one more entry
 
 
 def is_view(node: Node) -> bool:
@@ -134,7 +136,7 @@ def generate_module(graph: Graph, comment: str = "", profile: bool = False) -> G
     profile: also define forward_profiled(..., times), which records a clock
     reading after every node (times has len(graph.nodes) + 1 entries)."""
     check_supported(graph)
-    plan = plan_memory(graph, is_view)
+    plan = plan_memory(graph, is_view, concat_parts)
     names = _Names()
     for c in graph.constants.values():
         names(c, "c_")
@@ -148,7 +150,7 @@ def generate_module(graph: Graph, comment: str = "", profile: bool = False) -> G
         rule = emit_rule(node.op)
         outs = [names(v, "v_") for v in node.outputs]
         lines = [] if rule.alias else [_allocate(v, outs[i], plan) for i, v in enumerate(node.outputs)]
-        e = Emit(node, [names(v, "v_") for v in node.inputs], outs)
+        e = Emit(node, [names(v, "v_") for v in node.inputs], outs, in_place=plan.in_place.get(node, frozenset()))
         try:
             lines += rule.fn(e)
         except CodegenUnsupportedError as exc:  # a limit of the rule: name the node
@@ -177,8 +179,8 @@ def generate_module(graph: Graph, comment: str = "", profile: bool = False) -> G
     kernels = _kernels_module(title, imports, list(definitions.values()) + ([_CLOCK] if profile else []))
     forward = "\n".join([title, "# The forward; codegen/linker.py binds its kernels (kernels.py) by address.",
                           "import math  # noqa: F401", "", "import numba", "import numpy as np", "",
-                          "from codegen.array_view import reshaped, view", ""]) + functions
-    return GeneratedModule(kernels, forward, weights, plan, inputs)
+                          "from codegen.array_view import emptied, reshaped, view  # noqa: F401", ""]) + functions
+    return GeneratedModule(kernels, forward, weights, plan, inputs, len(graph.nodes))
 
 
 def _kernels_module(title: str, imports: dict[str, str], definitions: list[str]) -> str:

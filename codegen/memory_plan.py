@@ -8,8 +8,20 @@ offset that fits (TFLite's arena planner does the same): peak memory ends up
 close to the largest set of simultaneously live values.
 
 A value that is a view of another (reshape) shares its buffer and extends its
-lifetime. Graph inputs, constants and anything a graph output views get no arena
-space: outputs are allocated on their own so callers can keep them.
+lifetime. So does a value that a concat joins, where it can: when a concat's
+output is its inputs laid end to end in memory (the dims before the axis are all
+1: batch 1 and channels, say), each input is written by its producer straight
+into its part of the concat's buffer, and the concat copies nothing for it. A
+concat whose inputs all already lie end to end in another buffer (DenseNet's
+`cat([x0, y1])`, `cat([x0, y1, y2])`, ... inside one block) is itself a view of
+that buffer: a DenseNet block's features are written once, into one buffer,
+instead of once per later layer. Concats are planned last to first, so the
+widest concat of such a chain owns the buffer. Values are never written in place,
+so every byte of a buffer has one writer, and the buffer lives from its first
+member's write to its last member's read.
+
+Graph inputs, constants and anything a graph output views get no arena space:
+outputs are allocated on their own so callers can keep them.
 """
 
 from __future__ import annotations
@@ -24,10 +36,10 @@ ALIGN = 64  # bytes: cache-line aligned buffers
 
 @dataclass
 class Buffer:
-    values: list[Value]  # the value that owns the bytes first, then its views
+    values: list[Value]  # the value that owns the bytes first, then the values that live inside it
     nbytes: int
-    first: int  # step that writes it
-    last: int  # last step that reads it (or a view of it)
+    first: int  # step that writes it (or the first of its values)
+    last: int  # last step that reads it (or any value inside it)
     offset: int = -1  # in the arena; -1 when allocated on its own (graph outputs)
 
 
@@ -35,60 +47,115 @@ class Buffer:
 class MemoryPlan:
     arena_bytes: int
     buffers: list[Buffer] = field(default_factory=list)
-    offsets: dict[Value, int] = field(default_factory=dict)  # arena offset of each planned value
+    offsets: dict[Value, int] = field(default_factory=dict)  # arena offset of each value that lives in it
     owned: set[Value] = field(default_factory=set)  # values allocated on their own (outputs)
     views: dict[Value, Value] = field(default_factory=dict)  # view -> the value it views
+    in_place: dict[Node, frozenset[int]] = field(default_factory=dict)  # concat -> inputs already in its output
     total_bytes: int = 0  # every intermediate in its own buffer: memory with no reuse
     peak_live_bytes: int = 0  # the largest set of simultaneously live buffers: the lower bound
 
     def summary(self) -> str:
         mib = 1 << 20
+        joined = sum(len(parts) for parts in self.in_place.values())
         return (f"arena {self.arena_bytes / mib:.2f} MiB for {len(self.buffers)} buffers "
-                f"(no reuse: {self.total_bytes / mib:.2f} MiB, largest live set: {self.peak_live_bytes / mib:.2f} MiB)")
+                f"(no reuse: {self.total_bytes / mib:.2f} MiB, largest live set: {self.peak_live_bytes / mib:.2f} MiB"
+                + (f"; {joined} concat copies saved" if joined else "") + ")")
 
 
-def plan_memory(graph: Graph, is_view: Callable[[Node], bool]) -> MemoryPlan:
+# concat_parts(node): the byte offset of each input inside output 0 when the node is a concat whose
+# output is its inputs laid end to end; None for any other node
+ConcatParts = Callable[[Node], "list[int] | None"]
+
+
+def plan_memory(graph: Graph, is_view: Callable[[Node], bool], concat_parts: ConcatParts | None = None) -> MemoryPlan:
     """Plan the arena for `graph` (nodes in execution order). is_view(node): its output 0 views input 0."""
-    root: dict[Value, Value] = {}  # view -> owning value
+    home: dict[Value, tuple[Value, int]] = {}  # value -> (the value whose bytes it lives in, byte offset)
+    views: dict[Value, Value] = {}
     for node in graph.nodes:
         if is_view(node):
-            src = node.inputs[0]
-            root[node.outputs[0]] = root.get(src, src)
+            home[node.outputs[0]] = (node.inputs[0], 0)
+            views[node.outputs[0]] = node.inputs[0]
+
+    def locate(v: Value) -> tuple[Value, int]:
+        offset = 0
+        while v in home:
+            v, step = home[v]
+            offset += step
+        return v, offset
+
     produced = {v for n in graph.nodes for v in n.outputs}
+    output_roots = {locate(v)[0] for v in graph.outputs}
+    in_place: dict[Node, frozenset[int]] = {}
+    if concat_parts is not None:
+        for node in reversed(graph.nodes):
+            parts = concat_parts(node)
+            if parts is not None:
+                placed = _join(node, parts, home, locate, produced, output_roots)
+                if placed:
+                    in_place[node] = placed
+
     first: dict[Value, int] = {}
     last: dict[Value, int] = {}
     for step, node in enumerate(graph.nodes):
         for v in node.outputs:
-            owner = root.get(v, v)
-            first.setdefault(owner, step)
-            last[owner] = max(last.get(owner, step), step)
+            root = locate(v)[0]
+            first.setdefault(root, step)
+            last[root] = max(last.get(root, step), step)
         for v in node.inputs:
-            owner = root.get(v, v)
-            if owner in produced:
-                last[owner] = max(last.get(owner, step), step)
-    output_owners = {root.get(v, v) for v in graph.outputs}
-    plan = MemoryPlan(0, views={v: r for v, r in root.items()})
+            root = locate(v)[0]
+            if root in produced:
+                last[root] = max(last.get(root, step), step)
+    members: dict[Value, list[Value]] = {}
+    for v in produced:
+        members.setdefault(locate(v)[0], []).append(v)
+    plan = MemoryPlan(0, views=views, in_place=in_place)
     buffers = []
-    for owner in first:
-        if owner not in produced or owner in root:
+    for root in first:
+        if root not in produced or root in home:
             continue
-        members = [owner] + [v for v, r in root.items() if r is owner]
-        buf = Buffer(members, _aligned(owner.type.nbytes), first[owner], last[owner])
-        if owner in output_owners:
-            plan.owned.add(owner)
+        inside = sorted((v for v in members[root] if v is not root), key=lambda v: locate(v)[1])
+        buf = Buffer([root, *inside], _aligned(root.type.nbytes), first[root], last[root])
+        if root in output_roots:
+            plan.owned.add(root)
         else:
             buffers.append(buf)
-    plan.total_bytes = sum(b.nbytes for b in buffers)
+    plan.total_bytes = sum(_aligned(v.type.nbytes) for b in buffers for v in b.values if v not in views)
     placed: list[Buffer] = []
     for buf in sorted(buffers, key=lambda b: (-b.nbytes, b.first)):
         buf.offset = _lowest_fit(buf, placed)
         placed.append(buf)
-        plan.offsets[buf.values[0]] = buf.offset
+        for v in buf.values:
+            plan.offsets[v] = buf.offset + locate(v)[1]
     plan.buffers = sorted(placed, key=lambda b: b.first)
     plan.arena_bytes = max((b.offset + b.nbytes for b in placed), default=0)
     steps = range(len(graph.nodes))
     plan.peak_live_bytes = max((sum(b.nbytes for b in placed if b.first <= s <= b.last) for s in steps), default=0)
     return plan
+
+
+def _join(node: Node, parts: list[int], home: dict[Value, tuple[Value, int]],
+          locate: Callable[[Value], tuple[Value, int]], produced: set[Value],
+          output_roots: set[Value]) -> frozenset[int]:
+    """Place a concat's inputs inside its output where they can go (recording it in `home`);
+    the indices of the inputs that then lie where the concat would copy them."""
+    out = node.outputs[0]
+    host = locate(out)[0]
+    if host in output_roots:
+        return frozenset()
+    located = [locate(v) for v in node.inputs]
+    root, start = located[0]
+    if (out not in home and root in produced and root not in output_roots and root is not out
+            and all(r is root and offset == start + part for (r, offset), part in zip(located, parts))):
+        home[out] = (root, start)  # already end to end in one buffer: the concat is a view of it
+        return frozenset(range(len(node.inputs)))
+    placed = set()
+    for i, (v, part) in enumerate(zip(node.inputs, parts)):
+        owner, offset = located[i]
+        if (offset == 0 and owner.type.nbytes == v.type.nbytes and owner in produced and owner not in home
+                and owner not in output_roots and owner is not host):
+            home[owner] = (out, part)
+            placed.add(i)
+    return frozenset(placed)
 
 
 def _lowest_fit(buf: Buffer, placed: list[Buffer]) -> int:

@@ -67,11 +67,15 @@ def write_atomic(path: Path, data: str | bytes) -> None:
 
 def argument_types(graph: Graph, weights: list[np.ndarray]) -> tuple:
     """numba's types of the forward's inputs (contiguous, of the declared shapes) and weights."""
-    arrays = [np.empty(v.shape, v.dtype) for v in graph.inputs]  # pages never touched
-    return tuple(numba.typeof(a) for a in [*arrays, *weights])
+    return tuple(numba.typeof(a) for a in sample_arguments(graph, weights))
 
 
-def write_modules(generated: GeneratedModule, directory: Path, name: str, argtypes: tuple, profile: bool) -> None:
+def sample_arguments(graph: Graph, weights: list[np.ndarray]) -> tuple:
+    """Arguments of the forward's types: empty inputs of the declared shapes (pages never touched), the weights."""
+    return (*[np.empty(v.shape, v.dtype) for v in graph.inputs], *weights)
+
+
+def write_modules(generated: GeneratedModule, directory: Path, name: str, arguments: tuple, profile: bool) -> None:
     """Write the model's modules into `directory`: kernels.py, then the forward linked against it.
 
     name: the module name load_modules() will import them under, also when `directory` is a build
@@ -79,9 +83,9 @@ def write_modules(generated: GeneratedModule, directory: Path, name: str, argtyp
     generated for the model into numba's cache beside it, and that cache names their module."""
     write_atomic(directory / KERNELS, generated.kernels)
     kernels = import_file(directory / KERNELS, f"{name}_kernels")
-    entry_points = {"forward": argtypes}
+    entry_points = {"forward": arguments}  # link() runs them on these (sample_arguments)
     if profile:
-        entry_points["forward_profiled"] = (*argtypes, numba.float64[::1])  # times
+        entry_points["forward_profiled"] = (*arguments, np.zeros(generated.steps + 1))  # times
     linked = link(generated.forward, kernels, entry_points)
     write_atomic(directory / FORWARD, linked.source)
     write_atomic(directory / LINKAGE, pickle.dumps(linked.table))
@@ -129,7 +133,7 @@ class NumbaModel(CompiledModel):
         weights = list(generated.weights.arrays.values())
         if not (directory / LINKAGE).exists():  # written last
             directory.mkdir(parents=True, exist_ok=True)
-            write_modules(generated, directory, name, argument_types(graph, weights), profile)
+            write_modules(generated, directory, name, sample_arguments(graph, weights), profile)
         module, kernels, source = load_modules(directory, name)
         return cls(graph, module, kernels, weights, source, generated.plan)
 
@@ -138,7 +142,7 @@ class NumbaModel(CompiledModel):
         """Write a cache entry for `graph` into `directory`; return its meta. name: see write_modules."""
         generated = generate_module(graph, comment=graph.name)
         weights = list(generated.weights.arrays.values())
-        write_modules(generated, directory, name, argument_types(graph, weights), profile=False)
+        write_modules(generated, directory, name, sample_arguments(graph, weights), profile=False)
         (directory / "graph.ir").write_text(print_graph(graph))
         for dtype, array in generated.weights.arrays.items():
             np.save(directory / f"weights_{dtype}.npy", array)

@@ -35,6 +35,7 @@ class Emit:
     imports: dict[str, str] = field(default_factory=dict)  # local name -> "module:function"
     definitions: dict[str, str] = field(default_factory=dict)  # module-level functions this node needs
     prepacked: dict[str, np.ndarray] = field(default_factory=dict)  # constants made at compile time, by name
+    in_place: frozenset[int] = frozenset()  # inputs the memory plan already put inside output 0 (concat)
 
     def prepack(self, index: int, tag: str, compute: Callable[[np.ndarray], np.ndarray]) -> str:
         """The name of compute(data of constant input `index`): a weight rearranged into the layout a

@@ -6,6 +6,7 @@ import math
 
 from codegen.emit import Emit, const, emits, lit
 from codegen.kernels.data import RANK, strided_copy
+from ir.graph import Node
 from ir.ops.common import normalize_axis
 
 
@@ -100,15 +101,34 @@ def _emit_split(e: Emit) -> list[str]:
     return lines
 
 
+def concat_parts(node: Node) -> list[int] | None:
+    """The byte offset of each input inside a concat's output when that output is its inputs laid
+    end to end (every dim before the axis is 1), so that producers may write there directly
+    (codegen/memory_plan.py); None for any other node."""
+    if node.op != "concat":
+        return None
+    shape = node.outputs[0].shape
+    axis = normalize_axis(node.attrs["dim"], len(shape))
+    if math.prod(shape[:axis]) != 1:
+        return None
+    parts, start = [], 0
+    for v in node.inputs:
+        parts.append(start)
+        start += v.type.nbytes
+    return parts
+
+
 @emits("concat")
 def _emit_concat(e: Emit) -> list[str]:
+    """A copy per input, but for the inputs the memory plan had their producers write in place."""
     shape = e.node.outputs[0].shape
     outer, total, inner = _axis_view(shape, normalize_axis(e.node.attrs["dim"], len(shape)))
     lines, start = [], 0
-    for arg, v in zip(e.args, e.node.inputs):
+    for i, (arg, v) in enumerate(zip(e.args, e.node.inputs)):
         size = v.shape[normalize_axis(e.node.attrs["dim"], len(shape))]
-        lines.append(copy_call(e, arg, e.outs[0], (outer, size * inner), (size * inner, 1), (total * inner, 1),
-                               0, start * inner))
+        if i not in e.in_place:
+            lines.append(copy_call(e, arg, e.outs[0], (outer, size * inner), (size * inner, 1),
+                                   (total * inner, 1), 0, start * inner))
         start += size
     return lines
 

@@ -22,9 +22,9 @@ NO_EPILOGUE = const_args(0, 0.0, 0.0, 0, 0.0, 0.0)
 
 def no_residual(out: str) -> str:
     """The residual argument of a conv or linear kernel call without one: an empty view of its
-    output, not None, so that the kernel compiles once for calls with and without a residual
+    output (codegen/array_view.py), not None, so that the kernel compiles once for calls with and without a residual
     (codegen/kernels/epilogue.py, `residual_run`)."""
-    return f"{out}[:0]"
+    return f"emptied({out})"
 
 
 BATCH_DIMS = 6  # matmul broadcasts over at most this many (merged) batch dims

@@ -13,6 +13,7 @@ from typing import NamedTuple
 import numba
 import numpy as np
 
+from codegen.array_view import IN_NUMPY, INTRINSICS
 from codegen.emit import Emit, emit_rule
 from ir.graph import Value, make_node
 from ir.op_registry import get_op
@@ -54,7 +55,7 @@ def run_rule(op: str, arrays: Sequence[np.ndarray], attrs: dict, *, weights: Seq
     source = f"def f({', '.join(params)}):\n{body}    return ({', '.join(e.outs)},)\n"
     source += "# jit\n" if jit else ""
     if source not in _COMPILED:
-        ns = {"np": np, "numba": numba}
+        ns = {"np": np, "numba": numba, **(INTRINSICS if jit else IN_NUMPY)}
         for local, spec in e.imports.items():
             module, name = spec.split(":")
             ns[local] = getattr(__import__(module, fromlist=[name]), name)

@@ -8,7 +8,7 @@ import numba
 import numpy as np
 import pytest
 
-from codegen.array_view import reshaped, view
+from codegen.array_view import emptied, reshaped, view
 
 
 @numba.njit
@@ -67,3 +67,17 @@ def test_reshaped_refuses_a_non_contiguous_array():
 
     with pytest.raises(numba.TypingError):
         transposed(np.zeros((2, 3), np.float32))
+
+
+@numba.njit
+def _emptied(x):
+    e = emptied(x)
+    return e, e.size, e.reshape(-1).size, e.shape
+
+
+def test_emptied_is_numpys_empty_leading_slice():
+    x = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
+    e, size, flat, shape = _emptied(x)
+    assert (size, flat, shape) == (0, 0, (0, 3, 4))
+    assert e.shape == x[:0].shape and e.strides == x.strides and e.dtype == x.dtype
+    assert _emptied.nopython_signatures[0].return_type[0] == numba.typeof(x)  # the same type: one kernel signature

@@ -1,3 +1,5 @@
+import pytest
+
 from codegen.memory_plan import plan_memory
 from ir import parse_graph
 
@@ -33,3 +35,141 @@ def test_outputs_are_not_in_the_arena():
     plan = plan_memory(parse_graph(CHAIN), lambda n: n.op == "reshape")
     assert {v.name for v in plan.owned} == {"out0"}
     assert all("out0" not in [v.name for v in b.values] for b in plan.buffers)
+
+
+# -- concats written in place ------------------------------------------------------------------
+
+DENSE = """
+    graph g(%x: f32[1,2,3,3]) {
+      %a: f32[1,2,3,3] = relu(%x) @stem
+      %y1: f32[1,1,3,3] = slice(%a) {axes=[1], starts=[0], ends=[1], steps=[1]} @layer1
+      %c1: f32[1,3,3,3] = concat(%a, %y1) {dim=1} @cat1
+      %z1: f32[1,3,3,3] = sigmoid(%c1) @norm2
+      %y2: f32[1,2,3,3] = slice(%z1) {axes=[1], starts=[1], ends=[3], steps=[1]} @layer2
+      %c2: f32[1,5,3,3] = concat(%a, %y1, %y2) {dim=1} @cat2
+      %out0: f32[1,5,3,3] = tanh(%c2) @head
+      return %out0
+    }"""
+F = 4 * 9  # bytes of one channel
+
+
+def _plan(text: str):
+    from codegen.emit.data import concat_parts
+
+    graph = parse_graph(text)
+    return graph, plan_memory(graph, lambda n: n.op == "reshape", concat_parts)
+
+
+def _by_name(graph, plan):
+    values = {v.name: v for n in graph.nodes for v in n.outputs}
+    nodes = {n.name: n for n in graph.nodes}
+    return {name: plan.offsets.get(v) for name, v in values.items()}, {
+        name: sorted(plan.in_place[n]) for name, n in nodes.items() if n in plan.in_place}
+
+
+def _simulate(graph, plan):
+    """Replay the plan on tagged bytes: every kernel writes its output's range with a fresh tag (a
+    concat copies its inputs' tags, but for those in place); every read must find what its value
+    held when written, and a concat's range must hold its inputs' contents in order."""
+    import numpy as np
+
+    tags = np.zeros(plan.arena_bytes, np.int64)
+    held: dict = {}
+    span = lambda v: slice(plan.offsets[v], plan.offsets[v] + v.type.nbytes)  # noqa: E731
+
+    def read(v):
+        if v in plan.offsets:
+            assert np.array_equal(tags[span(v)], held[v]), f"{v.name} was overwritten"
+            return held[v]
+        return np.full(v.type.nbytes, -hash(v.name) % 1000 - 1000)  # an input or constant: not in the arena
+
+    for step, node in enumerate(graph.nodes):
+        contents = [read(v) for v in node.inputs]
+        for k, v in enumerate(node.outputs):
+            if v not in plan.offsets:
+                held[v] = np.full(v.type.nbytes, -1)
+                continue
+            if node.op == "concat":
+                start = plan.offsets[v]
+                for i, (x, content) in enumerate(zip(node.inputs, contents)):
+                    if i not in plan.in_place.get(node, ()):
+                        tags[start:start + x.type.nbytes] = content
+                    start += x.type.nbytes
+                assert np.array_equal(tags[span(v)], np.concatenate(contents)), f"{node.name} joins the wrong bytes"
+            elif node.op != "reshape":
+                tags[span(v)] = 1 + 100 * step + k
+            held[v] = tags[span(v)].copy()
+
+
+def test_a_dense_block_writes_each_feature_once_into_the_widest_concat():
+    graph, plan = _plan(DENSE)
+    offsets, in_place = _by_name(graph, plan)
+    c2 = offsets["c2"]
+    assert (offsets["a"], offsets["y1"], offsets["y2"]) == (c2, c2 + 2 * F, c2 + 3 * F)  # cat2's parts
+    assert offsets["c1"] == c2  # cat1 is a view of cat2's first three channels
+    assert in_place == {"cat1": [0, 1], "cat2": [0, 1, 2]}
+    assert "5 concat copies saved" in plan.summary()
+    _simulate(graph, plan)
+
+
+@pytest.mark.parametrize("text, expected", [
+    # an input of the graph is copied; the produced input is written in place
+    ("""graph g(%x: f32[1,2,4]) {
+      %a: f32[1,2,4] = relu(%x) @r
+      %c: f32[1,4,4] = concat(%x, %a) {dim=1} @cat
+      %out0: f32[1,4,4] = neg(%c) @n
+      return %out0
+    }""", {"cat": [1]}),
+    # the same value twice: written once, copied once
+    ("""graph g(%x: f32[1,2,4]) {
+      %a: f32[1,2,4] = relu(%x) @r
+      %c: f32[1,4,4] = concat(%a, %a) {dim=1} @cat
+      %out0: f32[1,4,4] = neg(%c) @n
+      return %out0
+    }""", {"cat": [0]}),
+    # nested: the inner concat's output lies in the outer one, its inputs in it
+    ("""graph g(%x: f32[1,2,4]) {
+      %a: f32[1,2,4] = relu(%x) @r
+      %b: f32[1,2,4] = neg(%x) @s
+      %i: f32[1,4,4] = concat(%a, %b) {dim=1} @inner
+      %d: f32[1,2,4] = abs(%x) @t
+      %o: f32[1,6,4] = concat(%i, %d) {dim=1} @outer
+      %out0: f32[1,6,4] = neg(%o) @n
+      return %out0
+    }""", {"inner": [0, 1], "outer": [0, 1]}),
+    # through a reshape: the viewed value is written in place
+    ("""graph g(%x: f32[1,8]) {
+      %a: f32[1,8] = relu(%x) @r
+      %v: f32[1,2,4] = reshape(%a) {shape=[1, 2, 4]} @view
+      %b: f32[1,2,4] = neg(%v) @s
+      %c: f32[1,4,4] = concat(%v, %b) {dim=1} @cat
+      %out0: f32[1,4,4] = neg(%c) @n
+      return %out0
+    }""", {"cat": [0, 1]}),
+    # batch 2: the parts are not contiguous, every input is copied
+    ("""graph g(%x: f32[2,2,4]) {
+      %a: f32[2,2,4] = relu(%x) @r
+      %b: f32[2,2,4] = neg(%x) @s
+      %c: f32[2,4,4] = concat(%a, %b) {dim=1} @cat
+      %out0: f32[2,4,4] = neg(%c) @n
+      return %out0
+    }""", {}),
+    # a graph output: neither written into a concat nor hosting one
+    ("""graph g(%x: f32[1,2,4]) {
+      %a: f32[1,2,4] = relu(%x) @r
+      %b: f32[1,2,4] = neg(%x) @s
+      %c: f32[1,4,4] = concat(%a, %b) {dim=1} @cat
+      %out0: f32[1,4,4] = neg(%c) @n
+      return %out0, %a
+    }""", {"cat": [1]}),
+    ("""graph g(%x: f32[1,2,4]) {
+      %a: f32[1,2,4] = relu(%x) @r
+      %b: f32[1,2,4] = neg(%x) @s
+      %out0: f32[1,4,4] = concat(%a, %b) {dim=1} @cat
+      return %out0
+    }""", {}),
+])
+def test_concat_inputs_in_place_only_where_their_bytes_can_stay(text, expected):
+    graph, plan = _plan(text)
+    assert _by_name(graph, plan)[1] == expected
+    _simulate(graph, plan)
