@@ -1,10 +1,10 @@
 """Small helpers every kernel family shares: index arithmetic, the thread count, the GEMM call,
 and how a kernel splits its work over threads.
 
-Threads: numba's pool owns them. OpenBLAS runs single-threaded (codegen/runtime.py), and
-a kernel that multiplies matrices calls `gemm` from inside its own prange loop, one block
-of the product per task; two thread pools taking turns on the same cores lose more to
-hand-overs and spinning than the GEMM gains.
+Threads: numba's pool owns them; kernels hand it tasks with `run_tasks` (codegen/kernels/tasks.py).
+OpenBLAS runs single-threaded (codegen/runtime.py), and a kernel that multiplies matrices calls
+`gemm` from inside its own tasks, one block of the product per task; two thread pools taking
+turns on the same cores lose more to hand-overs and spinning than the GEMM gains.
 """
 
 from __future__ import annotations
@@ -18,8 +18,7 @@ from numba.np.linalg import check_blas_return, ensure_blas, get_blas_kind  # num
 from numba.np.ufunc.parallel import _iget_num_threads
 
 SEQ = {"cache": True, "nogil": True, "error_model": "numpy"}
-PAR = {**SEQ, "parallel": True}
-PARALLEL_MIN_ELEMENTS = 1 << 15  # elements: below this a prange loop costs more than it saves
+PARALLEL_MIN_ELEMENTS = 1 << 15  # elements: below this, running tasks on the threads costs more than it saves
 
 
 @numba.njit(inline="always", **SEQ)
@@ -96,7 +95,7 @@ def gemm_blocks(m, n, k, a, a0, lda, b, b0, ldb, b_transposed, c, c0, ldc, accum
 @numba.njit(inline="always", **SEQ)
 def blocks(jobs, rows, min_rows):
     """(count, size) of blocks to cut `rows` into so that the jobs * count tasks share out
-    evenly over the threads (numba hands each thread an equal run of prange iterations):
+    evenly over the threads (tasks of equal size, handed out one at a time):
     one block if the jobs already do, else the fewest that do, each at least min_rows long."""
     threads = num_threads()
     count = 1

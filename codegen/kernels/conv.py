@@ -20,12 +20,12 @@ from __future__ import annotations
 
 import numba
 import numpy as np
-from numba import prange
 
-from codegen.kernels.common import PAR, SEQ, blocks, gemm, span, u
+from codegen.kernels.common import SEQ, blocks, gemm, span, u
 from codegen.kernels.conv_gemm import conv_gemm
 from codegen.kernels.conv_packed import conv_packed
 from codegen.kernels.depthwise import conv_depthwise
+from codegen.kernels.tasks import run_tasks
 
 # conv padding_mode or pad mode -> kernel code
 PAD_CODES = {"zeros": 0, "constant": 0, "reflect": 1, "replicate": 2, "circular": 3}
@@ -47,35 +47,41 @@ def _source(j, n, mode):
     return j % n  # circular
 
 
-@numba.njit(**PAR)
+@numba.njit(**SEQ)
 def pad5(x, out, before, crop, kept, mode, value):
     """Pad the last four dims of x (L, A, B, C, D) into out. Along each dim, out index i
     reads the cropped input at i - before (mapped into [0, kept) by mode), which is x
     index + crop (negative pads crop)."""
+    rows = out.shape[0] * out.shape[1] * out.shape[2] * out.shape[3]
+    run_tasks(_pad_row, rows, (x, out, before, crop, kept, mode, value))
+
+
+@numba.njit(**SEQ)
+def _pad_row(r, x, out, before, crop, kept, mode, value):
+    """Row r (flat over out's first four dims) of pad5."""
     _, a_n, b_n, c_n, d_n = out.shape
     gd, kd = before[3], kept[3]
-    for r in prange(out.shape[0] * a_n * b_n * c_n):
-        c = r % c_n
-        b = (r // c_n) % b_n
-        a = (r // (c_n * b_n)) % a_n
-        lead = r // (c_n * b_n * a_n)
-        dst = out[lead, a, b, c]
-        sa = _source(a - before[0], kept[0], mode)
-        sb = _source(b - before[1], kept[1], mode)
-        sc = _source(c - before[2], kept[2], mode)
-        if sa < 0 or sb < 0 or sc < 0:
-            for d in range(d_n):
-                dst[d] = value
-            continue
-        src = x[lead, sa + crop[0], sb + crop[1], sc + crop[2]]
-        for d in range(gd, gd + kd):
-            dst[d] = src[d - gd + crop[3]]
-        for d in range(gd):
-            s = _source(d - gd, kd, mode)
-            dst[d] = value if s < 0 else src[s + crop[3]]
-        for d in range(gd + kd, d_n):
-            s = _source(d - gd, kd, mode)
-            dst[d] = value if s < 0 else src[s + crop[3]]
+    c = r % c_n
+    b = (r // c_n) % b_n
+    a = (r // (c_n * b_n)) % a_n
+    lead = r // (c_n * b_n * a_n)
+    dst = out[lead, a, b, c]
+    sa = _source(a - before[0], kept[0], mode)
+    sb = _source(b - before[1], kept[1], mode)
+    sc = _source(c - before[2], kept[2], mode)
+    if sa < 0 or sb < 0 or sc < 0:
+        for d in range(d_n):
+            dst[d] = value
+        return
+    src = x[lead, sa + crop[0], sb + crop[1], sc + crop[2]]
+    for d in range(gd, gd + kd):
+        dst[d] = src[d - gd + crop[3]]
+    for d in range(gd):
+        s = _source(d - gd, kd, mode)
+        dst[d] = value if s < 0 else src[s + crop[3]]
+    for d in range(gd + kd, d_n):
+        s = _source(d - gd, kd, mode)
+        dst[d] = value if s < 0 else src[s + crop[3]]
 
 
 # -- conv2d ------------------------------------------------------------------------------------
@@ -139,28 +145,37 @@ def _col2im(cols, of, d0, bias, o0, oh, ow, kh, kw, sh, sw, pt, pl, dh, dw, w_in
 
 
 
-@numba.njit(**PAR)
+@numba.njit(**SEQ)
 def conv_transpose2d(x, wt, bias, out, kernel, stride, padding, dilation):
     """out = conv_transpose2d(x, weight) + bias (bias may be None); wt = transpose_weight(weight).
     Each task takes one image, group and block of output channels: one GEMM gives every
     (tap, input pixel) product of its channels, then a scatter-add writes them."""
     n_n, c_n, h, w = x.shape
-    groups, cg = wt.shape[0], wt.shape[2]
-    kh, kw, sh, sw = kernel[0], kernel[1], stride[0], stride[1]  # (numba's parfor analysis mistakes
-    pt, pl, dh, dw = padding[0], padding[1], dilation[0], dilation[1]  # unpacked tuples for shapes)
-    o_n, oh, ow = out.shape[1], out.shape[2], out.shape[3]
-    og = o_n // groups
+    groups = wt.shape[0]
+    og = out.shape[1] // groups
     n_o, ob = blocks(n_n * groups, og, 4)
-    xf, of = x.reshape(-1), out.reshape(-1)
-    for t in prange(n_n * groups * n_o):
-        oi, g, n = t % n_o, (t // n_o) % groups, t // (n_o * groups)
-        o0 = oi * ob
-        o1 = min(og, o0 + ob)
-        x0 = (n * c_n + g * cg) * h * w
-        cols = np.empty(((o1 - o0) * kh * kw, h * w), x.dtype)
-        gemm(wt[g, o0 * kh * kw:o1 * kh * kw], xf[x0:x0 + cg * h * w].reshape((cg, h * w)), cols)
-        _col2im(cols, of, (n * o_n + g * og + o0) * oh * ow, bias, g * og + o0, oh, ow, kh, kw, sh, sw, pt, pl,
-                dh, dw, w)
+    run_tasks(_transpose_task, n_n * groups * n_o,
+              (x.reshape(-1), wt, bias, out.reshape(-1), (c_n, h, w), out.shape, groups, n_o, ob,
+               kernel, stride, padding, dilation))
+
+
+@numba.njit(**SEQ)
+def _transpose_task(t, xf, wt, bias, of, in_dims, out_shape, groups, n_o, ob, kernel, stride, padding, dilation):
+    """Task t of conv_transpose2d: one image, group and block of output channels."""
+    c_n, h, w = in_dims
+    cg = wt.shape[2]
+    kh, kw, sh, sw = kernel[0], kernel[1], stride[0], stride[1]
+    pt, pl, dh, dw = padding[0], padding[1], dilation[0], dilation[1]
+    o_n, oh, ow = out_shape[1], out_shape[2], out_shape[3]
+    og = o_n // groups
+    oi, g, n = t % n_o, (t // n_o) % groups, t // (n_o * groups)
+    o0 = oi * ob
+    o1 = min(og, o0 + ob)
+    x0 = (n * c_n + g * cg) * h * w
+    cols = np.empty(((o1 - o0) * kh * kw, h * w), xf.dtype)
+    gemm(wt[g, o0 * kh * kw:o1 * kh * kw], xf[x0:x0 + cg * h * w].reshape((cg, h * w)), cols)
+    _col2im(cols, of, (n * o_n + g * og + o0) * oh * ow, bias, g * og + o0, oh, ow, kh, kw, sh, sw, pt, pl,
+            dh, dw, w)
 
 
 # -- emit rules ----------------------------------------------------------------------------------

@@ -17,10 +17,10 @@ from __future__ import annotations
 
 import numba
 import numpy as np
-from numba import prange
 
-from codegen.kernels.common import PAR, SEQ, blocks, gemm_blocks, span, u
+from codegen.kernels.common import SEQ, blocks, gemm_blocks, span, u
 from codegen.kernels.epilogue import epilogue_run, residual_run
+from codegen.kernels.tasks import run_tasks
 
 TILE_BYTES = 1 << 19  # im2col matrix (or input block of a 1x1 conv) of one tile: about half of a core's L2
 WHOLE_IMAGE_BYTES = 1 << 21  # an im2col matrix up to this size is one tile
@@ -64,7 +64,7 @@ def im2col_rows(xf, x0, h, w, cg, cols, p, oy0, ow, sh, sw, pt, pl, dh, dw, kh, 
                         cf[u(d + ox)] = 0
 
 
-@numba.njit(**PAR)
+@numba.njit(**SEQ)
 def conv_gemm(x, weight, bias, residual, out, sh, sw, pt, pl, dh, dw, groups,
               act, alpha, beta, post, post_alpha, post_beta):
     """out = post(act(conv2d(x, weight) + bias) + residual); bias may be None, residual None or empty for none."""
@@ -83,22 +83,35 @@ def conv_gemm(x, weight, bias, residual, out, sh, sw, pt, pl, dh, dw, groups,
     n_o, ob = blocks(n_n * groups * n_p, og, MIN_BLOCK)
     xf, wf, of = x.reshape(-1), weight.reshape(-1), out.reshape(-1)
     rf = residual_run(residual, out)
-    for t in prange(n_n * groups * n_p * n_o):
-        oi, pi = t % n_o, (t // n_o) % n_p
-        g, n = (t // (n_o * n_p)) % groups, t // (n_o * n_p * groups)
-        p0 = pi * tile
-        p = min(tile, p_n - p0)
-        o0 = g * og + oi * ob
-        o1 = min(g * og + og, o0 + ob)
-        x0 = (n * c_n + g * cg) * h * w
-        c0 = (n * o_n + o0) * p_n + p0  # the block's tile of the output: rows of p pixels, p_n apart
-        if pointwise:
-            gemm_blocks(o1 - o0, p, k, wf, o0 * k, k, xf, x0 + p0, h * w, False, of, c0, p_n, False)
-        else:
-            cols = np.empty(k * p, x.dtype)
-            im2col_rows(xf, x0, h, w, cg, cols.reshape((k, p)), p, p0 // ow, ow, sh, sw, pt, pl, dh, dw, kh, kw)
-            gemm_blocks(o1 - o0, p, k, wf, o0 * k, k, cols, 0, p, False, of, c0, p_n, False)
-        for r in range(o1 - o0):  # the epilogue while the tile is still in cache
-            d = c0 + r * p_n
-            bv = 0.0 if bias is None else bias[o0 + r]
-            epilogue_run(of, d, p, of, d, bv, rf, act, alpha, beta, post, post_alpha, post_beta)
+    run_tasks(_gemm_task, n_n * groups * n_p * n_o,
+              (xf, wf, of, rf, bias, (c_n, h, w, o_n, oh, ow, groups, cg, kh, kw), (sh, sw, pt, pl, dh, dw),
+               (tile, n_p, n_o, ob), pointwise, (act, post), (alpha, beta, post_alpha, post_beta)))
+
+
+@numba.njit(**SEQ)
+def _gemm_task(t, xf, wf, of, rf, bias, dims, window, split, pointwise, acts, params):
+    """Task t of conv_gemm: one tile of pixels of one image and group, times one block of channels."""
+    c_n, h, w, o_n, oh, ow, groups, cg, kh, kw = dims
+    sh, sw, pt, pl, dh, dw = window
+    tile, n_p, n_o, ob = split
+    act, post = acts
+    alpha, beta, post_alpha, post_beta = params
+    og, k, p_n = o_n // groups, cg * kh * kw, oh * ow
+    oi, pi = t % n_o, (t // n_o) % n_p
+    g, n = (t // (n_o * n_p)) % groups, t // (n_o * n_p * groups)
+    p0 = pi * tile
+    p = min(tile, p_n - p0)
+    o0 = g * og + oi * ob
+    o1 = min(g * og + og, o0 + ob)
+    x0 = (n * c_n + g * cg) * h * w
+    c0 = (n * o_n + o0) * p_n + p0  # the block's tile of the output: rows of p pixels, p_n apart
+    if pointwise:
+        gemm_blocks(o1 - o0, p, k, wf, o0 * k, k, xf, x0 + p0, h * w, False, of, c0, p_n, False)
+    else:
+        cols = np.empty(k * p, xf.dtype)
+        im2col_rows(xf, x0, h, w, cg, cols.reshape((k, p)), p, p0 // ow, ow, sh, sw, pt, pl, dh, dw, kh, kw)
+        gemm_blocks(o1 - o0, p, k, wf, o0 * k, k, cols, 0, p, False, of, c0, p_n, False)
+    for r in range(o1 - o0):  # the epilogue while the tile is still in cache
+        d = c0 + r * p_n
+        bv = 0.0 if bias is None else bias[o0 + r]
+        epilogue_run(of, d, p, of, d, bv, rf, act, alpha, beta, post, post_alpha, post_beta)

@@ -20,12 +20,12 @@ from __future__ import annotations
 
 import numba
 import numpy as np
-from numba import prange
 
-from codegen.kernels.common import PAR, SEQ, blocks, num_threads, u
+from codegen.kernels.common import SEQ, blocks, num_threads, u
 from codegen.kernels.conv_gemm import im2col_rows
 from codegen.kernels.epilogue import epilogue_run, residual_run
 from codegen.kernels.microkernel import MR, micro_gemm, panel_width
+from codegen.kernels.tasks import run_tasks
 
 TILE_BYTES = 1 << 19  # a tile's im2col matrix (or input block of a 1x1 conv): about a core's L2
 WHOLE_IMAGE_BYTES = 1 << 21  # an im2col matrix up to this size is one tile
@@ -53,14 +53,13 @@ def _even_count(jobs, count):
     return count
 
 
-@numba.njit(**PAR)
+@numba.njit(**SEQ)
 def conv_packed(x, wp, bias, residual, out, kh, kw, sh, sw, pt, pl, dh, dw,
                 act, alpha, beta, post, post_alpha, post_beta):
     """out = post(act(conv2d(x, weight) + bias) + residual), wp = pack_weights(weight, groups);
     bias may be None, residual None or empty for none; zero padding top pt, left pl."""
     n_n, c_n, h, w = x.shape
     groups, n_mb, k = wp.shape[0], wp.shape[1], wp.shape[2]
-    cg = c_n // groups
     o_n, oh, ow = out.shape[1], out.shape[2], out.shape[3]
     og, p_n = o_n // groups, oh * ow
     nr = panel_width()
@@ -84,37 +83,52 @@ def conv_packed(x, wp, bias, residual, out, kh, kw, sh, sw, pt, pl, dh, dw,
     n_o, mbb = blocks(n_n * groups * n_p, n_mb, MIN_PANELS)
     xf, wf, of = x.reshape(-1), wp.reshape(-1), out.reshape(-1)
     rf = residual_run(residual, out)
-    for t in prange(n_n * groups * n_p * n_o):
-        oi, pi = t % n_o, (t // n_o) % n_p
-        g, n = (t // (n_o * n_p)) % groups, t // (n_o * n_p * groups)
-        p0 = pi * tile
-        p = min(tile, p_n - p0)
-        pp = -(-p // nr) * nr  # the tile's pixels, padded to whole panels
-        mb0 = oi * mbb
-        mb1 = min(n_mb, mb0 + mbb)
-        x0 = (n * c_n + g * cg) * h * w
-        if pointwise:
-            b, b0, ldb = xf, x0 + p0, h * w
-            full = p // nr * nr  # the panels read in place; a partial last one is copied
-            tail = _tail_panel(xf, x0, h * w, k, p0 + full, p - full, nr)
-        else:
-            cols = np.empty((k, pp), x.dtype)
-            im2col_rows(xf, x0, h, w, cg, cols, p, p0 // ow, ow, sh, sw, pt, pl, dh, dw, kh, kw)
-            b, b0, ldb, full = cols.reshape(-1), 0, pp, pp
-            tail = cols.reshape(-1)[:0]
-        acc = np.empty((mb1 - mb0) * MR * pp, x.dtype)
-        for kb in range(0, k, K_CHUNK):
-            kc = min(K_CHUNK, k - kb)
-            for mb in range(mb0, mb1):
-                a0 = ((g * n_mb + mb) * k + kb) * MR
-                c0 = (mb - mb0) * MR * pp
-                for j in range(0, full, nr):
-                    micro_gemm(kc, wf, a0, b, b0 + kb * ldb + j, ldb, acc, c0 + j, pp, kb > 0)
-                if full < pp:
-                    micro_gemm(kc, wf, a0, tail, kb * nr, nr, acc, c0 + full, pp, kb > 0)
-        for r in range(mb0 * MR, min(og, mb1 * MR)):  # the epilogue, from the block into the output
-            o = g * og + r
-            d = (n * o_n + o) * p_n + p0
-            s = (r - mb0 * MR) * pp
-            bv = 0.0 if bias is None else bias[o]
-            epilogue_run(of, d, p, acc, s, bv, rf, act, alpha, beta, post, post_alpha, post_beta)
+    run_tasks(_packed_task, n_n * groups * n_p * n_o,
+              (xf, wf, of, rf, bias, (c_n, h, w, o_n, oh, ow, groups, n_mb, k), (kh, kw, sh, sw, pt, pl, dh, dw),
+               (tile, n_p, n_o, mbb), pointwise, (act, post), (alpha, beta, post_alpha, post_beta)))
+
+
+@numba.njit(**SEQ)
+def _packed_task(t, xf, wf, of, rf, bias, dims, window, split, pointwise, acts, params):
+    """Task t of conv_packed: one tile of pixels of one image and group, times one block of
+    channel panels; im2col (or the input in place), the microkernel, the epilogue."""
+    c_n, h, w, o_n, oh, ow, groups, n_mb, k = dims
+    kh, kw, sh, sw, pt, pl, dh, dw = window
+    tile, n_p, n_o, mbb = split
+    act, post = acts
+    alpha, beta, post_alpha, post_beta = params
+    cg, og, p_n = c_n // groups, o_n // groups, oh * ow
+    nr = panel_width()
+    oi, pi = t % n_o, (t // n_o) % n_p
+    g, n = (t // (n_o * n_p)) % groups, t // (n_o * n_p * groups)
+    p0 = pi * tile
+    p = min(tile, p_n - p0)
+    pp = -(-p // nr) * nr  # the tile's pixels, padded to whole panels
+    mb0 = oi * mbb
+    mb1 = min(n_mb, mb0 + mbb)
+    x0 = (n * c_n + g * cg) * h * w
+    if pointwise:
+        b, b0, ldb = xf, x0 + p0, h * w
+        full = p // nr * nr  # the panels read in place; a partial last one is copied
+        tail = _tail_panel(xf, x0, h * w, k, p0 + full, p - full, nr)
+    else:
+        cols = np.empty((k, pp), xf.dtype)
+        im2col_rows(xf, x0, h, w, cg, cols, p, p0 // ow, ow, sh, sw, pt, pl, dh, dw, kh, kw)
+        b, b0, ldb, full = cols.reshape(-1), 0, pp, pp
+        tail = cols.reshape(-1)[:0]
+    acc = np.empty((mb1 - mb0) * MR * pp, xf.dtype)
+    for kb in range(0, k, K_CHUNK):
+        kc = min(K_CHUNK, k - kb)
+        for mb in range(mb0, mb1):
+            a0 = ((g * n_mb + mb) * k + kb) * MR
+            c0 = (mb - mb0) * MR * pp
+            for j in range(0, full, nr):
+                micro_gemm(kc, wf, a0, b, b0 + kb * ldb + j, ldb, acc, c0 + j, pp, kb > 0)
+            if full < pp:
+                micro_gemm(kc, wf, a0, tail, kb * nr, nr, acc, c0 + full, pp, kb > 0)
+    for r in range(mb0 * MR, min(og, mb1 * MR)):  # the epilogue, from the block into the output
+        o = g * og + r
+        d = (n * o_n + o) * p_n + p0
+        s = (r - mb0 * MR) * pp
+        bv = 0.0 if bias is None else bias[o]
+        epilogue_run(of, d, p, acc, s, bv, rf, act, alpha, beta, post, post_alpha, post_beta)

@@ -21,6 +21,7 @@ from __future__ import annotations
 import numba
 
 from codegen.kernels.common import PARALLEL_MIN_ELEMENTS
+from codegen.kernels.tasks import run_tasks
 
 CHUNK = 16384  # elements per task (rows mode)
 RUN, TILE = 128, 32  # transposes copy RUN x TILE blocks, RUN along the longer unit-stride dim
@@ -62,7 +63,7 @@ def _copy_line(s, d, a, b, m, ss, ds):
 
 
 @numba.njit(cache=True, nogil=True)
-def _copy_task(s, d, t, shape, sstr, dstr, soff, doff, t4, t5, nb4, nb5, along4):
+def _copy_task(t, s, d, shape, sstr, dstr, soff, doff, t4, t5, nb4, nb5, along4):
     r = len(shape)
     b5 = t % nb5
     t //= nb5
@@ -86,7 +87,7 @@ def _copy_task(s, d, t, shape, sstr, dstr, soff, doff, t4, t5, nb4, nb5, along4)
             _copy_line(s, d, soff + i4 * ss4 + lo5 * ss5, doff + i4 * ds4 + lo5 * ds5, hi5 - lo5, ss5, ds5)
 
 
-@numba.njit(cache=True, nogil=True, parallel=True)
+@numba.njit(cache=True, nogil=True)
 def strided_copy(src, dst, shape, sstr, dstr, soff, doff, transposed):
     """dst[doff + i . dstr] = src[soff + i . sstr] for every index i of `shape` (>= 2 dims); src, dst flat.
 
@@ -108,8 +109,7 @@ def strided_copy(src, dst, shape, sstr, dstr, soff, doff, transposed):
         outer *= shape[k]
     tasks = outer * nb4 * nb5
     if tasks > 1 and outer * n4 * n5 >= PARALLEL_MIN_ELEMENTS:
-        for t in numba.prange(tasks):
-            _copy_task(s, d, t, shape, sstr, dstr, soff, doff, t4, t5, nb4, nb5, along4)
+        run_tasks(_copy_task, tasks, (s, d, shape, sstr, dstr, soff, doff, t4, t5, nb4, nb5, along4))
     else:
         for t in range(tasks):
-            _copy_task(s, d, t, shape, sstr, dstr, soff, doff, t4, t5, nb4, nb5, along4)
+            _copy_task(t, s, d, shape, sstr, dstr, soff, doff, t4, t5, nb4, nb5, along4)

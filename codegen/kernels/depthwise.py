@@ -23,10 +23,10 @@ from __future__ import annotations
 
 import numba
 import numpy as np
-from numba import prange
 
-from codegen.kernels.common import PAR, SEQ, blocks, num_threads, u
+from codegen.kernels.common import SEQ, blocks, num_threads, u
 from codegen.kernels.epilogue import epilogue_run, residual_run
+from codegen.kernels.tasks import run_tasks
 
 # a*b + c may compile to one fused multiply-add (the only fast-math flag: no reassociation)
 FMA = {**SEQ, "fastmath": {"contract"}}
@@ -129,7 +129,7 @@ def _sum_taps(p, wf, k0, kh, kw, acc, n, sh, sw, dh, dw, hq, wq):
                 acc[u(q)] += wv * p[u(q + o)]
 
 
-@numba.njit(**PAR)
+@numba.njit(**SEQ)
 def conv_depthwise(x, weight, bias, residual, out, sh, sw, pt, pl, dh, dw,
                    act, alpha, beta, post, post_alpha, post_beta):
     """groups == C: output channel o reads input channel o // (O / C). See the module docstring."""
@@ -151,35 +151,50 @@ def conv_depthwise(x, weight, bias, residual, out, sh, sw, pt, pl, dh, dw,
     clamp = act <= 2 and post == 0 and rf.size == 0
     vmin = typed(-np.inf if act == 0 else (0.0 if act == 1 else alpha))
     vmax = typed(np.inf if act <= 1 else beta)
-    tasks, threads = n_n * o_n * n_b, num_threads()
-    for th in prange(threads):
-        # the flat loop reads up to a row and a vector past the last plane
-        p = np.zeros(sh * sw * hq * wq + wq + VEC, x.dtype)
-        acc = np.empty(-(-rows * wq // VEC) * VEC, x.dtype)
-        for t in range(tasks * th // threads, tasks * (th + 1) // threads):
-            job, oy0 = t // n_b, t % n_b * rows
-            o, nr = job % o_n, min(rows, oh - oy0)
-            k0 = o * kh * kw
-            _gather(xf, (job // o_n * c_n + o // mult) * h * w, h, w, oy0 * sh - pt, sh, sw, pl, p, hq, wq)
-            n = -(-nr * wq // VEC) * VEC
-            if kh == 3 and kw == 3:
-                _sum3x3(p, wf, k0, acc, n, sh, sw, dh, dw, hq, wq)
-            elif kw == 5:
-                _sum_rows5(p, wf, k0, kh, acc, n, sh, sw, dh, dw, hq, wq)
+    threads = num_threads()
+    run_tasks(_depthwise_share, threads,
+              (threads, xf, wf, of, rf, bias, (n_n, c_n, h, w, o_n, oh, ow, mult, kh, kw),
+               (sh, sw, pt, pl, dh, dw), (n_b, rows, hq, wq), clamp, vmin, vmax,
+               (act, post), (alpha, beta, post_alpha, post_beta)))
+
+
+@numba.njit(**SEQ)
+def _depthwise_share(th, threads, xf, wf, of, rf, bias, dims, window, split, clamp, vmin, vmax, acts, params):
+    """Thread th's share of conv_depthwise's (image, channel, block of rows) tasks, with scratch of its own."""
+    n_n, c_n, h, w, o_n, oh, ow, mult, kh, kw = dims
+    sh, sw, pt, pl, dh, dw = window
+    n_b, rows, hq, wq = split
+    act, post = acts
+    alpha, beta, post_alpha, post_beta = params
+    typed = of.dtype.type
+    tasks = n_n * o_n * n_b
+    # the flat loop reads up to a row and a vector past the last plane
+    p = np.zeros(sh * sw * hq * wq + wq + VEC, xf.dtype)
+    acc = np.empty(-(-rows * wq // VEC) * VEC, xf.dtype)
+    for t in range(tasks * th // threads, tasks * (th + 1) // threads):
+        job, oy0 = t // n_b, t % n_b * rows
+        o, nr = job % o_n, min(rows, oh - oy0)
+        k0 = o * kh * kw
+        _gather(xf, (job // o_n * c_n + o // mult) * h * w, h, w, oy0 * sh - pt, sh, sw, pl, p, hq, wq)
+        n = -(-nr * wq // VEC) * VEC
+        if kh == 3 and kw == 3:
+            _sum3x3(p, wf, k0, acc, n, sh, sw, dh, dw, hq, wq)
+        elif kw == 5:
+            _sum_rows5(p, wf, k0, kh, acc, n, sh, sw, dh, dw, hq, wq)
+        else:
+            _sum_taps(p, wf, k0, kh, kw, acc, n, sh, sw, dh, dw, hq, wq)
+        bv = typed(0.0 if bias is None else bias[o])
+        if not clamp and rf.size == 0:  # the epilogue over the whole block at once, a whole
+            # number of vectors (the columns past each row's end too): no scalar tail per row
+            epilogue_run(acc, 0, n, acc, 0, float(bv), acc[:0], act, alpha, beta, post, post_alpha, post_beta)
+        for r in range(nr):
+            d = (job * oh + oy0 + r) * ow
+            if clamp:
+                for ox in range(ow):
+                    of[u(d + ox)] = min(max(acc[u(r * wq + ox)] + bv, vmin), vmax)
+            elif rf.size == 0:
+                for ox in range(ow):
+                    of[u(d + ox)] = acc[u(r * wq + ox)]
             else:
-                _sum_taps(p, wf, k0, kh, kw, acc, n, sh, sw, dh, dw, hq, wq)
-            bv = typed(0.0 if bias is None else bias[o])
-            if not clamp and rf.size == 0:  # the epilogue over the whole block at once, a whole
-                # number of vectors (the columns past each row's end too): no scalar tail per row
-                epilogue_run(acc, 0, n, acc, 0, float(bv), acc[:0], act, alpha, beta, post, post_alpha, post_beta)
-            for r in range(nr):
-                d = (job * oh + oy0 + r) * ow
-                if clamp:
-                    for ox in range(ow):
-                        of[u(d + ox)] = min(max(acc[u(r * wq + ox)] + bv, vmin), vmax)
-                elif rf.size == 0:
-                    for ox in range(ow):
-                        of[u(d + ox)] = acc[u(r * wq + ox)]
-                else:
-                    epilogue_run(of, d, ow, acc, r * wq, float(bv), rf, act, alpha, beta,
-                                 post, post_alpha, post_beta)
+                epilogue_run(of, d, ow, acc, r * wq, float(bv), rf, act, alpha, beta,
+                             post, post_alpha, post_beta)

@@ -9,10 +9,10 @@ mixed-dtype matmuls fall back to a plain loop.
 from __future__ import annotations
 
 import numba
-from numba import prange
 
-from codegen.kernels.common import PAR, SEQ, blocks, gemm, gemm_blocks, u
+from codegen.kernels.common import SEQ, blocks, gemm, gemm_blocks, u
 from codegen.kernels.epilogue import epilogue_run, residual_run
+from codegen.kernels.tasks import run_tasks
 
 MIN_ROWS = 8  # rows (or output features) per block of a split product, at least
 GEMV_MAX_ROWS = 2  # products of this many rows or fewer run as dot products (see linear)
@@ -59,7 +59,7 @@ def _gemv_task(t, ob, m_n, o_n, k, xf, wf, of, bias, rf, act, alpha, beta, post,
         epilogue_run(of, d + o0, o1 - o0, of, d + o0, 0.0, rf, act, alpha, beta, post, post_alpha, post_beta)
 
 
-@numba.njit(**PAR)
+@numba.njit(**SEQ)
 def linear(x, weight, bias, residual, out, act, alpha, beta, post, post_alpha, post_beta):
     """out (M, O) = epilogue(x (M, K) @ weight (O, K).T + bias): blocks of rows times blocks of
     output features, each multiplied into its block of out and finished there; the features
@@ -77,9 +77,8 @@ def linear(x, weight, bias, residual, out, act, alpha, beta, post, post_alpha, p
                 _gemv_task(t, ob, m_n, o_n, k, xf, wf, of, bias, rf,
                            act, alpha, beta, post, post_alpha, post_beta)
         else:
-            for t in prange(n_o):
-                _gemv_task(t, ob, m_n, o_n, k, xf, wf, of, bias, rf,
-                           act, alpha, beta, post, post_alpha, post_beta)
+            run_tasks(_gemv_task, n_o, (ob, m_n, o_n, k, xf, wf, of, bias, rf,
+                                        act, alpha, beta, post, post_alpha, post_beta))
         return
     n_m, mb = blocks(1, m_n, MIN_ROWS)
     n_o, ob = blocks(n_m, o_n, MIN_ROWS) if n_m == 1 else (1, o_n)
@@ -90,12 +89,11 @@ def linear(x, weight, bias, residual, out, act, alpha, beta, post, post_alpha, p
             _linear_task(t, n_o, mb, ob, m_n, o_n, k, xf, wf, of, bias, rf,
                          act, alpha, beta, post, post_alpha, post_beta)
     else:
-        for t in prange(n_m * n_o):
-            _linear_task(t, n_o, mb, ob, m_n, o_n, k, xf, wf, of, bias, rf,
-                         act, alpha, beta, post, post_alpha, post_beta)
+        run_tasks(_linear_task, n_m * n_o, (n_o, mb, ob, m_n, o_n, k, xf, wf, of, bias, rf,
+                                            act, alpha, beta, post, post_alpha, post_beta))
 
 
-@numba.njit(**PAR)
+@numba.njit(**SEQ)
 def matmul(a, b, out, batch, a_step, b_step):
     """out[i] = a[ia] @ b[ib] over the flat batch index i of out (B, M, N), in blocks of rows.
 
@@ -107,8 +105,7 @@ def matmul(a, b, out, batch, a_step, b_step):
         for t in range(out.shape[0] * n_m):
             _matmul_task(t, n_m, mb, m_n, a, b, out, batch, a_step, b_step)
     else:
-        for t in prange(out.shape[0] * n_m):
-            _matmul_task(t, n_m, mb, m_n, a, b, out, batch, a_step, b_step)
+        run_tasks(_matmul_task, out.shape[0] * n_m, (n_m, mb, m_n, a, b, out, batch, a_step, b_step))
 
 
 @numba.njit(inline="always", **SEQ)
@@ -123,7 +120,7 @@ def _operands(i, batch, a_step, b_step):
     return ia, ib
 
 
-@numba.njit(inline="always", **SEQ)
+@numba.njit(**SEQ)
 def _matmul_task(t, n_m, mb, m_n, a, b, out, batch, a_step, b_step):
     i, m0 = t // n_m, (t % n_m) * mb
     m1 = min(m_n, m0 + mb)
@@ -131,19 +128,23 @@ def _matmul_task(t, n_m, mb, m_n, a, b, out, batch, a_step, b_step):
     gemm(a[ia, m0:m1], b[ib], out[i, m0:m1])
 
 
-@numba.njit(**PAR)
+@numba.njit(**SEQ)
 def matmul_loops(a, b, out, batch, a_step, b_step):
-    """matmul for dtypes OpenBLAS does not take (integers, mixed): a plain loop."""
+    """matmul for dtypes OpenBLAS does not take (integers, mixed): a plain loop per row."""
+    run_tasks(_matmul_row, out.shape[0] * out.shape[1], (a, b, out, batch, a_step, b_step))
+
+
+@numba.njit(**SEQ)
+def _matmul_row(t, a, b, out, batch, a_step, b_step):
     m_n, n_n = out.shape[1], out.shape[2]
-    for t in prange(out.shape[0] * m_n):
-        i, m = t // m_n, t % m_n
-        ia, ib = _operands(i, batch, a_step, b_step)
-        row = out[i, m]
-        row[:] = 0
-        for k in range(a.shape[2]):
-            av = a[ia, m, k]
-            for j in range(n_n):
-                row[j] += av * b[ib, k, j]
+    i, m = t // m_n, t % m_n
+    ia, ib = _operands(i, batch, a_step, b_step)
+    row = out[i, m]
+    row[:] = 0
+    for k in range(a.shape[2]):
+        av = a[ia, m, k]
+        for j in range(n_n):
+            row[j] += av * b[ib, k, j]
 
 
 # -- emit rules ------------------------------------------------------------------------------

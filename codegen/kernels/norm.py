@@ -19,12 +19,13 @@ from numba.core import types
 from numba.extending import overload
 
 from codegen.kernels.common import PARALLEL_MIN_ELEMENTS
+from codegen.kernels.tasks import run_tasks
 from codegen.kernels.vmath import fast_exp_no_overflow
 
 BLOCK = 256  # softmax over a non-last dim: inner positions per task
 
 
-@numba.njit(cache=True, nogil=True, parallel=True)
+@numba.njit(cache=True, nogil=True)
 def batch_norm(x, mean, var, weight, bias, out, eps):
     """out = (x - mean) / sqrt(var + eps) * weight + bias per channel (dim 1), folded as torch's eval kernel."""
     n, c = x.shape[0], x.shape[1]
@@ -33,11 +34,16 @@ def batch_norm(x, mean, var, weight, bias, out, eps):
     scale = weight / np.sqrt(var + eps)
     shift = bias - mean * scale
     if n * c > 1 and x.size >= PARALLEL_MIN_ELEMENTS:
-        for p in numba.prange(n * c):
-            _affine(xf[p * size:(p + 1) * size], of[p * size:(p + 1) * size], scale[p % c], shift[p % c])
+        run_tasks(_bn_plane, n * c, (xf, of, scale, shift, size))
     else:
         for p in range(n * c):
-            _affine(xf[p * size:(p + 1) * size], of[p * size:(p + 1) * size], scale[p % c], shift[p % c])
+            _bn_plane(p, xf, of, scale, shift, size)
+
+
+@numba.njit(cache=True, nogil=True)
+def _bn_plane(p, xf, of, scale, shift, size):
+    c = scale.size
+    _affine(xf[p * size:(p + 1) * size], of[p * size:(p + 1) * size], scale[p % c], shift[p % c])
 
 
 @numba.njit(inline="always", cache=True, nogil=True)
@@ -74,17 +80,20 @@ def _layer_norm_row(xv, ov, weight, bias, eps):
             ov[i] += bias[i]
 
 
-@numba.njit(cache=True, nogil=True, parallel=True)
+@numba.njit(cache=True, nogil=True)
 def layer_norm(x, weight, bias, out, eps, inner):
     """Normalize each block of `inner` elements of flat x; weight, bias: flat (inner,) arrays or None."""
     rows = x.size // inner
-    xf, of = x, out
     if rows > 1 and x.size >= PARALLEL_MIN_ELEMENTS:
-        for r in numba.prange(rows):
-            _layer_norm_row(xf[r * inner:(r + 1) * inner], of[r * inner:(r + 1) * inner], weight, bias, eps)
+        run_tasks(_layer_norm_task, rows, (x, out, weight, bias, eps, inner))
     else:
         for r in range(rows):
-            _layer_norm_row(xf[r * inner:(r + 1) * inner], of[r * inner:(r + 1) * inner], weight, bias, eps)
+            _layer_norm_task(r, x, out, weight, bias, eps, inner)
+
+
+@numba.njit(cache=True, nogil=True)
+def _layer_norm_task(r, xf, of, weight, bias, eps, inner):
+    _layer_norm_row(xf[r * inner:(r + 1) * inner], of[r * inner:(r + 1) * inner], weight, bias, eps)
 
 
 @numba.njit(cache=True, nogil=True)
@@ -102,21 +111,24 @@ def _group_norm_block(xv, ov, c0, per_channel, weight, bias, eps):
             oc[i] = (xc[i] - m) * scale + shift
 
 
-@numba.njit(cache=True, nogil=True, parallel=True)
+@numba.njit(cache=True, nogil=True)
 def group_norm(x, weight, bias, out, groups, eps):
     """Normalize each (n, group) block of channels; weight, bias: (C,) arrays or None."""
     n, c = x.shape[0], x.shape[1]
     per_channel = x.size // (n * c) if n * c else 0
-    block = per_channel * (c // groups)
     xf, of = x.reshape(-1), out.reshape(-1)
     if n * groups > 1 and x.size >= PARALLEL_MIN_ELEMENTS:
-        for b in numba.prange(n * groups):
-            _group_norm_block(xf[b * block:(b + 1) * block], of[b * block:(b + 1) * block],
-                              (b % groups) * (c // groups), per_channel, weight, bias, eps)
+        run_tasks(_group_norm_task, n * groups, (xf, of, c, groups, per_channel, weight, bias, eps))
     else:
         for b in range(n * groups):
-            _group_norm_block(xf[b * block:(b + 1) * block], of[b * block:(b + 1) * block],
-                              (b % groups) * (c // groups), per_channel, weight, bias, eps)
+            _group_norm_task(b, xf, of, c, groups, per_channel, weight, bias, eps)
+
+
+@numba.njit(cache=True, nogil=True)
+def _group_norm_task(b, xf, of, c, groups, per_channel, weight, bias, eps):
+    block = per_channel * (c // groups)
+    _group_norm_block(xf[b * block:(b + 1) * block], of[b * block:(b + 1) * block],
+                      (b % groups) * (c // groups), per_channel, weight, bias, eps)
 
 
 # -- softmax ------------------------------------------------------------------------------------------
@@ -155,7 +167,7 @@ def _softmax_row(xv, ov, log):
 
 
 @numba.njit(cache=True, nogil=True, fastmath={"reassoc", "contract"})
-def _softmax_block(xf, of, t, d, inner, log):
+def _softmax_block(t, xf, of, d, inner, log):
     """Softmax over dim of the (outer, dim, inner) view, for one block of inner positions."""
     nb = (inner + BLOCK - 1) // BLOCK
     o, lo = t // nb, (t % nb) * BLOCK
@@ -185,23 +197,25 @@ def _softmax_block(xf, of, t, d, inner, log):
                 ov[i] *= s[i]
 
 
-@numba.njit(cache=True, nogil=True, parallel=True)
+@numba.njit(cache=True, nogil=True)
 def softmax(x, out, outer, d, inner, log):
     """Softmax (log-softmax if `log`) over the middle dim of the (outer, d, inner) view of flat x."""
-    xf, of = x, out
     parallel = x.size >= PARALLEL_MIN_ELEMENTS
     if inner == 1:
         if parallel and outer > 1:
-            for r in numba.prange(outer):
-                _softmax_row(xf[r * d:(r + 1) * d], of[r * d:(r + 1) * d], log)
+            run_tasks(_softmax_task, outer, (x, out, d, log))
         else:
             for r in range(outer):
-                _softmax_row(xf[r * d:(r + 1) * d], of[r * d:(r + 1) * d], log)
+                _softmax_task(r, x, out, d, log)
         return
     tasks = outer * ((inner + BLOCK - 1) // BLOCK)
     if parallel and tasks > 1:
-        for t in numba.prange(tasks):
-            _softmax_block(xf, of, t, d, inner, log)
+        run_tasks(_softmax_block, tasks, (x, out, d, inner, log))
     else:
         for t in range(tasks):
-            _softmax_block(xf, of, t, d, inner, log)
+            _softmax_block(t, x, out, d, inner, log)
+
+
+@numba.njit(cache=True, nogil=True)
+def _softmax_task(r, xf, of, d, log):
+    _softmax_row(xf[r * d:(r + 1) * d], of[r * d:(r + 1) * d], log)

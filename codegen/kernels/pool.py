@@ -20,6 +20,7 @@ import numba
 import numpy as np
 
 from codegen.kernels.common import PARALLEL_MIN_ELEMENTS
+from codegen.kernels.tasks import run_tasks
 
 CHUNKS = 16  # parallel window pooling: tasks of consecutive planes, each with its own scratch
 BLOCK_ELEMENTS = 2048  # window pooling works on blocks of rows of about this many elements
@@ -147,16 +148,23 @@ def _window_planes(x, out, lo, hi, kernel, stride, padding, dilation, fill, is_m
                           count_include_pad, divisor, v, phases, hb)
 
 
-@numba.njit(cache=True, nogil=True, parallel=True)
+@numba.njit(cache=True, nogil=True)
+def _window_chunk(k, x, out, chunks, kernel, stride, padding, dilation, fill, is_max, count_include_pad, divisor):
+    """Chunk k of `chunks` of the planes."""
+    planes = x.shape[0] * x.shape[1]
+    _window_planes(x, out, k * planes // chunks, (k + 1) * planes // chunks, kernel, stride, padding,
+                   dilation, fill, is_max, count_include_pad, divisor)
+
+
+@numba.njit(cache=True, nogil=True)
 def pool2d(x, out, kernel, stride, padding, dilation, fill, is_max, count_include_pad, divisor):
     """Max (is_max) or average pooling; padding (top, left, bottom, right), `fill` pads a max.
     divisor > 0 overrides the average's window count."""
     planes = x.shape[0] * x.shape[1]
     if planes > 1 and x.size >= PARALLEL_MIN_ELEMENTS:
         chunks = min(planes, CHUNKS)
-        for k in numba.prange(chunks):
-            _window_planes(x, out, k * planes // chunks, (k + 1) * planes // chunks, kernel, stride, padding,
-                           dilation, fill, is_max, count_include_pad, divisor)
+        run_tasks(_window_chunk, chunks, (x, out, chunks, kernel, stride, padding, dilation, fill, is_max,
+                                          count_include_pad, divisor))
     else:
         _window_planes(x, out, 0, planes, kernel, stride, padding, dilation, fill, is_max, count_include_pad,
                        divisor)
@@ -169,7 +177,7 @@ def _better(v, best):
 
 
 @numba.njit(cache=True, nogil=True)
-def _indices_plane(x, out, p, kernel, stride, padding, dilation, fill):
+def _indices_plane(p, x, out, kernel, stride, padding, dilation, fill):
     _, _, h, w = x.shape
     _, _, oh, ow = out.shape
     xf, of = x.reshape(-1), out.reshape(-1)
@@ -187,16 +195,15 @@ def _indices_plane(x, out, p, kernel, stride, padding, dilation, fill):
             of[(p * oh + oy) * ow + ox] = index
 
 
-@numba.njit(cache=True, nogil=True, parallel=True)
+@numba.njit(cache=True, nogil=True)
 def max_pool2d_indices(x, out, kernel, stride, padding, dilation, fill):
     """out (int64) = flat index y * W + x of each window's first maximum (padding reads as `fill`)."""
     planes = x.shape[0] * x.shape[1]
     if planes > 1 and x.size >= PARALLEL_MIN_ELEMENTS:
-        for p in numba.prange(planes):
-            _indices_plane(x, out, p, kernel, stride, padding, dilation, fill)
+        run_tasks(_indices_plane, planes, (x, out, kernel, stride, padding, dilation, fill))
     else:
         for p in range(planes):
-            _indices_plane(x, out, p, kernel, stride, padding, dilation, fill)
+            _indices_plane(p, x, out, kernel, stride, padding, dilation, fill)
 
 
 # -- adaptive pooling: bin i of n over `size` is [i * size // n, ceil((i + 1) * size / n)) --------
@@ -213,8 +220,14 @@ def _global_means(xf, of, lo, hi, size):
         of[p] = acc / size
 
 
+@numba.njit(cache=True, nogil=True, fastmath={"reassoc"})
+def _means_chunk(k, xf, of, planes, chunks, size):
+    """Chunk k of `chunks` of the planes' global means."""
+    _global_means(xf, of, k * planes // chunks, (k + 1) * planes // chunks, size)
+
+
 @numba.njit(cache=True, nogil=True)
-def _adaptive_plane(x, out, p, is_max, arg):
+def _adaptive_plane(p, x, out, is_max, arg):
     _, _, h, w = x.shape
     _, _, oh, ow = out.shape
     xf, of = x.reshape(-1), out.reshape(-1)
@@ -243,7 +256,7 @@ def _adaptive_plane(x, out, p, is_max, arg):
             out_row[ox] = acc if is_max else acc / ((y1 - y0) * (x1 - x0))
 
 
-@numba.njit(cache=True, nogil=True, parallel=True)
+@numba.njit(cache=True, nogil=True)
 def adaptive_pool2d(x, out, is_max, arg):
     """Adaptive average or max pooling to out's (OH, OW); arg: out (int64) gets the max's flat index."""
     planes = x.shape[0] * x.shape[1]
@@ -251,13 +264,11 @@ def adaptive_pool2d(x, out, is_max, arg):
         xf, of, size = x.reshape(-1), out.reshape(-1), x.shape[2] * x.shape[3]
         if planes > 1 and x.size >= PARALLEL_MIN_ELEMENTS:
             chunks = min(planes, CHUNKS)
-            for k in numba.prange(chunks):
-                _global_means(xf, of, k * planes // chunks, (k + 1) * planes // chunks, size)
+            run_tasks(_means_chunk, chunks, (xf, of, planes, chunks, size))
         else:
             _global_means(xf, of, 0, planes, size)
     elif planes > 1 and x.size >= PARALLEL_MIN_ELEMENTS:
-        for p in numba.prange(planes):
-            _adaptive_plane(x, out, p, is_max, arg)
+        run_tasks(_adaptive_plane, planes, (x, out, is_max, arg))
     else:
         for p in range(planes):
-            _adaptive_plane(x, out, p, is_max, arg)
+            _adaptive_plane(p, x, out, is_max, arg)

@@ -18,6 +18,7 @@ import numba
 import numpy as np
 
 from codegen.kernels.common import PARALLEL_MIN_ELEMENTS
+from codegen.kernels.tasks import run_tasks
 
 BLOCK = 1024  # inner positions per task
 
@@ -28,7 +29,7 @@ def _tasks(outer, inner):
 
 
 @numba.njit(cache=True, nogil=True, fastmath={"reassoc"}, error_model="numpy")
-def _sum_task(x, out, t, n, inner, mean, zero, prod):
+def _sum_task(t, x, out, n, inner, mean, zero, prod):
     # loops index views from 0: numba then drops its negative-index checks and they vectorize
     nb = (inner + BLOCK - 1) // BLOCK
     o, lo = t // nb, (t % nb) * BLOCK
@@ -65,17 +66,15 @@ def _sum_task(x, out, t, n, inner, mean, zero, prod):
             ov[i] = acc_v[i]
 
 
-@numba.njit(cache=True, nogil=True, parallel=True, error_model="numpy")
+@numba.njit(cache=True, nogil=True, error_model="numpy")
 def reduce_sum(x, out, outer, n, inner, mean, zero, prod):
     """out[o, i] = sum (prod if `prod`; mean if `mean`) of x[o, :, i], accumulated from `zero` (x, out flat)."""
-    xf, of = x, out
     tasks = _tasks(outer, inner)
     if tasks > 1 and outer * n * inner >= PARALLEL_MIN_ELEMENTS:
-        for t in numba.prange(tasks):
-            _sum_task(xf, of, t, n, inner, mean, zero, prod)
+        run_tasks(_sum_task, tasks, (x, out, n, inner, mean, zero, prod))
     else:
         for t in range(tasks):
-            _sum_task(xf, of, t, n, inner, mean, zero, prod)
+            _sum_task(t, x, out, n, inner, mean, zero, prod)
 
 
 @numba.njit(inline="always", cache=True, nogil=True)
@@ -87,7 +86,7 @@ def _better(v, best, is_max):
 
 
 @numba.njit(cache=True, nogil=True)
-def _extreme_task(x, out, t, n, inner, is_max, arg):
+def _extreme_task(t, x, out, n, inner, is_max, arg):
     nb = (inner + BLOCK - 1) // BLOCK
     o, lo = t // nb, (t % nb) * BLOCK
     m = min(lo + BLOCK, inner) - lo
@@ -109,14 +108,12 @@ def _extreme_task(x, out, t, n, inner, is_max, arg):
             ov[i] = best[i]
 
 
-@numba.njit(cache=True, nogil=True, parallel=True)
+@numba.njit(cache=True, nogil=True)
 def reduce_extreme(x, out, outer, n, inner, is_max, arg):
     """out[o, i] = max (min) of x[o, :, i] (n >= 1), or its first index if `arg` (x, out flat)."""
-    xf, of = x, out
     tasks = _tasks(outer, inner)
     if tasks > 1 and outer * n * inner >= PARALLEL_MIN_ELEMENTS:
-        for t in numba.prange(tasks):
-            _extreme_task(xf, of, t, n, inner, is_max, arg)
+        run_tasks(_extreme_task, tasks, (x, out, n, inner, is_max, arg))
     else:
         for t in range(tasks):
-            _extreme_task(xf, of, t, n, inner, is_max, arg)
+            _extreme_task(t, x, out, n, inner, is_max, arg)

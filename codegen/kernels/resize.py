@@ -21,6 +21,7 @@ import numba
 import numpy as np
 
 from codegen.kernels.common import PARALLEL_MIN_ELEMENTS
+from codegen.kernels.tasks import run_tasks
 
 MODE_CODES = {"nearest": 0, "nearest_exact": 1, "linear": 2}
 
@@ -64,7 +65,7 @@ def linear_table(in_size, out_size, scale, align_corners):
 
 
 @numba.njit(cache=True, nogil=True)
-def _nearest_plane(x, out, p, td, th, tw, twice):
+def _nearest_plane(p, x, out, td, th, tw, twice):
     """twice: tw[i] == i // 2 (a x2 upsample), copied as pairs instead of gathered.
     Rows are views indexed from 0: numba then drops its negative-index checks and the copies vectorize."""
     _, d_in, h_in, w_in = x.shape
@@ -105,7 +106,7 @@ def _depth_row(xf, row, a, b, lam, n, same):
 
 
 @numba.njit(cache=True, nogil=True)
-def _linear_plane(x, out, p, d0, d1, ld, h0, h1, lh, w0, w1, lw):
+def _linear_plane(p, x, out, d0, d1, ld, h0, h1, lh, w0, w1, lw):
     _, d_in, h_in, w_in = x.shape
     _, d_out, h_out, w_out = out.shape
     xf, of = x.reshape(-1), out.reshape(-1)
@@ -131,7 +132,7 @@ def _linear_plane(x, out, p, d0, d1, ld, h0, h1, lh, w0, w1, lw):
                     orow[ow] = u + (v - u) * lw[ow]
 
 
-@numba.njit(cache=True, nogil=True, parallel=True)
+@numba.njit(cache=True, nogil=True)
 def resize(x, out, mode, align_corners, scales):
     """out (B, OD, OH, OW) = x (B, D, H, W) resized; mode 0 nearest, 1 nearest-exact, 2 linear;
     scales: float32 coordinate scale (input per output pixel) of D, H, W."""
@@ -143,11 +144,10 @@ def resize(x, out, mode, align_corners, scales):
         h0, h1, lh = linear_table(h_in, h_out, scales[1], align_corners)
         w0, w1, lw = linear_table(w_in, w_out, scales[2], align_corners)
         if parallel:
-            for p in numba.prange(planes):
-                _linear_plane(x, out, p, d0, d1, ld, h0, h1, lh, w0, w1, lw)
+            run_tasks(_linear_plane, planes, (x, out, d0, d1, ld, h0, h1, lh, w0, w1, lw))
         else:
             for p in range(planes):
-                _linear_plane(x, out, p, d0, d1, ld, h0, h1, lh, w0, w1, lw)
+                _linear_plane(p, x, out, d0, d1, ld, h0, h1, lh, w0, w1, lw)
         return
     exact = mode == 1
     td = nearest_table(d_in, d_out, scales[0], exact)
@@ -157,8 +157,7 @@ def resize(x, out, mode, align_corners, scales):
     for i in range(w_out):
         twice = twice and tw[i] == i // 2
     if parallel:
-        for p in numba.prange(planes):
-            _nearest_plane(x, out, p, td, th, tw, twice)
+        run_tasks(_nearest_plane, planes, (x, out, td, th, tw, twice))
     else:
         for p in range(planes):
-            _nearest_plane(x, out, p, td, th, tw, twice)
+            _nearest_plane(p, x, out, td, th, tw, twice)

@@ -21,11 +21,11 @@ from __future__ import annotations
 
 import numba
 import numpy as np
-from numba import prange
 
-from codegen.kernels.common import PAR, SEQ, blocks, span, u
+from codegen.kernels.common import SEQ, blocks, span, u
 from codegen.kernels.epilogue import epilogue_run, residual_run
 from codegen.kernels.microkernel import MR, micro_gemm, pack_weights, panel_width
+from codegen.kernels.tasks import run_tasks
 
 RUN_BYTES = 8 << 20  # V or the products of one run of tile rows, at most
 MIN_PANELS = 4  # MR-channel panels per block of a product, at least
@@ -69,88 +69,79 @@ def _rows_at(dst, d, dn, src, s0, s1, s2, s3, n):
         dst[u(d + dn + k)] = m1 - m2 - src[u(s3 + k)]
 
 
-@numba.njit(**PAR)
-def _input_transform(xf, x0, h, w, pt, pl, ty0, tw, tc, v):
-    """v[4r + q, c, y*TW + tx] = (B^T d B)[r, q] for the 4x4 input tile d of channel c at padded
-    row 2(ty0 + y), column 2tx, for the tc tiles of the run (v's rows may be longer: the rest
-    is left alone); channel c of the image starts at xf[x0 + c*H*W]."""
-    c_n, ld = v.shape[1], v.shape[2]
-    plane = c_n * ld
-    vf = v.reshape(-1)
+@numba.njit(**SEQ)
+def _input_task(c, xf, x0, h, w, pt, pl, ty0, tw, tc, vf, plane, ld):
+    """Task c of the input transform: v[4r + q, c, y*TW + tx] = (B^T d B)[r, q] for the 4x4 input
+    tile d of channel c at padded row 2(ty0 + y), column 2tx, for the tc tiles of the run (v's
+    rows, ld long, may be longer: the rest is left alone); channel c of the image starts at
+    xf[x0 + c*H*W]; vf is v flat, plane = C * ld."""
     half = tw + 1
     (e_lo, e_hi), (o_lo, o_hi) = span(-pl, 2, w, half), span(1 - pl, 2, w, half)
-    for c in prange(c_n):
-        # rows 0-3: the tile row's four padded input rows, even columns then odd (TW + 1 each);
-        # rows 4-7: B^T d of those, laid out alike
-        buf = np.zeros(16 * half, np.float32)
-        for y in range(tc // tw):
-            for r in range(4):
-                iy, d = 2 * (ty0 + y) + r - pt, 2 * r * half
-                if 0 <= iy < h:
-                    s = x0 + (c * h + iy) * w - pl  # padded column z of this row is xf[s + z]
-                    for z in range(e_lo, e_hi):
-                        buf[u(d + z)] = xf[u(s + 2 * z)]
-                    for z in range(o_lo, o_hi):
-                        buf[u(d + half + z)] = xf[u(s + 2 * z + 1)]
-                else:
-                    for z in range(2 * half):
-                        buf[u(d + z)] = 0
-            t, n = 8 * half, 2 * half
-            _rows_bt(buf, t, n, buf, 0, n, 2 * n, 3 * n, n)  # B^T d: d0 - d2, d1 + d2, d2 - d1, d1 - d3
-            for r in range(4):  # then B along the columns of its row r: tile tx's four columns
-                e, o = t + r * n, t + r * n + half  # are its even and odd columns tx, then tx + 1
-                _rows_bt(vf, 4 * r * plane + c * ld + y * tw, plane, buf, e, o, e + 1, o + 1, tw)
+    # rows 0-3: the tile row's four padded input rows, even columns then odd (TW + 1 each);
+    # rows 4-7: B^T d of those, laid out alike
+    buf = np.zeros(16 * half, np.float32)
+    for y in range(tc // tw):
+        for r in range(4):
+            iy, d = 2 * (ty0 + y) + r - pt, 2 * r * half
+            if 0 <= iy < h:
+                s = x0 + (c * h + iy) * w - pl  # padded column z of this row is xf[s + z]
+                for z in range(e_lo, e_hi):
+                    buf[u(d + z)] = xf[u(s + 2 * z)]
+                for z in range(o_lo, o_hi):
+                    buf[u(d + half + z)] = xf[u(s + 2 * z + 1)]
+            else:
+                for z in range(2 * half):
+                    buf[u(d + z)] = 0
+        t, n = 8 * half, 2 * half
+        _rows_bt(buf, t, n, buf, 0, n, 2 * n, 3 * n, n)  # B^T d: d0 - d2, d1 + d2, d2 - d1, d1 - d3
+        for r in range(4):  # then B along the columns of its row r: tile tx's four columns
+            e, o = t + r * n, t + r * n + half  # are its even and odd columns tx, then tx + 1
+            _rows_bt(vf, 4 * r * plane + c * ld + y * tw, plane, buf, e, o, e + 1, o + 1, tw)
 
 
-@numba.njit(**PAR)
-def _products(up, v, m):
-    """m[k] = U[k] @ v[k] for the 16 k, in blocks of MR-channel panels, on the microkernel;
-    up = U packed into panels (16, blocks, C, MR); v's and m's rows are whole panels of NR."""
-    n_mb, c_n, ld = up.shape[1], up.shape[2], v.shape[2]
+@numba.njit(**SEQ)
+def _products_task(t, uf, vf, mf, n_o, mbb, n_mb, c_n, ld):
+    """Task t of m[k] = U[k] @ v[k] (k = t // n_o): panels [mb0, mb0 + mbb) of U[k], on the
+    microkernel; uf = U packed into panels (16, blocks, C, MR), flat; v's and m's rows are whole
+    panels of NR, ld long."""
     nr = panel_width()
-    n_o, mbb = blocks(16, n_mb, MIN_PANELS)
-    uf, vf, mf = up.reshape(-1), v.reshape(-1), m.reshape(-1)
-    for t in prange(16 * n_o):
-        k, mb0 = t // n_o, (t % n_o) * mbb
-        mb1 = min(n_mb, mb0 + mbb)
-        for kb in range(0, c_n, K_CHUNK):
-            kc = min(K_CHUNK, c_n - kb)
-            for mb in range(mb0, mb1):
-                a0 = ((k * n_mb + mb) * c_n + kb) * MR
-                c0 = (k * n_mb + mb) * MR * ld
-                for j in range(0, ld, nr):
-                    micro_gemm(kc, uf, a0, vf, (k * c_n + kb) * ld + j, ld, mf, c0 + j, ld, kb > 0)
+    k, mb0 = t // n_o, (t % n_o) * mbb
+    mb1 = min(n_mb, mb0 + mbb)
+    for kb in range(0, c_n, K_CHUNK):
+        kc = min(K_CHUNK, c_n - kb)
+        for mb in range(mb0, mb1):
+            a0 = ((k * n_mb + mb) * c_n + kb) * MR
+            c0 = (k * n_mb + mb) * MR * ld
+            for j in range(0, ld, nr):
+                micro_gemm(kc, uf, a0, vf, (k * c_n + kb) * ld + j, ld, mf, c0 + j, ld, kb > 0)
 
 
-@numba.njit(**PAR)
-def _output_transform(m, tc, out, n, ty0, tw, bias, residual, act, alpha, beta, post, post_alpha, post_beta):
-    """Output rows 2(ty0 + y), 2(ty0 + y) + 1 of image n = epilogue(A^T m A) for the products
-    m (16, O or more, tc tiles or more); residual is None, empty, or the output's shape."""
-    o_n, oh, ow = out.shape[1], out.shape[2], out.shape[3]
-    ld = m.shape[2]
-    plane = m.shape[1] * ld
-    mf, of = m.reshape(-1), out.reshape(-1)
-    rf = residual_run(residual, out)
-    for o in prange(o_n):
-        s = np.empty(8 * tw, np.float32)  # A^T m: rows 0-3 for output row 0, 4-7 for row 1
-        y2 = np.empty(4 * tw, np.float32)  # A^T m A: even, odd columns of row 0, then of row 1
-        row = np.empty(2 * tw, np.float32)
-        bv = 0.0 if bias is None else bias[o]
-        for y in range(tc // tw):
-            q = o * ld + y * tw
-            for k in range(4):  # A^T along the tile's rows
-                m0, m1, m2, m3 = q + k * plane, q + (4 + k) * plane, q + (8 + k) * plane, q + (12 + k) * plane
-                _rows_at(s, k * tw, 4 * tw, mf, m0, m1, m2, m3, tw)
-            for i in range(2):  # and along its columns
-                a = 4 * i * tw
-                _rows_at(y2, 2 * i * tw, tw, s, a, a + tw, a + 2 * tw, a + 3 * tw, tw)
-                oy = 2 * (ty0 + y) + i
-                if oy < oh:
-                    for tx in range(tw):
-                        row[u(2 * tx)] = y2[u(2 * i * tw + tx)]
-                        row[u(2 * tx + 1)] = y2[u((2 * i + 1) * tw + tx)]
-                    d = ((n * o_n + o) * oh + oy) * ow
-                    epilogue_run(of, d, ow, row, 0, bv, rf, act, alpha, beta, post, post_alpha, post_beta)
+@numba.njit(**SEQ)
+def _output_task(o, mf, plane, ld, tc, of, out_shape, n, ty0, tw, bias, rf, act, alpha, beta, post, post_alpha,
+                 post_beta):
+    """Task o of the output transform: output rows 2(ty0 + y), 2(ty0 + y) + 1 of channel o of
+    image n = epilogue(A^T m A) for the products m (16, O or more, tc tiles or more; mf flat,
+    plane = m.shape[1] * ld); rf the residual's run, empty for none."""
+    o_n, oh, ow = out_shape
+    s = np.empty(8 * tw, np.float32)  # A^T m: rows 0-3 for output row 0, 4-7 for row 1
+    y2 = np.empty(4 * tw, np.float32)  # A^T m A: even, odd columns of row 0, then of row 1
+    row = np.empty(2 * tw, np.float32)
+    bv = 0.0 if bias is None else bias[o]
+    for y in range(tc // tw):
+        q = o * ld + y * tw
+        for k in range(4):  # A^T along the tile's rows
+            m0, m1, m2, m3 = q + k * plane, q + (4 + k) * plane, q + (8 + k) * plane, q + (12 + k) * plane
+            _rows_at(s, k * tw, 4 * tw, mf, m0, m1, m2, m3, tw)
+        for i in range(2):  # and along its columns
+            a = 4 * i * tw
+            _rows_at(y2, 2 * i * tw, tw, s, a, a + tw, a + 2 * tw, a + 3 * tw, tw)
+            oy = 2 * (ty0 + y) + i
+            if oy < oh:
+                for tx in range(tw):
+                    row[u(2 * tx)] = y2[u(2 * i * tw + tx)]
+                    row[u(2 * tx + 1)] = y2[u((2 * i + 1) * tw + tx)]
+                d = ((n * o_n + o) * oh + oy) * ow
+                epilogue_run(of, d, ow, row, 0, bv, rf, act, alpha, beta, post, post_alpha, post_beta)
 
 
 @numba.njit(**SEQ)
@@ -158,21 +149,24 @@ def winograd_conv2d(x, up, bias, residual, out, pt, pl, act, alpha, beta, post, 
     """out = post(act(conv2d(x, 3x3 weight, stride 1, padding top pt / left pl) + bias) + residual),
     up = pack_transformed(weight); bias may be None, residual None or empty for none."""
     n_n, c_n, h, w = x.shape
-    oh, ow = out.shape[2], out.shape[3]
-    o_rows = up.shape[1] * MR  # the products' rows: the output channels, padded to whole panels
+    o_n, oh, ow = out.shape[1], out.shape[2], out.shape[3]
+    n_mb = up.shape[1]
+    o_rows = n_mb * MR  # the products' rows: the output channels, padded to whole panels
     nr = panel_width()
     th, tw = (oh + 1) // 2, (ow + 1) // 2
     rows = max(1, min(th, RUN_BYTES // (64 * max(c_n, o_rows) * tw)))
     ld_max = -(-rows * tw // nr) * nr
     vbuf = np.empty(16 * c_n * ld_max, np.float32)
     mbuf = np.empty(16 * o_rows * ld_max, np.float32)
-    xf = x.reshape(-1)
+    xf, uf, of = x.reshape(-1), up.reshape(-1), out.reshape(-1)
+    rf = residual_run(residual, out)
+    n_o, mbb = blocks(16, n_mb, MIN_PANELS)
     for n in range(n_n):
         for ty0 in range(0, th, rows):
             tc = min(rows, th - ty0) * tw
             ld = -(-tc // nr) * nr  # v's and m's rows: the run's tiles, padded to whole panels
-            v = vbuf[:16 * c_n * ld].reshape((16, c_n, ld))
-            m = mbuf[:16 * o_rows * ld].reshape((16, o_rows, ld))
-            _input_transform(xf, n * c_n * h * w, h, w, pt, pl, ty0, tw, tc, v)
-            _products(up, v, m)
-            _output_transform(m, tc, out, n, ty0, tw, bias, residual, act, alpha, beta, post, post_alpha, post_beta)
+            vf, mf = vbuf[:16 * c_n * ld], mbuf[:16 * o_rows * ld]
+            run_tasks(_input_task, c_n, (xf, n * c_n * h * w, h, w, pt, pl, ty0, tw, tc, vf, c_n * ld, ld))
+            run_tasks(_products_task, 16 * n_o, (uf, vf, mf, n_o, mbb, n_mb, c_n, ld))
+            run_tasks(_output_task, o_n, (mf, o_rows * ld, ld, tc, of, (o_n, oh, ow), n, ty0, tw, bias, rf,
+                                          act, alpha, beta, post, post_alpha, post_beta))

@@ -1,0 +1,128 @@
+"""run_tasks(body, n, args): body(t, *args) for t in range(n), spread over numba's threads.
+
+The kernels' parallel loops, without numba's parfors. A `prange` loop makes numba outline
+its body into a gufunc and run its parallel passes (array analysis, fusion, hoisting) over
+the whole function: 2-3x a kernel's serial compile time (Winograd's output transform
+9.8 s against 3.5 s; AMD EPYC, numba 0.68), and a kernel library of about 25 such loops
+is what a machine compiles on its first use. Here the body is an ordinary @njit function,
+compiled as any callee, and this intrinsic calls it from a small LLVM function that numba's
+threading layer runs on each thread (`numba_parallel_for`, the entry point parfors use, so
+the same pool and thread count: `numba.set_num_threads`, `compile(threads=N)`).
+
+Tasks are handed out one at a time from an atomic counter, so uneven tasks balance across
+threads. With one thread, or one task, the body runs on the calling thread. An exception in
+a task stops the handing out and raises RuntimeError once all threads are done (the task's
+own message cannot cross threads).
+"""
+
+from __future__ import annotations
+
+import itertools
+
+from llvmlite import ir
+from numba.core import cgutils, types
+from numba.extending import intrinsic
+from numba.np.ufunc.parallel import _launch_threads
+
+_launch_threads()  # registers numba_parallel_for and get_num_threads, which the code below calls
+_names = itertools.count()
+
+
+@intrinsic
+def run_tasks(typingctx, body, n, args):
+    """body(t, *args) for every t in range(n), on numba's threads; body an @njit function
+    returning None, args a tuple (arrays are shared, not copied: tasks write disjoint parts)."""
+    if not (isinstance(body, types.Dispatcher) and isinstance(n, types.Integer) and isinstance(args, types.BaseTuple)):
+        return None
+    body_args = (types.intp, *(types.unliteral(t) for t in args.types))
+    body_sig = body.get_call_type(typingctx, body_args, {})  # compiles body for these types
+    if body_sig is None or body_sig.return_type != types.none:
+        return None
+
+    def codegen(context, builder, signature, llargs):
+        _, count, packed = llargs
+        result = body.dispatcher.overloads[tuple(body_sig.args)]
+        context.add_linking_libs([result.library])
+        intp = context.get_value_type(types.intp)
+        # what each thread reads: {next task, task count, failed, args}
+        data_t = ir.LiteralStructType([intp, intp, intp, context.get_value_type(args)])
+        data = cgutils.alloca_once(builder, data_t)
+        zero = intp(0)
+        builder.store(zero, builder.gep(data, [ir.Constant(ir.IntType(32), 0), ir.Constant(ir.IntType(32), 0)]))
+        builder.store(context.cast(builder, count, signature.args[1], types.intp),
+                      builder.gep(data, [ir.Constant(ir.IntType(32), 0), ir.Constant(ir.IntType(32), 1)]))
+        builder.store(zero, builder.gep(data, [ir.Constant(ir.IntType(32), 0), ir.Constant(ir.IntType(32), 2)]))
+        builder.store(packed, builder.gep(data, [ir.Constant(ir.IntType(32), 0), ir.Constant(ir.IntType(32), 3)]))
+
+        worker = _worker(context, builder.module, data_t, result.fndesc, body_sig, args)
+        voidptr = ir.IntType(8).as_pointer()
+        get_threads = cgutils.get_or_insert_function(builder.module, ir.FunctionType(intp, []), "get_num_threads")
+        threads = builder.call(get_threads, [])
+        tasks = builder.load(builder.gep(data, [ir.Constant(ir.IntType(32), 0), ir.Constant(ir.IntType(32), 1)]))
+        threads = builder.select(builder.icmp_signed("<", tasks, threads), tasks, threads)
+        dims = cgutils.alloca_once_value(builder, threads)
+        steps = cgutils.alloca_once_value(builder, zero)
+        null_args = cgutils.alloca_once_value(builder, voidptr(None))
+        raw = builder.bitcast(data, voidptr)
+        with builder.if_else(builder.icmp_signed(">", threads, intp(1))) as (parallel, inline):
+            with parallel:
+                parallel_for = cgutils.get_or_insert_function(
+                    builder.module, ir.FunctionType(ir.VoidType(), [voidptr] * 5 + [intp] * 3), "numba_parallel_for")
+                builder.call(parallel_for, [builder.bitcast(worker, voidptr), builder.bitcast(null_args, voidptr),
+                                            builder.bitcast(dims, voidptr), builder.bitcast(steps, voidptr), raw,
+                                            zero, zero, threads])
+            with inline:
+                builder.call(worker, [null_args, dims, steps, raw])
+        failed = builder.load(builder.gep(data, [ir.Constant(ir.IntType(32), 0), ir.Constant(ir.IntType(32), 2)]))
+        with cgutils.if_unlikely(builder, builder.icmp_signed("!=", failed, zero)):
+            context.call_conv.return_user_exc(builder, RuntimeError, ("a parallel task of a kernel raised",))
+        return context.get_dummy_value()
+
+    return types.none(body, n, args), codegen
+
+
+def _borrowed(builder, value, typ):
+    """An array argument without its reference count (meminfo and parent null): the caller holds
+    the array for the whole run, and the body's increfs and decrefs of a shared count, atomic
+    operations on one cache line from every thread, made a parallel loop slower than a serial one
+    (Winograd's output transform: 0.44 ms on one thread, 0.8 ms on two). numba's parfors pass
+    their arrays the same way."""
+    if isinstance(typ, types.Array):
+        for i in (0, 1):  # meminfo, parent
+            value = builder.insert_value(value, ir.Constant(value.type.elements[i], None), i)
+    return value
+
+
+def _worker(context, module, data_t, fndesc, body_sig, args_type) -> ir.Function:
+    """void worker(char **args, intp *dims, intp *steps, void *data): take tasks from data's
+    counter until none are left, calling the body on each (numba's calling convention)."""
+    intp = context.get_value_type(types.intp)
+    voidptr = ir.IntType(8).as_pointer()
+    fnty = ir.FunctionType(ir.VoidType(), [voidptr.as_pointer(), intp.as_pointer(), intp.as_pointer(), voidptr])
+    fn = ir.Function(module, fnty, name=f"pnnx_jit_tasks_{fndesc.mangled_name}_{next(_names)}")
+    fn.linkage = "internal"
+    builder = ir.IRBuilder(fn.append_basic_block("entry"))
+    data = builder.bitcast(fn.args[3], data_t.as_pointer())
+
+    def field(i):
+        return builder.gep(data, [ir.Constant(ir.IntType(32), 0), ir.Constant(ir.IntType(32), i)])
+
+    count = builder.load(field(1))
+    packed = builder.load(field(3))
+    values = [_borrowed(builder, context.cast(builder, builder.extract_value(packed, i), t, to), to)
+              for i, (t, to) in enumerate(zip(args_type.types, body_sig.args[1:]))]
+    callee = context.declare_function(module, fndesc)
+    loop, done = fn.append_basic_block("next"), fn.append_basic_block("done")
+    builder.branch(loop)
+    builder.position_at_end(loop)
+    task = builder.atomic_rmw("add", field(0), intp(1), "monotonic")
+    with builder.if_then(builder.icmp_signed(">=", task, count)):
+        builder.branch(done)
+    status, _ = context.call_conv.call_function(builder, callee, types.none, body_sig.args, [task, *values])
+    with builder.if_then(status.is_error, likely=False):
+        builder.store(intp(1), field(2))
+        builder.store(count, field(0))  # no more tasks for anyone
+    builder.branch(loop)
+    builder.position_at_end(done)
+    builder.ret_void()
+    return fn

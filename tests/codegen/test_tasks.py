@@ -1,0 +1,90 @@
+"""codegen/kernels/tasks.py: run_tasks, the kernels' parallel loop on numba's threads."""
+
+from __future__ import annotations
+
+import sys
+
+import numba
+import numpy as np
+import pytest
+from numba.np.ufunc.parallel import _iget_thread_id
+
+from codegen.kernels.tasks import run_tasks
+
+
+@numba.njit(nogil=True)
+def _count(t, hits, threads, spin, scale):
+    s = 0.0
+    for i in range(spin):  # long enough for every thread to wake and take some
+        s += i * scale
+    hits[t] += 1 if s >= 0 else 2
+    threads[t] = _iget_thread_id()
+
+
+@numba.njit(nogil=True)
+def _count_all(n, spin):
+    hits, threads = np.zeros(max(n, 1), np.int64), np.full(max(n, 1), -1, np.int64)
+    run_tasks(_count, n, (hits, threads, spin, 0.5))  # a literal float in the tuple
+    return hits, threads
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_every_task_runs_once_and_two_threads_share_them(threads):
+    if threads > numba.config.NUMBA_NUM_THREADS:
+        pytest.skip("needs two threads")
+    numba.set_num_threads(threads)
+    try:
+        hits, ids = _count_all(64, 200_000)
+    finally:
+        numba.set_num_threads(numba.config.NUMBA_NUM_THREADS)
+    assert hits.tolist() == [1] * 64
+    assert len(set(ids.tolist())) == threads
+
+
+def test_no_tasks_runs_nothing():
+    hits, ids = _count_all(0, 10)
+    assert hits.tolist() == [0] and ids.tolist() == [-1]
+
+
+@numba.njit(nogil=True)
+def _fail_on(t, bad, out):
+    if t == bad:
+        raise ValueError("bad task")
+    out[t] = t
+
+
+@numba.njit(nogil=True)
+def _run_failing(n, bad, out):
+    run_tasks(_fail_on, n, (bad, out))
+
+
+def test_a_failing_task_raises_and_the_next_run_works():
+    out = np.zeros(100, np.int64)
+    with pytest.raises(RuntimeError, match="a parallel task of a kernel raised"):
+        _run_failing(100, 37, out)
+    out[:] = 0
+    _run_failing(100, -1, out)
+    assert out.tolist() == list(range(100))
+
+
+@numba.njit(nogil=True)
+def _scale_row(r, x, out, factor, shape, bias):
+    for j in range(shape[1]):
+        out[r, j] = x[r, j] * factor + (0.0 if bias is None else bias[j])
+
+
+@numba.njit(nogil=True)
+def _scale_rows(x, out, factor, bias):
+    run_tasks(_scale_row, x.shape[0], (x, out, factor, x.shape, bias))
+
+
+def test_arguments_of_every_kind_reach_the_body_and_arrays_keep_their_reference_count():
+    x = np.arange(12.0).reshape(4, 3)
+    out = np.empty_like(x)
+    before = sys.getrefcount(x), sys.getrefcount(out)
+    _scale_rows(x, out, 2.0, None)
+    np.testing.assert_array_equal(out, x * 2)
+    bias = np.array([1.0, 2.0, 3.0])
+    _scale_rows(x, out, np.float32(0.5), bias)
+    np.testing.assert_array_equal(out, x * 0.5 + bias)
+    assert (sys.getrefcount(x), sys.getrefcount(out)) == before
