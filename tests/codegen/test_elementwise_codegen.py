@@ -114,3 +114,19 @@ def test_a_shared_kernel_computes_each_shape_it_serves(tmp_path):
         got, expected = run_both(text.format(s=s, t=t), x, y, tmp_path=tmp_path)
         np.testing.assert_array_equal(got, expected)
     assert len({_kernel_name(text.format(s=s, t=t)) for s, t in [("2,3,5,7", "3,1,1"), ("1,6,2,9", "6,1,1")]}) == 1
+
+
+def test_parallel_loop_in_tasks_with_a_ragged_last_one_and_every_kind_of_broadcast(tmp_path):
+    """3 * 40 * 37 rows of 29: tasks of 564 rows (ROW_BLOCK // 29), the last one short; y broadcasts
+    over the leading and a middle dim, z over a middle and the last dim."""
+    from codegen.emit.elementwise import ROW_BLOCK
+
+    text = """graph g(%x: f32[3,40,37,29], %y: f32[40,1,29], %z: f32[3,1,37,1]) {
+  %out0: f32[3,40,37,29] = fused_elementwise(%x, %y, %z) {program="%t0 = mul(%0, %1); %t1 = add(%t0, %2)"} @chain
+  return %out0
+}"""
+    assert 3 * 40 * 37 % (ROW_BLOCK // 29) != 0 and 3 * 40 * 37 * 29 > 2 * ROW_BLOCK
+    x, y, z = (RNG.normal(size=s).astype(np.float32) for s in ((3, 40, 37, 29), (40, 1, 29), (3, 1, 37, 1)))
+    got, expected = run_both(text, x, y, z, tmp_path=tmp_path)
+    np.testing.assert_allclose(got, expected, rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(got, x * y + z, rtol=1e-6, atol=1e-6)
