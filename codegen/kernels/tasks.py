@@ -48,17 +48,14 @@ def run_tasks(typingctx, body, n, args):
         data_t = ir.LiteralStructType([intp, intp, intp, context.get_value_type(args)])
         data = cgutils.alloca_once(builder, data_t)
         zero = intp(0)
-        builder.store(zero, builder.gep(data, [ir.Constant(ir.IntType(32), 0), ir.Constant(ir.IntType(32), 0)]))
-        builder.store(context.cast(builder, count, signature.args[1], types.intp),
-                      builder.gep(data, [ir.Constant(ir.IntType(32), 0), ir.Constant(ir.IntType(32), 1)]))
-        builder.store(zero, builder.gep(data, [ir.Constant(ir.IntType(32), 0), ir.Constant(ir.IntType(32), 2)]))
-        builder.store(packed, builder.gep(data, [ir.Constant(ir.IntType(32), 0), ir.Constant(ir.IntType(32), 3)]))
+        tasks = context.cast(builder, count, signature.args[1], types.intp)
+        for i, value in enumerate((zero, tasks, zero, packed)):
+            builder.store(value, _field(builder, data, i))
 
         worker = _worker(context, builder.module, data_t, result.fndesc, body_sig, args)
         voidptr = ir.IntType(8).as_pointer()
         get_threads = cgutils.get_or_insert_function(builder.module, ir.FunctionType(intp, []), "get_num_threads")
         threads = builder.call(get_threads, [])
-        tasks = builder.load(builder.gep(data, [ir.Constant(ir.IntType(32), 0), ir.Constant(ir.IntType(32), 1)]))
         threads = builder.select(builder.icmp_signed("<", tasks, threads), tasks, threads)
         dims = cgutils.alloca_once_value(builder, threads)
         steps = cgutils.alloca_once_value(builder, zero)
@@ -73,12 +70,17 @@ def run_tasks(typingctx, body, n, args):
                                             zero, zero, threads])
             with inline:
                 builder.call(worker, [null_args, dims, steps, raw])
-        failed = builder.load(builder.gep(data, [ir.Constant(ir.IntType(32), 0), ir.Constant(ir.IntType(32), 2)]))
+        failed = builder.load(_field(builder, data, 2))
         with cgutils.if_unlikely(builder, builder.icmp_signed("!=", failed, zero)):
             context.call_conv.return_user_exc(builder, RuntimeError, ("a parallel task of a kernel raised",))
         return context.get_dummy_value()
 
     return types.none(body, n, args), codegen
+
+
+def _field(builder, data, i):
+    """Pointer to field i of the run's data struct: 0 next task, 1 task count, 2 failed, 3 args."""
+    return builder.gep(data, [ir.Constant(ir.IntType(32), 0), ir.Constant(ir.IntType(32), i)])
 
 
 def _borrowed(builder, value, typ):
@@ -105,7 +107,7 @@ def _worker(context, module, data_t, fndesc, body_sig, args_type) -> ir.Function
     data = builder.bitcast(fn.args[3], data_t.as_pointer())
 
     def field(i):
-        return builder.gep(data, [ir.Constant(ir.IntType(32), 0), ir.Constant(ir.IntType(32), i)])
+        return _field(builder, data, i)
 
     count = builder.load(field(1))
     packed = builder.load(field(3))
