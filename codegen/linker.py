@@ -59,6 +59,7 @@ from numba.core.typing import Signature
 from numba.extending import NativeValue, intrinsic, lower_builtin, models, register_model, typeof_impl, unbox
 
 from codegen.array_view import IN_NUMPY, INTRINSICS
+from codegen.compile_workers import Job, compile_jobs
 from ir.errors import LinkError
 
 log = logging.getLogger(__name__)
@@ -240,8 +241,10 @@ class _Recorder:
     Python's do (`3` as int64, `(1, 1)` as a tuple of int64): a kernel compiles once per signature,
     not once per literal value."""
 
-    def __init__(self, name: str, dispatcher: Dispatcher, calls: list[_Call]):
-        self.name, self.dispatcher, self.calls = name, dispatcher, calls
+    dry = False  # a dry run records argument types only: nothing compiles, every kernel returns None
+
+    def __init__(self, name: str, dispatcher: Dispatcher, calls: list[_Call], wanted: list[Job]):
+        self.name, self.dispatcher, self.calls, self.wanted = name, dispatcher, calls, wanted
         self.arity = len(inspect.signature(dispatcher.py_func).parameters)
 
     def __call__(self, *args, **kws):
@@ -250,6 +253,11 @@ class _Recorder:
         if kws or len(args) != self.arity:
             raise LinkError(f"{where}: pass every argument of {self.name} by position")
         argtypes = tuple(types.unliteral(numba.typeof(a)) for a in args)
+        if _Recorder.dry:
+            fn = self.dispatcher.py_func
+            if (job := Job(fn.__module__, fn.__qualname__, argtypes)) not in self.wanted:
+                self.wanted.append(job)
+            return None
         result = _compiled(self.dispatcher, argtypes)
         self.calls.append(_Call(caller.f_lineno, self.name, typing.signature(result.signature.return_type, *argtypes)))
         return _stand_in(result.signature.return_type, where, self.name)
@@ -264,6 +272,27 @@ def _compiled(dispatcher: Dispatcher, argtypes: tuple[types.Type, ...]):
                      fn.__module__, fn.__qualname__, ", ".join(map(str, argtypes)))
         dispatcher.compile(argtypes)
     return dispatcher.overloads[argtypes]
+
+
+def _compile_missing(namespace: dict, entry_points: dict[str, tuple], wanted: list[Job]) -> None:
+    """Compile, on every core at once (codegen/compile_workers.py), the kernels the entry functions
+    call that are neither in memory nor in numba's cache: found by a dry run of each, whose
+    kernels return None (a run cut short by that still finds the calls before the cut)."""
+    _Recorder.dry = True
+    try:
+        for name, arguments in entry_points.items():
+            try:
+                namespace[name](*arguments)
+            except Exception:  # noqa: S110 - the real run reports it
+                pass
+    finally:
+        _Recorder.dry = False
+    dispatchers = {id(v.dispatcher): v.dispatcher for v in namespace.values() if isinstance(v, _Recorder)}
+    by_name = {(d.py_func.__module__, d.py_func.__qualname__): d for d in dispatchers.values()}
+    missing = [job for job in wanted if job.argtypes not in by_name[job.module, job.qualname].overloads
+               and not _cached_on_disk(by_name[job.module, job.qualname], job.argtypes)]
+    if missing:
+        compile_jobs(missing, lambda job: by_name[job.module, job.qualname].compile(job.argtypes))
 
 
 def _stand_in(kind: types.Type, where: str, name: str):
@@ -314,16 +343,20 @@ def link(source: str, module: ModuleType, entry_points: dict[str, tuple]) -> Lin
         if isinstance(node, ast.FunctionDef):
             node.decorator_list = []
     recorded: list[_Call] = []
-    namespace = {k: _Recorder(k, v, recorded) if isinstance(v, Dispatcher) else v for k, v in vars(module).items()}
+    wanted: list[Job] = []
+    namespace = {k: _Recorder(k, v, recorded, wanted) if isinstance(v, Dispatcher) else v
+                 for k, v in vars(module).items()}
     exec(compile(tree, filename, "exec"), namespace)  # noqa: S102 - our own generated code
     for k, v in list(namespace.items()):  # array_view's intrinsics, as numpy
         namespace[k] = next((IN_NUMPY[name] for name, f in INTRINSICS.items() if v is f), v)
 
     functions = {node.name: node for node in tree.body if isinstance(node, ast.FunctionDef)}
-    calls: dict[str, list[_Call]] = {}
-    for name, arguments in entry_points.items():
+    for name in entry_points:
         if name not in functions:
             raise LinkError(f"{filename} defines no function {name}")
+    _compile_missing(namespace, entry_points, wanted)
+    calls: dict[str, list[_Call]] = {}
+    for name, arguments in entry_points.items():
         calls[name] = _kernel_calls(namespace[name], arguments, recorded)
 
     table: list[KernelRef] = []

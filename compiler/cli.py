@@ -260,7 +260,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     # what takes long once per machine (numba compiling a kernel of the library) says so, on stderr
     logging.basicConfig(format="%(message)s", stream=sys.stderr)
-    logging.getLogger("codegen.linker").setLevel(logging.INFO)
+    logging.getLogger("codegen").setLevel(logging.INFO)
     try:
         return args.func(args)
     except CompilerError as exc:

@@ -9,6 +9,11 @@ import torch
 # compiled test models go to a temp cache (kept between runs on one machine: faster reruns)
 os.environ.setdefault("PNNX_JIT_CACHE_DIR", str(Path(tempfile.gettempdir()) / "pnnx_jit_test_cache"))
 
+# kernels compile in this process: pytest-xdist already runs a worker per core (a worker of
+# codegen/compile_workers.py per test process would only compete with them); the parallel
+# compile has its own tests (tests/codegen/test_compile_workers.py)
+os.environ.setdefault("PNNX_JIT_COMPILE_PROCESSES", "1")
+
 torch.manual_seed(0)
 torch.set_num_threads(2)
 

@@ -78,7 +78,7 @@ def test_the_forward_binds_its_kernels_instead_of_linking_their_code(tmp_path):
     assert not m.cache_info.hit
     (signature,) = m._forward.signatures
     assert isinstance(signature[-1], KernelTable) and len(signature[-1].functions) >= 3  # conv, pool, linear
-    assert "conv_conv2d_packed = kernel(kernels, " in m.source
+    assert "conv_packed_conv2d_packed = kernel(kernels, " in m.source
     module = llvm.parse_assembly(m._forward.overloads[signature].library.get_llvm_str())
     defined = {f.name for f in module.functions if not f.is_declaration}
     kernel_code = {r.fndesc.mangled_name for d in m._kernels.dispatchers for r in d.overloads.values()}

@@ -75,7 +75,7 @@ def test_scalar_forms_are_python_expressions(op):
 def test_every_epilogue_activation_is_generated_into_the_epilogue_kernel():
     acts = epilogue_activations()
     assert set(ACTIVATION_CODES) == set(acts)
-    assert (ACTIVATION_CODES["none"], ACTIVATION_CODES["relu"]) == (0, 1)  # _finish's one-pass case
+    assert (ACTIVATION_CODES["none"], ACTIVATION_CODES["relu"]) == (0, 1)  # epilogue_run's one-pass case
     source = activations_source()
     for name, code in ACTIVATION_CODES.items():
         assert f"code == {code}:  # {name}\n" in source

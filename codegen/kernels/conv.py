@@ -23,7 +23,7 @@ import numpy as np
 
 from codegen.kernels.common import SEQ, blocks, gemm, span, u
 from codegen.kernels.conv_gemm import conv_gemm
-from codegen.kernels.conv_packed import conv_packed
+from codegen.kernels.conv_packed import conv2d_packed  # noqa: F401 - a conv kernel, emitted from here
 from codegen.kernels.depthwise import conv_depthwise
 from codegen.kernels.tasks import run_tasks
 
@@ -95,16 +95,6 @@ def _conv_body(x, weight, bias, residual, out, sh, sw, pt, pl, dh, dw, groups,
     else:
         conv_gemm(x, weight, bias, residual, out, sh, sw, pt, pl, dh, dw, groups,
                   act, alpha, beta, post, post_alpha, post_beta)
-
-
-@numba.njit(**SEQ)
-def conv2d_packed(x, wp, bias, residual, out, kernel, stride, padding, dilation,
-                  act, alpha, beta, post, post_alpha, post_beta):
-    """conv2d with float32 weights packed at compile time: wp = microkernel.pack_weights(weight, groups).
-    padding: (top, left, bottom, right) zeros (other modes are padded by the forward first: pad5)."""
-    (kh, kw), (sh, sw), (dh, dw) = kernel, stride, dilation
-    conv_packed(x, wp, bias, residual, out, kh, kw, sh, sw, padding[0], padding[1], dh, dw,
-                act, alpha, beta, post, post_alpha, post_beta)
 
 
 @numba.njit(**SEQ)

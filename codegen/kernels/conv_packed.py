@@ -54,10 +54,12 @@ def _even_count(jobs, count):
 
 
 @numba.njit(**SEQ)
-def conv_packed(x, wp, bias, residual, out, kh, kw, sh, sw, pt, pl, dh, dw,
-                act, alpha, beta, post, post_alpha, post_beta):
+def conv2d_packed(x, wp, bias, residual, out, kernel, stride, padding, dilation,
+                  act, alpha, beta, post, post_alpha, post_beta):
     """out = post(act(conv2d(x, weight) + bias) + residual), wp = pack_weights(weight, groups);
-    bias may be None, residual None or empty for none; zero padding top pt, left pl."""
+    bias may be None, residual None or empty for none; padding (top, left, bottom, right) zeros
+    (other modes are padded by the forward first: pad5)."""
+    (kh, kw), (sh, sw), (dh, dw), pt, pl = kernel, stride, dilation, padding[0], padding[1]
     n_n, c_n, h, w = x.shape
     groups, n_mb, k = wp.shape[0], wp.shape[1], wp.shape[2]
     o_n, oh, ow = out.shape[1], out.shape[2], out.shape[3]

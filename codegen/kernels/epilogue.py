@@ -82,7 +82,15 @@ def _ol_residual_run(residual, out):
 
 
 @numba.njit(cache=True, nogil=True, error_model="numpy")
-def _finish(dst, d, n, src, s, bias, res, act, alpha, beta, post, post_alpha, post_beta):
+def epilogue_run(dst, d, n, src, s, bias, res, act, alpha, beta, post, post_alpha, post_beta):
+    """dst[d:d+n] = post(act(v + bias) + res[d:d+n]) over flat arrays, v = src[s:s+n] (src may be
+    dst itself at d: a run in place); bias is a scalar, res indexed like dst, or None or empty for
+    none (residual_run).
+
+    Kernels call it with one signature per dtype, each costing seconds of numba's time to
+    compile and more to link into every kernel calling it: a float64 bias, and arrays for src
+    and for res (empty for none). It is one function, not a wrapper around another: each level
+    of calls is compiled again into every level above it."""
     typed = dst.dtype.type  # parameters in the output's precision: float32 stays float32, float64 exact
     a, b, bv = typed(alpha), typed(beta), typed(bias)
     r = residual_run(res, dst)
@@ -113,18 +121,3 @@ def _finish(dst, d, n, src, s, bias, res, act, alpha, beta, post, post_alpha, po
             dst[u(d + i)] += r[u(d + i)]
     if post != 0:
         activate_run(dst, d, n, typed(0.0), post, typed(post_alpha), typed(post_beta))
-
-
-@numba.njit(cache=True, nogil=True, error_model="numpy")
-def epilogue_run(dst, d, n, src, s, bias, res, act, alpha, beta, post, post_alpha, post_beta):
-    """dst[d:d+n] = post(act(v + bias) + res[d:d+n]) over flat arrays, v = src[s:s+n] (or
-    dst[d:d+n] itself when src is None); bias is a scalar, res indexed like dst, or None or empty
-    for none (residual_run).
-
-    Kernels call it with one signature per dtype, each costing seconds of numba's time to
-    compile and more to link into every kernel calling it: a float64 bias, and arrays for src
-    (dst itself, at d, for a run in place) and for res (empty for none)."""
-    if src is None:
-        _finish(dst, d, n, dst, d, bias, res, act, alpha, beta, post, post_alpha, post_beta)
-    else:
-        _finish(dst, d, n, src, s, bias, res, act, alpha, beta, post, post_alpha, post_beta)

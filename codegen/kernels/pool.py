@@ -132,28 +132,20 @@ def _window_block(x, out, p, b0, b1, kernel, stride, padding, dilation, fill, is
 
 
 @numba.njit(cache=True, nogil=True)
-def _window_planes(x, out, lo, hi, kernel, stride, padding, dilation, fill, is_max, count_include_pad, divisor):
-    """Planes lo..hi-1 in blocks of rows small enough for L1, sharing scratch buffers."""
+def _window_chunk(k, x, out, chunks, kernel, stride, padding, dilation, fill, is_max, count_include_pad, divisor):
+    """Chunk k of `chunks` of the planes, in blocks of rows small enough for L1, sharing scratch buffers."""
     _, _, _, w = x.shape
     _, _, oh, ow = out.shape
-    sw = stride[1]
+    planes, sw = x.shape[0] * x.shape[1], stride[1]
     wq = _padded_width(w, ow, kernel, stride, padding, dilation) // sw
     rb = min(oh, max(1, BLOCK_ELEMENTS // max(w, wq)))
     v = np.empty((2, rb * w), x.dtype)
     phases = np.full((sw, rb * wq + (kernel[1] - 1) * dilation[1] // sw), fill, x.dtype)
     hb = np.empty((2, rb * wq), x.dtype)
-    for p in range(lo, hi):
+    for p in range(k * planes // chunks, (k + 1) * planes // chunks):
         for b0 in range(0, oh, rb):
             _window_block(x, out, p, b0, min(b0 + rb, oh), kernel, stride, padding, dilation, fill, is_max,
                           count_include_pad, divisor, v, phases, hb)
-
-
-@numba.njit(cache=True, nogil=True)
-def _window_chunk(k, x, out, chunks, kernel, stride, padding, dilation, fill, is_max, count_include_pad, divisor):
-    """Chunk k of `chunks` of the planes."""
-    planes = x.shape[0] * x.shape[1]
-    _window_planes(x, out, k * planes // chunks, (k + 1) * planes // chunks, kernel, stride, padding,
-                   dilation, fill, is_max, count_include_pad, divisor)
 
 
 @numba.njit(cache=True, nogil=True)
@@ -161,13 +153,11 @@ def pool2d(x, out, kernel, stride, padding, dilation, fill, is_max, count_includ
     """Max (is_max) or average pooling; padding (top, left, bottom, right), `fill` pads a max.
     divisor > 0 overrides the average's window count."""
     planes = x.shape[0] * x.shape[1]
-    if planes > 1 and x.size >= PARALLEL_MIN_ELEMENTS:
-        chunks = min(planes, CHUNKS)
-        run_tasks(_window_chunk, chunks, (x, out, chunks, kernel, stride, padding, dilation, fill, is_max,
-                                          count_include_pad, divisor))
-    else:
-        _window_planes(x, out, 0, planes, kernel, stride, padding, dilation, fill, is_max, count_include_pad,
-                       divisor)
+    # one call site of the chunk, through run_tasks (inline for one chunk): each call site of a
+    # callee links and compiles its code again
+    chunks = min(planes, CHUNKS) if x.size >= PARALLEL_MIN_ELEMENTS else 1
+    run_tasks(_window_chunk, chunks, (x, out, chunks, kernel, stride, padding, dilation, fill, is_max,
+                                      count_include_pad, divisor))
 
 
 @numba.njit(inline="always", cache=True, nogil=True)
@@ -210,9 +200,9 @@ def max_pool2d_indices(x, out, kernel, stride, padding, dilation, fill):
 
 
 @numba.njit(cache=True, nogil=True, fastmath={"reassoc"})
-def _global_means(xf, of, lo, hi, size):
-    """of[p] = mean of plane p (size elements) for p in lo..hi-1, accumulated in float64."""
-    for p in range(lo, hi):
+def _means_chunk(k, xf, of, planes, chunks, size):
+    """of[p] = mean of plane p (size elements), accumulated in float64, for chunk k of `chunks` of the planes."""
+    for p in range(k * planes // chunks, (k + 1) * planes // chunks):
         v = xf[p * size:(p + 1) * size]
         acc = 0.0
         for i in range(size):
@@ -220,55 +210,46 @@ def _global_means(xf, of, lo, hi, size):
         of[p] = acc / size
 
 
-@numba.njit(cache=True, nogil=True, fastmath={"reassoc"})
-def _means_chunk(k, xf, of, planes, chunks, size):
-    """Chunk k of `chunks` of the planes' global means."""
-    _global_means(xf, of, k * planes // chunks, (k + 1) * planes // chunks, size)
-
-
 @numba.njit(cache=True, nogil=True)
-def _adaptive_plane(p, x, out, is_max, arg):
+def _adaptive_planes(t, x, out, is_max, arg, count):
+    """Planes t * count .. (t + 1) * count - 1."""
     _, _, h, w = x.shape
     _, _, oh, ow = out.shape
     xf, of = x.reshape(-1), out.reshape(-1)
-    plane = xf[p * h * w:(p + 1) * h * w]
     row = np.empty(w, x.dtype)
-    for oy in range(oh):
-        y0, y1 = oy * h // oh, ((oy + 1) * h + oh - 1) // oh
-        out_row = of[(p * oh + oy) * ow:(p * oh + oy + 1) * ow]
-        if arg:  # row-major scan of each bin, first maximum
+    for p in range(t * count, (t + 1) * count):
+        plane = xf[p * h * w:(p + 1) * h * w]
+        for oy in range(oh):
+            y0, y1 = oy * h // oh, ((oy + 1) * h + oh - 1) // oh
+            out_row = of[(p * oh + oy) * ow:(p * oh + oy + 1) * ow]
+            if arg:  # row-major scan of each bin, first maximum
+                for ox in range(ow):
+                    x0, x1 = ox * w // ow, ((ox + 1) * w + ow - 1) // ow
+                    best, index = plane[y0 * w + x0], y0 * w + x0
+                    for y in range(y0, y1):
+                        for c in range(x0, x1):
+                            if _better(plane[y * w + c], best):
+                                best, index = plane[y * w + c], y * w + c
+                    out_row[ox] = index
+                continue
+            for y in range(y0, y1):
+                _combine(row, row, plane[y * w:(y + 1) * w], y == y0, is_max)  # in place: rare, fine
             for ox in range(ow):
                 x0, x1 = ox * w // ow, ((ox + 1) * w + ow - 1) // ow
-                best, index = plane[y0 * w + x0], y0 * w + x0
-                for y in range(y0, y1):
-                    for c in range(x0, x1):
-                        if _better(plane[y * w + c], best):
-                            best, index = plane[y * w + c], y * w + c
-                out_row[ox] = index
-            continue
-        for y in range(y0, y1):
-            _combine(row, row, plane[y * w:(y + 1) * w], y == y0, is_max)  # in place: rare, fine
-        for ox in range(ow):
-            x0, x1 = ox * w // ow, ((ox + 1) * w + ow - 1) // ow
-            acc = row[x0]
-            for c in range(x0 + 1, x1):
-                acc = _pmax(acc, row[c]) if is_max else acc + row[c]
-            out_row[ox] = acc if is_max else acc / ((y1 - y0) * (x1 - x0))
+                acc = row[x0]
+                for c in range(x0 + 1, x1):
+                    acc = _pmax(acc, row[c]) if is_max else acc + row[c]
+                out_row[ox] = acc if is_max else acc / ((y1 - y0) * (x1 - x0))
 
 
 @numba.njit(cache=True, nogil=True)
 def adaptive_pool2d(x, out, is_max, arg):
     """Adaptive average or max pooling to out's (OH, OW); arg: out (int64) gets the max's flat index."""
     planes = x.shape[0] * x.shape[1]
+    parallel = planes > 1 and x.size >= PARALLEL_MIN_ELEMENTS
+    # each task function has one call site, through run_tasks (inline for one task): see pool2d
     if out.shape[2] == 1 and out.shape[3] == 1 and not is_max:  # global average pooling
-        xf, of, size = x.reshape(-1), out.reshape(-1), x.shape[2] * x.shape[3]
-        if planes > 1 and x.size >= PARALLEL_MIN_ELEMENTS:
-            chunks = min(planes, CHUNKS)
-            run_tasks(_means_chunk, chunks, (xf, of, planes, chunks, size))
-        else:
-            _global_means(xf, of, 0, planes, size)
-    elif planes > 1 and x.size >= PARALLEL_MIN_ELEMENTS:
-        run_tasks(_adaptive_plane, planes, (x, out, is_max, arg))
+        chunks = min(planes, CHUNKS) if parallel else 1
+        run_tasks(_means_chunk, chunks, (x.reshape(-1), out.reshape(-1), planes, chunks, x.shape[2] * x.shape[3]))
     else:
-        for p in range(planes):
-            _adaptive_plane(p, x, out, is_max, arg)
+        run_tasks(_adaptive_planes, planes if parallel else 1, (x, out, is_max, arg, 1 if parallel else planes))
