@@ -150,7 +150,8 @@ def generate_module(graph: Graph, comment: str = "", profile: bool = False) -> G
         rule = emit_rule(node.op)
         outs = [names(v, "v_") for v in node.outputs]
         lines = [] if rule.alias else [_allocate(v, outs[i], plan) for i, v in enumerate(node.outputs)]
-        e = Emit(node, [names(v, "v_") for v in node.inputs], outs, in_place=plan.in_place.get(node, frozenset()))
+        e = Emit(node, [names(v, "v_") for v in node.inputs], outs, in_place=plan.in_place.get(node, frozenset()),
+                 offsets=plan.offsets, arena_bytes=plan.arena_bytes)
         try:
             lines += rule.fn(e)
         except CodegenUnsupportedError as exc:  # a limit of the rule: name the node

@@ -131,3 +131,36 @@ def test_concats_written_in_place_give_the_interpreters_result(tmp_path):
         got, want = m(x), Interpreter(parse_graph(text))(x)
         for g, w in zip(got if isinstance(got, tuple) else (got,), want if isinstance(want, tuple) else (want,)):
             np.testing.assert_allclose(g, w, rtol=1e-6, atol=1e-6)  # fast tanh: ulps
+
+
+def test_concats_at_batch_above_one_copy_every_input_in_one_call(tmp_path):
+    """At batch > 1 a concat's inputs are not end to end in its output: those in the arena are
+    copied by one copy_runs call per concat (float32 and int64 here, parallel tasks for the big one);
+    a graph input among them falls back to a copy per input. Against the interpreter."""
+    from compiler.interpreter import Interpreter
+    from ir import parse_graph
+
+    text = """graph g(%x: f32[3,2,5], %big: f32[2,64,600], %k: i64[3,2,5]) {
+      %a: f32[3,2,5] = relu(%x) @r
+      %b: f32[3,6,5] = concat(%a, %x, %a) {dim=1} @mixed
+      %c: f32[3,2,5] = neg(%x) @s
+      %d: f32[3,10,5] = concat(%a, %c, %b) {dim=1} @arena
+      %e: f32[3,10,5] = tanh(%d) @t
+      %p: f32[2,64,600] = neg(%big) @u
+      %q: f32[2,64,600] = relu(%big) @v
+      %w: f32[2,128,600] = concat(%p, %q) {dim=1} @wide
+      %out1: f32[2,128,600] = abs(%w) @abs
+      %j: i64[3,2,5] = neg(%k) @ineg
+      %l: i64[3,4,5] = concat(%j, %j) {dim=1} @ints
+      %out2: i64[3,4,5] = neg(%l) @ineg2
+      return %e, %out1, %out2
+    }"""
+    graph = parse_graph(text)
+    m = NumbaModel.build(graph, tmp_path)
+    calls = {line.split("  # ")[-1]: line for line in m.source.splitlines() if "  # " in line}
+    assert all("copy_runs" in calls[n] for n in ("arena", "wide", "ints")) and "copy_runs" not in calls["mixed"]
+    rng = np.random.default_rng(0)
+    x, big = (rng.standard_normal(v.shape).astype(np.float32) for v in graph.inputs[:2])
+    k = rng.integers(-50, 50, graph.inputs[2].shape)
+    for got, want in zip(m(x, big, k), Interpreter(parse_graph(text))(x, big, k)):
+        np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)

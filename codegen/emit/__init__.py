@@ -36,6 +36,15 @@ class Emit:
     definitions: dict[str, str] = field(default_factory=dict)  # module-level functions this node needs
     prepacked: dict[str, np.ndarray] = field(default_factory=dict)  # constants made at compile time, by name
     in_place: frozenset[int] = frozenset()  # inputs the memory plan already put inside output 0 (concat)
+    offsets: dict[Any, int] = field(default_factory=dict)  # byte offset in `arena` of each value placed there
+    arena_bytes: int = 0
+
+    def constant(self, tag: str, data: np.ndarray) -> str:
+        """The name of `data`, made at compile time (a kernel's plan, say) and passed to the forward
+        with the weights."""
+        name = f"{self.outs[0]}__{tag}"
+        self.prepacked[name] = np.ascontiguousarray(data)
+        return name
 
     def prepack(self, index: int, tag: str, compute: Callable[[np.ndarray], np.ndarray]) -> str:
         """The name of compute(data of constant input `index`): a weight rearranged into the layout a

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from codegen.emit import Emit, const, emits, lit
-from codegen.kernels.data import RANK, strided_copy
+from codegen.kernels.data import RANK, copy_runs, strided_copy
 from ir.graph import Node
 from ir.ops.common import normalize_axis
 
@@ -120,17 +122,24 @@ def concat_parts(node: Node) -> list[int] | None:
 
 @emits("concat")
 def _emit_concat(e: Emit) -> list[str]:
-    """A copy per input, but for the inputs the memory plan had their producers write in place."""
-    shape = e.node.outputs[0].shape
-    outer, total, inner = _axis_view(shape, normalize_axis(e.node.attrs["dim"], len(shape)))
-    lines, start = [], 0
-    for i, (arg, v) in enumerate(zip(e.args, e.node.inputs)):
-        size = v.shape[normalize_axis(e.node.attrs["dim"], len(shape))]
+    """A copy per input, but for the inputs the memory plan had their producers write in place; one
+    call for all of them (copy_runs) where the output and the inputs to copy all live in the arena."""
+    out = e.node.outputs[0]
+    axis = normalize_axis(e.node.attrs["dim"], len(out.shape))
+    outer, total, inner = _axis_view(out.shape, axis)
+    parts, start = [], 0  # (input index, element offset of its part in a row of the output, elements per row)
+    for i, v in enumerate(e.node.inputs):
+        size = v.shape[axis] * inner
         if i not in e.in_place:
-            lines.append(copy_call(e, arg, e.outs[0], (outer, size * inner), (size * inner, 1),
-                                   (total * inner, 1), 0, start * inner))
+            parts.append((i, start, size))
         start += size
-    return lines
+    itemsize = np.dtype(out.dtype).itemsize
+    if len(parts) > 1 and out in e.offsets and all(e.node.inputs[i] in e.offsets for i, _, _ in parts):
+        runs = np.array([(e.offsets[e.node.inputs[i]] // itemsize, e.offsets[out] // itemsize + at, n)
+                         for i, at, n in parts], np.int64)
+        arena = f"view(arena, 0, np.{out.dtype}, ({e.arena_bytes // itemsize},))"
+        return [f"{e.call(copy_runs)}({arena}, {e.constant('runs', runs)}, {outer}, {total * inner})"]
+    return [copy_call(e, e.args[i], e.outs[0], (outer, n), (n, 1), (total * inner, 1), 0, at) for i, at, n in parts]
 
 
 @emits("expand")
