@@ -29,6 +29,9 @@ from numba.core import types
 from numba.extending import intrinsic, overload
 
 _F = np.float32
+# multiply-adds may fuse into one FMA instruction (rounded once: as accurate or more): the polynomials
+# are chains of them, and an exp runs ~20% faster fused (SiLU 1.6 -> ~1.2 ns/element, AVX2 EPYC)
+CONTRACT = {"contract"}
 _EXP_HI, _EXP_LO = _F(89.0), _F(-88.0)  # beyond: inf (past float32's range) / 0 (below its normal range)
 _EXP_NO_OVERFLOW = _F(88.0)  # fast_exp_no_overflow's bound: 2^n stays below 2^128, so needs no overflow step
 _LOG2E, _LN2_HI, _LN2_LO = _F(1.44269504088896341), _F(0.693359375), _F(-2.12194440e-4)
@@ -86,7 +89,7 @@ def fast_gelu_tanh(x):
     return 0.5 * x * (1.0 + math.tanh(0.7978845608028654 * (x + 0.044715 * x * x * x)))
 
 
-@numba.njit(error_model="numpy")
+@numba.njit(error_model="numpy", fastmath=CONTRACT)
 def _exp_parts(x, hi):
     """(e^r, n) with e^x = e^r * 2^n, n a float32 integer in [-127, floor(hi / ln 2 + 0.5)]: x clamped
     to [-88, hi] (builtin min/max keep their first argument when it is NaN, as Python's do, so NaN
@@ -98,7 +101,7 @@ def _exp_parts(x, hi):
     return p * r * r + r + _F(1.0), n
 
 
-@numba.njit(error_model="numpy")
+@numba.njit(error_model="numpy", fastmath=CONTRACT)
 def _pow2(n):
     """2^n for a float32 integer n in [-127, 127] (0 for -127), built from its exponent bits in float32
     arithmetic: numba widens int32 arithmetic to int64, whose conversion back to float does not
@@ -117,28 +120,28 @@ def _exp32_no_overflow(x):
     return e_r * _pow2(n)
 
 
-@overload(fast_exp)
+@overload(fast_exp, jit_options={"fastmath": CONTRACT})
 def _ol_fast_exp(x):
     if x == types.float32:
         return _exp32
     return lambda x: math.exp(x)
 
 
-@overload(fast_exp_no_overflow)
+@overload(fast_exp_no_overflow, jit_options={"fastmath": CONTRACT})
 def _ol_fast_exp_no_overflow(x):
     if x == types.float32:
         return _exp32_no_overflow
     return lambda x: math.exp(x)
 
 
-@overload(fast_sigmoid)
+@overload(fast_sigmoid, jit_options={"fastmath": CONTRACT})
 def _ol_fast_sigmoid(x):
     if x == types.float32:
         return lambda x: _F(1.0) / (_F(1.0) + fast_exp(-x))
     return lambda x: 1.0 / (1.0 + math.exp(-x))
 
 
-@overload(fast_tanh)
+@overload(fast_tanh, jit_options={"fastmath": CONTRACT})
 def _ol_fast_tanh(x):
     if x != types.float32:
         return lambda x: math.tanh(x)
@@ -155,7 +158,7 @@ def _ol_fast_tanh(x):
     return tanh32
 
 
-@overload(fast_erf, inline="always")
+@overload(fast_erf, inline="always", jit_options={"fastmath": CONTRACT})
 def _ol_fast_erf(x):
     if x != types.float32:
         return lambda x: math.erf(x)
@@ -174,14 +177,14 @@ def _ol_fast_erf(x):
     return erf32
 
 
-@overload(fast_gelu, inline="always")
+@overload(fast_gelu, inline="always", jit_options={"fastmath": CONTRACT})
 def _ol_fast_gelu(x):
     if x != types.float32:
         return lambda x: 0.5 * x * (1.0 + math.erf(x * 0.7071067811865476))
     return lambda x: _F(0.5) * x * (_F(1.0) + fast_erf(x * _F(0.7071067811865476)))
 
 
-@overload(fast_gelu_tanh)
+@overload(fast_gelu_tanh, jit_options={"fastmath": CONTRACT})
 def _ol_fast_gelu_tanh(x):
     if x != types.float32:
         return lambda x: 0.5 * x * (1.0 + math.tanh(0.7978845608028654 * (x + 0.044715 * x * x * x)))
