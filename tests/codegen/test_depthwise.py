@@ -3,14 +3,15 @@ reference of fused_conv2d: every path of its scratch copy (stride 1, 2, other; e
 parity of the left padding; odd widths; rows and columns in the padding; unread columns),
 of its sums (3x3 in registers, Kx5 a kernel row at a time, any other kernel tap by tap), of its
 epilogue (the clamp written in place, the rest through epilogue_run over the block or, with a
-residual, row by row), row blocks, float64."""
+residual, row by row), row blocks, float64; and the same geometries on the small-plane path
+(channels vectorised in blocks of CB, with a partial last block)."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from codegen.kernels.depthwise import conv_depthwise
+from codegen.kernels.depthwise import CHANNEL_BLOCK_PIXELS, conv_depthwise
 from codegen.kernels.epilogue import ACTIVATION_CODES
 from ir.op_registry import get_op
 from ir.types import TensorType
@@ -67,12 +68,32 @@ GEOMETRIES = {
     "5x3_everything": ((1, 6, 11, 9), 2, (5, 3), (2, 1), (2, 0, 1, 2), (1, 2)),
     "5x5_one_output_pixel": ((1, 3, 5, 5), 1, (5, 5), (1, 1), (0, 0, 0, 0), (1, 1)),
     "1x1": ((2, 5, 6, 7), 1, (1, 1), (1, 1), (0, 0, 0, 0), (1, 1)),
+    "channel_blocks_and_a_tail": ((2, 40, 7, 7), 1, (5, 5), (1, 1), (2, 2, 2, 2), (1, 1)),
+    "channel_blocks_multiplier_2": ((1, 20, 9, 8), 2, (3, 3), (2, 1), (1, 0, 2, 1), (1, 1)),
 }
+
+
+def _row_blocks(geometry):
+    """The geometry on planes large enough for the row-block path (more than CHANNEL_BLOCK_PIXELS
+    output pixels), where the original takes the small-plane path, channels vectorised."""
+    (n, c, h, w), mult, kernel, stride, padding, dilation = geometry
+    while True:
+        oh = (h + padding[0] + padding[2] - dilation[0] * (kernel[0] - 1) - 1) // stride[0] + 1
+        ow = (w + padding[1] + padding[3] - dilation[1] * (kernel[1] - 1) - 1) // stride[1] + 1
+        if oh * ow > CHANNEL_BLOCK_PIXELS:
+            return (n, c, h, w), mult, kernel, stride, padding, dilation
+        h, w = h + 8, w + 8
 
 
 @pytest.mark.parametrize("geometry", GEOMETRIES.values(), ids=GEOMETRIES.keys())
 def test_depthwise_geometry(geometry):
     got, expected = run_depthwise(*geometry)
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("geometry", GEOMETRIES.values(), ids=GEOMETRIES.keys())
+def test_depthwise_geometry_on_row_blocks(geometry):
+    got, expected = run_depthwise(*_row_blocks(geometry))
     np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
 
 
@@ -86,16 +107,20 @@ EPILOGUES = {  # activation, post-activation, residual, bias
 }
 
 
-@pytest.mark.parametrize("geometry", ["3x3_s1", "3x3_s2", "5x5_s1"])
+@pytest.mark.parametrize("row_blocks", [False, True], ids=["channel_blocks", "row_blocks"])
+@pytest.mark.parametrize("geometry", ["3x3_s1", "3x3_s2", "5x5_s1", "channel_blocks_and_a_tail"])
 @pytest.mark.parametrize("epilogue", EPILOGUES.values(), ids=EPILOGUES.keys())
-def test_depthwise_epilogue(geometry, epilogue):
+def test_depthwise_epilogue(geometry, epilogue, row_blocks):
     act, post, residual, bias = epilogue
-    got, expected = run_depthwise(*GEOMETRIES[geometry], act=act, post=post, residual=residual, bias=bias)
+    shape = _row_blocks(GEOMETRIES[geometry]) if row_blocks else GEOMETRIES[geometry]
+    got, expected = run_depthwise(*shape, act=act, post=post, residual=residual, bias=bias)
     np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("geometry", ["3x3_s1", "3x3_s2_odd", "3x3_s3", "5x3_everything"])
-def test_depthwise_float64(geometry):
-    got, expected = run_depthwise(*GEOMETRIES[geometry], dtype=np.float64, residual=True)
+@pytest.mark.parametrize("row_blocks", [False, True], ids=["channel_blocks", "row_blocks"])
+@pytest.mark.parametrize("geometry", ["3x3_s1", "3x3_s2_odd", "3x3_s3", "5x3_everything", "channel_blocks_and_a_tail"])
+def test_depthwise_float64(geometry, row_blocks):
+    shape = _row_blocks(GEOMETRIES[geometry]) if row_blocks else GEOMETRIES[geometry]
+    got, expected = run_depthwise(*shape, dtype=np.float64, residual=True)
     assert got.dtype == np.float64
     np.testing.assert_allclose(got, expected, rtol=1e-12, atol=1e-12)
