@@ -57,16 +57,14 @@ class Job(NamedTuple):
 
 def process_count(jobs: int) -> int:
     """Processes to compile `jobs` kernels with, the main one included (see the module docstring)."""
+    wanted = min(_usable_cores(), MAX_PROCESSES)
     setting = os.environ.get(ENV, "").strip()
     if setting:
-        try:
+        if setting.isdigit() and int(setting) >= 1:
             wanted = int(setting)
-        except ValueError:
-            raise ValueError(f"${ENV} must be a whole number of processes, not {setting!r}") from None
-        if wanted < 1:
-            raise ValueError(f"${ENV} must be at least 1 (the main process alone), not {wanted}")
-    else:
-        wanted = min(_usable_cores(), MAX_PROCESSES)
+        else:
+            log.warning("ignoring $%s=%r: it must be a whole number of processes, at least 1 (the main "
+                        "process alone); using %d", ENV, setting, wanted)
     return max(1, min(wanted, jobs))
 
 
@@ -85,6 +83,8 @@ def compile_jobs(jobs: Sequence[Job], compile_here: Callable[[Job], None]) -> No
     pending = list(jobs)
     processes = process_count(len(pending))
     workers = min(processes - 1, sum(job.module.startswith(LIBRARY) for job in pending))
+    if not sys.executable:  # an embedded interpreter: no python to start workers with
+        workers = 0
     log.info("compiling %d kernel%s for this machine, once (numba caches them)%s: %s", len(pending),
              "s" if len(pending) > 1 else "", f" in {workers + 1} processes" if workers else "",
              _summary(pending))

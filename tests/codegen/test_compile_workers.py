@@ -95,15 +95,17 @@ def test_a_job_a_worker_fails_is_left_to_the_caller_which_reports_the_error(firs
     assert first_use["error"] == "TypingError"
 
 
-def test_the_process_count_comes_from_the_environment_within_the_job_count(monkeypatch):
+def test_the_process_count_comes_from_the_environment_within_the_job_count(monkeypatch, caplog):
     monkeypatch.setenv(ENV, "3")
     assert [process_count(jobs) for jobs in (1, 2, 5)] == [1, 2, 3]
     monkeypatch.delenv(ENV)
-    assert process_count(100) == min(_usable_cores(), MAX_PROCESSES)
-    for wrong in ("0", "-2", "two"):
+    default = min(_usable_cores(), MAX_PROCESSES)
+    assert process_count(100) == default
+    for wrong in ("0", "-2", "two"):  # the default, and a warning that says why
         monkeypatch.setenv(ENV, wrong)
-        with pytest.raises(ValueError, match=ENV):
-            process_count(4)
+        caplog.clear()
+        assert process_count(100) == default
+        assert [r.levelname for r in caplog.records] == ["WARNING"] and repr(wrong) in caplog.records[0].getMessage()
 
 
 def test_one_process_compiles_every_job_here_in_order(monkeypatch):
