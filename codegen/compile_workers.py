@@ -153,7 +153,7 @@ class _Shared:
 
 
 def _summary(jobs: Sequence[Job]) -> str:
-    """'conv.conv2d x2, pool.pool2d': the kernels of `jobs`, with how many signatures where several."""
+    """'conv.conv2d x2, gemm.linear': the kernels of `jobs`, with how many signatures where several."""
     counts = Counter(job.label for job in jobs)
     return ", ".join(label if n == 1 else f"{label} x{n}" for label, n in counts.items())
 

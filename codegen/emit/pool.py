@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from codegen.emit import Emit, const, const_args, emits
-from codegen.kernels.pool import adaptive_pool2d, max_pool2d_indices, pool2d
+from codegen.kernels.pool import adaptive_pool2d, avg_pool2d_window, max_pool2d_indices, max_pool2d_window
 
 
 def _lowest(dtype: str) -> str:
@@ -22,7 +22,7 @@ def _window_args(e: Emit) -> str:
 @emits("max_pool2d")
 def _emit_max_pool2d(e: Emit) -> list[str]:
     fill = _lowest(e.node.inputs[0].dtype)
-    return [f"{e.call(pool2d)}({e.args[0]}, {e.outs[0]}, {_window_args(e)}, {fill}, {const_args(True, False, 0)})"]
+    return [f"{e.call(max_pool2d_window)}({e.args[0]}, {e.outs[0]}, {_window_args(e)}, {fill})"]
 
 
 @emits("max_pool2d_indices")
@@ -35,8 +35,8 @@ def _emit_max_pool2d_indices(e: Emit) -> list[str]:
 def _emit_avg_pool2d(e: Emit) -> list[str]:
     a = e.node.attrs
     divisor = a["divisor_override"] or 0
-    return [f"{e.call(pool2d)}({e.args[0]}, {e.outs[0]}, {_window_args(e)}, 0.0, "
-            f"{const_args(False, a['count_include_pad'], divisor)})"]
+    return [f"{e.call(avg_pool2d_window)}({e.args[0]}, {e.outs[0]}, {_window_args(e)}, "
+            f"{const_args(a['count_include_pad'], divisor)})"]
 
 
 @emits("adaptive_avg_pool2d", "adaptive_max_pool2d", "adaptive_max_pool2d_indices")

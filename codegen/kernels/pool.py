@@ -65,99 +65,114 @@ def _padded_width(w, ow, kernel, stride, padding, dilation):
     return (wp + stride[1] - 1) // stride[1] * stride[1]
 
 
-@numba.njit(cache=True, nogil=True)
-def _window_block(x, out, p, b0, b1, kernel, stride, padding, dilation, fill, is_max, count_include_pad, divisor,
-                  v, phases, hb):
-    """Output rows b0..b1-1 of plane p, in passes over the whole block, each a long contiguous loop
-    where the strides allow. Scratch: v (2, B * W); phases (SW, B * WQ + slack), whose padding holds
-    `fill`; hb (2, B * WQ), for B >= b1 - b0 rows and WQ the padded width / SW."""
-    _, _, h, w = x.shape
-    _, _, oh, ow = out.shape
-    kh, kw, sh, sw, dh, dw = kernel[0], kernel[1], stride[0], stride[1], dilation[0], dilation[1]
-    plane = x.reshape(-1)[p * h * w:(p + 1) * h * w]
-    nb = b1 - b0
-    # 1. along the height: pass ky folds input row oy * sh + ky * dh - top into row oy - b0 of v[ky % 2]
-    for ky in range(kh):
-        cur, prev, off = v[ky % 2], v[(ky + 1) % 2], ky * dh - padding[0]
-        lo = min(b1, max(b0, -(off // sh))) - b0  # the rows whose input row exists
-        hi = max(lo, min(b1, (h - 1 - off) // sh + 1) - b0)
-        _carry(cur[:lo * w], prev[:lo * w], ky == 0, fill)
-        _carry(cur[hi * w:nb * w], prev[hi * w:nb * w], ky == 0, fill)
-        if sh == 1:  # one run of input rows
-            y = b0 + lo + off
-            _combine(cur[lo * w:hi * w], prev[lo * w:hi * w], plane[y * w:(y + hi - lo) * w], ky == 0, is_max)
-        else:
-            for i in range(lo, hi):
-                y = (b0 + i) * sh + off
-                _combine(cur[i * w:(i + 1) * w], prev[i * w:(i + 1) * w], plane[y * w:(y + 1) * w], ky == 0, is_max)
-    rows = v[(kh - 1) % 2]
-    # 2. padded rows back to back, split by column phase: padded column c is phases[c % sw][c // sw]
-    wq = _padded_width(w, ow, kernel, stride, padding, dilation) // sw
-    for r in range(sw):
-        c0 = (r - padding[1]) % sw  # first input column of this phase
-        j0, count = (c0 + padding[1]) // sw, (w - c0 + sw - 1) // sw
-        for i in range(nb):
-            start = i * wq + j0
-            _combine(phases[r, start:start + count], rows, rows[i * w + c0:(i + 1) * w:sw], True, is_max)
-    # 3. along the width: output column ox, tap kx reads padded column ox * sw + kx * dw, which is
-    # phases[(kx * dw) % sw][ox + (kx * dw) // sw]: each pass is one loop over the whole block
-    n = nb * wq
-    for kx in range(kw):
-        r, q = (kx * dw) % sw, (kx * dw) // sw
-        _combine(hb[kx % 2, :n], hb[(kx + 1) % 2, :n], phases[r, q:q + n], kx == 0, is_max)
-    cols = hb[(kw - 1) % 2]
-    # 4. the first ow columns of each row are the outputs
-    of = out.reshape(-1)
-    for i in range(nb):
-        oy = b0 + i
-        out_row = of[(p * oh + oy) * ow:(p * oh + oy + 1) * ow]
-        _combine(out_row, out_row, cols[i * wq:i * wq + ow], True, is_max)
-        if is_max:
-            continue
-        if divisor > 0:
-            for ox in range(ow):
-                out_row[ox] /= divisor
-            continue
-        # torch's count: the window clipped to the padded input, and to the input unless pads count
-        y0 = oy * sh - padding[0]
-        y1 = min(y0 + kh, h + padding[2])
-        if not count_include_pad:
-            y0, y1 = max(y0, 0), min(y1, h)
-        for ox in range(ow):
-            x0 = ox * sw - padding[1]
-            x1 = min(x0 + kw, w + padding[3])
-            if not count_include_pad:
-                x0, x1 = max(x0, 0), min(x1, w)
-            out_row[ox] /= (y1 - y0) * (x1 - x0)
+def _window_chunk(is_max: bool, name: str):
+    """The task function of max (is_max) or average window pooling, named `name`. is_max is a
+    constant of its code (a closure variable: numba compiles it in, and caches each function
+    apart), so a max pool compiles no averaging and an average pool no max: half the loops each,
+    where one kernel branching at run time compiled both."""
+
+    def chunk(k, x, out, chunks, kernel, stride, padding, dilation, fill, count_include_pad, divisor):
+        """Chunk k of `chunks` of the planes, in blocks of output rows small enough for L1, each in
+        passes over the whole block, each a long contiguous loop where the strides allow. Scratch:
+        v (2, B * W); phases (SW, B * WQ + slack), whose padding holds `fill`; hb (2, B * WQ), for B
+        rows a block and WQ the padded width / SW."""
+        _, _, h, w = x.shape
+        _, _, oh, ow = out.shape
+        planes = x.shape[0] * x.shape[1]
+        kh, kw, sh, sw, dh, dw = kernel[0], kernel[1], stride[0], stride[1], dilation[0], dilation[1]
+        xf, of = x.reshape(-1), out.reshape(-1)
+        wq = _padded_width(w, ow, kernel, stride, padding, dilation) // sw
+        rb = min(oh, max(1, BLOCK_ELEMENTS // max(w, wq)))
+        v = np.empty((2, rb * w), x.dtype)
+        phases = np.full((sw, rb * wq + (kernel[1] - 1) * dilation[1] // sw), fill, x.dtype)
+        hb = np.empty((2, rb * wq), x.dtype)
+        for p in range(k * planes // chunks, (k + 1) * planes // chunks):
+            plane = xf[p * h * w:(p + 1) * h * w]
+            for b0 in range(0, oh, rb):
+                b1 = min(b0 + rb, oh)
+                nb = b1 - b0
+                # 1. along the height: pass ky folds input row oy * sh + ky * dh - top into row oy - b0 of v[ky % 2]
+                for ky in range(kh):
+                    cur, prev, off = v[ky % 2], v[(ky + 1) % 2], ky * dh - padding[0]
+                    lo = min(b1, max(b0, -(off // sh))) - b0  # the rows whose input row exists
+                    hi = max(lo, min(b1, (h - 1 - off) // sh + 1) - b0)
+                    _carry(cur[:lo * w], prev[:lo * w], ky == 0, fill)
+                    _carry(cur[hi * w:nb * w], prev[hi * w:nb * w], ky == 0, fill)
+                    if sh == 1:  # one run of input rows
+                        y = b0 + lo + off
+                        _combine(cur[lo * w:hi * w], prev[lo * w:hi * w], plane[y * w:(y + hi - lo) * w], ky == 0,
+                                 is_max)
+                    else:
+                        for i in range(lo, hi):
+                            y = (b0 + i) * sh + off
+                            _combine(cur[i * w:(i + 1) * w], prev[i * w:(i + 1) * w], plane[y * w:(y + 1) * w],
+                                     ky == 0, is_max)
+                rows = v[(kh - 1) % 2]
+                # 2. padded rows back to back, split by column phase: padded column c is phases[c % sw][c // sw]
+                for r in range(sw):
+                    c0 = (r - padding[1]) % sw  # first input column of this phase
+                    j0, count = (c0 + padding[1]) // sw, (w - c0 + sw - 1) // sw
+                    for i in range(nb):
+                        start = i * wq + j0
+                        _combine(phases[r, start:start + count], rows, rows[i * w + c0:(i + 1) * w:sw], True, is_max)
+                # 3. along the width: output column ox, tap kx reads padded column ox * sw + kx * dw, which is
+                # phases[(kx * dw) % sw][ox + (kx * dw) // sw]: each pass is one loop over the whole block
+                n = nb * wq
+                for kx in range(kw):
+                    r, q = (kx * dw) % sw, (kx * dw) // sw
+                    _combine(hb[kx % 2, :n], hb[(kx + 1) % 2, :n], phases[r, q:q + n], kx == 0, is_max)
+                cols = hb[(kw - 1) % 2]
+                # 4. the first ow columns of each row are the outputs
+                for i in range(nb):
+                    oy = b0 + i
+                    out_row = of[(p * oh + oy) * ow:(p * oh + oy + 1) * ow]
+                    _combine(out_row, out_row, cols[i * wq:i * wq + ow], True, is_max)
+                    if is_max:
+                        continue
+                    if divisor > 0:
+                        for ox in range(ow):
+                            out_row[ox] /= divisor
+                        continue
+                    # torch's count: the window clipped to the padded input, and to the input unless pads count
+                    y0 = oy * sh - padding[0]
+                    y1 = min(y0 + kh, h + padding[2])
+                    if not count_include_pad:
+                        y0, y1 = max(y0, 0), min(y1, h)
+                    for ox in range(ow):
+                        x0 = ox * sw - padding[1]
+                        x1 = min(x0 + kw, w + padding[3])
+                        if not count_include_pad:
+                            x0, x1 = max(x0, 0), min(x1, w)
+                        out_row[ox] /= (y1 - y0) * (x1 - x0)
+
+    chunk.__name__ = chunk.__qualname__ = name
+    return numba.njit(cache=True, nogil=True)(chunk)
+
+
+_max_window_chunk = _window_chunk(True, "_max_window_chunk")
+_avg_window_chunk = _window_chunk(False, "_avg_window_chunk")
+
+
+@numba.njit(inline="always", cache=True, nogil=True)
+def _chunks(x):
+    """Tasks of window pooling: chunks of the planes when x is big enough, else one (run inline)."""
+    return min(x.shape[0] * x.shape[1], CHUNKS) if x.size >= PARALLEL_MIN_ELEMENTS else 1
 
 
 @numba.njit(cache=True, nogil=True)
-def _window_chunk(k, x, out, chunks, kernel, stride, padding, dilation, fill, is_max, count_include_pad, divisor):
-    """Chunk k of `chunks` of the planes, in blocks of rows small enough for L1, sharing scratch buffers."""
-    _, _, _, w = x.shape
-    _, _, oh, ow = out.shape
-    planes, sw = x.shape[0] * x.shape[1], stride[1]
-    wq = _padded_width(w, ow, kernel, stride, padding, dilation) // sw
-    rb = min(oh, max(1, BLOCK_ELEMENTS // max(w, wq)))
-    v = np.empty((2, rb * w), x.dtype)
-    phases = np.full((sw, rb * wq + (kernel[1] - 1) * dilation[1] // sw), fill, x.dtype)
-    hb = np.empty((2, rb * wq), x.dtype)
-    for p in range(k * planes // chunks, (k + 1) * planes // chunks):
-        for b0 in range(0, oh, rb):
-            _window_block(x, out, p, b0, min(b0 + rb, oh), kernel, stride, padding, dilation, fill, is_max,
-                          count_include_pad, divisor, v, phases, hb)
+def max_pool2d_window(x, out, kernel, stride, padding, dilation, fill):
+    """Max pooling; padding (top, left, bottom, right) reads as `fill` (the dtype's lowest)."""
+    chunks = _chunks(x)
+    run_tasks(_max_window_chunk, chunks, (x, out, chunks, kernel, stride, padding, dilation, fill, False, 0))
 
 
 @numba.njit(cache=True, nogil=True)
-def pool2d(x, out, kernel, stride, padding, dilation, fill, is_max, count_include_pad, divisor):
-    """Max (is_max) or average pooling; padding (top, left, bottom, right), `fill` pads a max.
-    divisor > 0 overrides the average's window count."""
-    planes = x.shape[0] * x.shape[1]
-    # one call site of the chunk, through run_tasks (inline for one chunk): each call site of a
-    # callee links and compiles its code again
-    chunks = min(planes, CHUNKS) if x.size >= PARALLEL_MIN_ELEMENTS else 1
-    run_tasks(_window_chunk, chunks, (x, out, chunks, kernel, stride, padding, dilation, fill, is_max,
-                                      count_include_pad, divisor))
+def avg_pool2d_window(x, out, kernel, stride, padding, dilation, count_include_pad, divisor):
+    """Average pooling; padding (top, left, bottom, right) zeros, counted in a window's size when
+    count_include_pad; divisor > 0 overrides that size."""
+    chunks = _chunks(x)
+    run_tasks(_avg_window_chunk, chunks, (x, out, chunks, kernel, stride, padding, dilation, 0.0, count_include_pad,
+                                          divisor))
 
 
 @numba.njit(inline="always", cache=True, nogil=True)
@@ -247,7 +262,7 @@ def adaptive_pool2d(x, out, is_max, arg):
     """Adaptive average or max pooling to out's (OH, OW); arg: out (int64) gets the max's flat index."""
     planes = x.shape[0] * x.shape[1]
     parallel = planes > 1 and x.size >= PARALLEL_MIN_ELEMENTS
-    # each task function has one call site, through run_tasks (inline for one task): see pool2d
+    # each task function has one call site, through run_tasks (inline for one task): see max_pool2d_window
     if out.shape[2] == 1 and out.shape[3] == 1 and not is_max:  # global average pooling
         chunks = min(planes, CHUNKS) if parallel else 1
         run_tasks(_means_chunk, chunks, (x.reshape(-1), out.reshape(-1), planes, chunks, x.shape[2] * x.shape[3]))
