@@ -1,14 +1,21 @@
-"""fold-batchnorm: fold a standalone batch_norm into the conv2d or linear that feeds it.
+"""fold-batchnorm: fold a standalone batch_norm into the conv2d or linear that feeds it,
+or else into a per-channel multiply-add.
 
     conv(x, w, b) -> batch_norm(mean, var, gamma, beta)   ==>   conv(x, w * s, (b - mean) * s + beta)
-    with s = gamma / sqrt(var + eps), per output channel.
+    batch_norm(x, mean, var, gamma, beta)                  ==>   x * s + (beta - mean * s)
+    with s = gamma / sqrt(var + eps), per (output) channel.
 
 pnnx folds conv+bn itself in most models; this catches the rest (e.g. a BN
 after a conv whose output is also used elsewhere is left alone, as is one whose
 parameters are not constants). Linear folds only for 2-D outputs, where
 BatchNorm1d's channel dim is the linear's output features.
 
-Pre: a valid graph. Post: no batch_norm directly after a foldable producer.
+A batch_norm with constant parameters that does not fold (DenseNet's BN-ReLU before
+each conv, a BN after a concat) becomes `mul` and `add` by (C, 1, ...) constants,
+which fuse-elementwise then merges with the activation after it: one pass over
+the tensor instead of two.
+
+Pre: a valid graph. Post: no batch_norm with constant parameters.
 """
 
 from __future__ import annotations
@@ -43,7 +50,35 @@ def fold_batchnorm(graph: Graph) -> Graph:
                                   dict(producer.attrs))
         replaced[bn] = None
     graph.nodes = [replaced.get(n, n) for n in graph.nodes if replaced.get(n, n) is not None]
+    taken = {v.name for v in graph.values()}
+    nodes = []
+    for node in graph.nodes:
+        constant_params = all(v.is_constant for v in node.inputs[1:])
+        nodes += _as_affine(graph, node, taken) if node.op == "batch_norm" and constant_params else [node]
+    graph.nodes = nodes
     return eliminate_dead_code(graph)
+
+
+def _as_affine(graph: Graph, bn: Node, taken: set[str]) -> list[Node]:
+    """bn as mul(x, scale) -> add(., shift), the constants shaped (C, 1, ...) to broadcast
+    over the channel dim of x (dim 1), computed in float64 and stored in x's dtype."""
+    x, out = bn.inputs[0], bn.outputs[0]
+    mean, var, gamma, beta = (v.data.astype(np.float64) for v in bn.inputs[1:])
+    scale = gamma / np.sqrt(var + bn.attrs["eps"])
+    shape = (-1,) + (1,) * (x.type.rank - 2)
+
+    def name(kind: str) -> str:
+        base, k = f"{bn.name}.{kind}", 1
+        candidate = base
+        while candidate in taken:
+            candidate, k = f"{base}_{k}", k + 1
+        taken.add(candidate)
+        return candidate
+
+    s = _constant(graph, name("scale"), scale.reshape(shape).astype(x.dtype))
+    b = _constant(graph, name("shift"), (beta - mean * scale).reshape(shape).astype(x.dtype))
+    scaled = Value(name("scaled"), x.type)
+    return [Node("mul", f"{bn.name}.mul", [x, s], [scaled]), Node("add", bn.name, [scaled, b], [out])]
 
 
 def _foldable(producer: Node | None, users, outputs) -> bool:
