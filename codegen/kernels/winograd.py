@@ -8,13 +8,16 @@ and the forward receives it as a constant.
 
 A run of tile rows goes through three parallel loops, so each loop splits its work
 evenly without repeating any of it and every GEMM is as large as the run allows:
-  1. input transform, parallel over input channels (V, written plane by plane);
+  1. input transform, parallel over blocks of input channels (V, written plane by plane);
   2. the 16 GEMMs, parallel over (GEMM, block of output channels), on the microkernel
      (microkernel.py) with U packed into its panels at compile time (`pack_transformed`);
-  3. output transform and epilogue, parallel over output channels.
+  3. output transform and epilogue, parallel over blocks of output channels.
 Runs are as many tile rows as keep V and the products under RUN_BYTES (the whole image
-for ResNet-sized inputs). The transforms are loops over whole rows with one store each,
-on columns split by parity first, so every access is unit-stride and LLVM vectorises them.
+for ResNet-sized inputs); images small enough run several at once, their tiles side by
+side in V's rows, so a batch of 7x7 or 14x14 images makes one set of wide GEMMs. The
+transforms work tile by tile in straight-line code (the input from a zero-padded copy of
+the run's rows): on 7x7 and 14x14 images, loops over rows of 4 or 7 tiles cost more to
+enter than to run.
 """
 
 from __future__ import annotations
@@ -22,12 +25,15 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from codegen.kernels.common import SEQ, blocks, span, u
+from codegen.kernels.common import SEQ, blocks, num_threads, u
 from codegen.kernels.epilogue import epilogue_run, residual_run
 from codegen.kernels.microkernel import MR, micro_gemm, pack_weights, panel_width
 from codegen.kernels.tasks import run_tasks
 
 RUN_BYTES = 8 << 20  # V or the products of one run of tile rows, at most
+PLANE_BYTES = 1 << 17  # one of V's 16 planes, when several images run at once: the GEMM reads it from L2
+PLANE_PAD = 16  # floats between the planes of V and of the products beyond their rows: one cache line
+TASK_TILES = 64  # tiles per transform task, at least, where the channels allow (tasks of small images)
 MIN_PANELS = 4  # MR-channel panels per block of a product, at least
 K_CHUNK = 256  # input channels per microkernel call: a weight panel chunk (6 KB) stays in L1
 
@@ -47,63 +53,65 @@ def pack_transformed(weight: np.ndarray) -> np.ndarray:
     return pack_weights(u_.reshape(16 * u_.shape[1], u_.shape[2], 1, 1), 16)
 
 
-@numba.njit(inline="always", **SEQ)
-def _rows_bt(dst, d, dn, src, s0, s1, s2, s3, n):
-    """B^T's four rows of the four runs a_i = src[s_i ..][:n] (or B's four columns), each written
-    as dst[d + j*dn ..][:n]: a0 - a2, a1 + a2, a2 - a1, a1 - a3. One pass, unit stride."""
-    for k in range(n):
-        a0, a1, a2, a3 = src[u(s0 + k)], src[u(s1 + k)], src[u(s2 + k)], src[u(s3 + k)]
-        dst[u(d + k)] = a0 - a2
-        dst[u(d + dn + k)] = a1 + a2
-        dst[u(d + 2 * dn + k)] = a2 - a1
-        dst[u(d + 3 * dn + k)] = a1 - a3
-
-
-@numba.njit(inline="always", **SEQ)
-def _rows_at(dst, d, dn, src, s0, s1, s2, s3, n):
-    """A^T's two rows of the four runs src[s_i ..][:n]: s0 + s1 + s2 to dst[d ..] and
-    s1 - s2 - s3 to dst[d + dn ..], n each. One pass, unit stride."""
-    for k in range(n):
-        m1, m2 = src[u(s1 + k)], src[u(s2 + k)]
-        dst[u(d + k)] = src[u(s0 + k)] + m1 + m2
-        dst[u(d + dn + k)] = m1 - m2 - src[u(s3 + k)]
-
-
 @numba.njit(**SEQ)
-def _input_task(c, xf, x0, h, w, pt, pl, ty0, tw, tc, vf, plane, ld):
-    """Task c of the input transform: v[4r + q, c, y*TW + tx] = (B^T d B)[r, q] for the 4x4 input
-    tile d of channel c at padded row 2(ty0 + y), column 2tx, for the tc tiles of the run (v's
-    rows, ld long, may be longer: the rest is left alone); channel c of the image starts at
-    xf[x0 + c*H*W]; vf is v flat, plane = C * ld."""
-    half = tw + 1
-    (e_lo, e_hi), (o_lo, o_hi) = span(-pl, 2, w, half), span(1 - pl, 2, w, half)
-    # rows 0-3: the tile row's four padded input rows, even columns then odd (TW + 1 each);
-    # rows 4-7: B^T d of those, laid out alike
-    buf = np.zeros(16 * half, np.float32)
-    for y in range(tc // tw):
-        for r in range(4):
-            iy, d = 2 * (ty0 + y) + r - pt, 2 * r * half
+def _input_task(task, xf, dims, run, vf, plane, ld):
+    """Task (image img, block cb of cpt input channels) of the input transform:
+    v[4r + q, c, img*tc + y*TW + tx] = (B^T d B)[r, q] for the 4x4 input tile d of channel c of
+    image n0 + img at padded row 2(ty0 + y), column 2tx, for the tc tiles of the run (v's rows
+    are ld long and may be longer: the rest is left alone); xf is the input flat, vf is v flat,
+    its planes `plane` apart."""
+    c_n, h, w, pt, pl = dims
+    n0, ty0, tw, tc, cpt = run
+    n_cb = -(-c_n // cpt)
+    img, cb = task // n_cb, task % n_cb
+    ty_n, w2 = tc // tw, 2 * tw + 2
+    z0, z1 = min(w2, pl), max(min(w2, pl), min(w2, pl + w))  # padded columns [z0, z1) lie in the image
+    buf = np.empty((2 * ty_n + 2) * w2, np.float32)  # the run's input rows of one channel, zero-padded
+    for c in range(cb * cpt, min(c_n, (cb + 1) * cpt)):
+        x0, col = ((n0 + img) * c_n + c) * h * w, c * ld + img * tc
+        for r in range(2 * ty_n + 2):
+            iy, d = 2 * ty0 + r - pt, r * w2
             if 0 <= iy < h:
-                s = x0 + (c * h + iy) * w - pl  # padded column z of this row is xf[s + z]
-                for z in range(e_lo, e_hi):
-                    buf[u(d + z)] = xf[u(s + 2 * z)]
-                for z in range(o_lo, o_hi):
-                    buf[u(d + half + z)] = xf[u(s + 2 * z + 1)]
-            else:
-                for z in range(2 * half):
+                s = x0 + iy * w - pl  # padded column z of this row is xf[s + z]
+                for z in range(z0):
                     buf[u(d + z)] = 0
-        t, n = 8 * half, 2 * half
-        _rows_bt(buf, t, n, buf, 0, n, 2 * n, 3 * n, n)  # B^T d: d0 - d2, d1 + d2, d2 - d1, d1 - d3
-        for r in range(4):  # then B along the columns of its row r: tile tx's four columns
-            e, o = t + r * n, t + r * n + half  # are its even and odd columns tx, then tx + 1
-            _rows_bt(vf, 4 * r * plane + c * ld + y * tw, plane, buf, e, o, e + 1, o + 1, tw)
+                for z in range(z0, z1):
+                    buf[u(d + z)] = xf[u(s + z)]
+                for z in range(z1, w2):
+                    buf[u(d + z)] = 0
+            else:
+                for z in range(w2):
+                    buf[u(d + z)] = 0
+        for y in range(ty_n):
+            for tx in range(tw):  # one tile: B^T d along its rows, then along its columns
+                b0 = 2 * y * w2 + 2 * tx
+                b1, b2, b3 = b0 + w2, b0 + 2 * w2, b0 + 3 * w2
+                o = col + y * tw + tx
+                for r in range(4):
+                    if r == 0:
+                        e0, e1, e2, e3 = (buf[u(b0)] - buf[u(b2)], buf[u(b0 + 1)] - buf[u(b2 + 1)],
+                                          buf[u(b0 + 2)] - buf[u(b2 + 2)], buf[u(b0 + 3)] - buf[u(b2 + 3)])
+                    elif r == 1:
+                        e0, e1, e2, e3 = (buf[u(b1)] + buf[u(b2)], buf[u(b1 + 1)] + buf[u(b2 + 1)],
+                                          buf[u(b1 + 2)] + buf[u(b2 + 2)], buf[u(b1 + 3)] + buf[u(b2 + 3)])
+                    elif r == 2:
+                        e0, e1, e2, e3 = (buf[u(b2)] - buf[u(b1)], buf[u(b2 + 1)] - buf[u(b1 + 1)],
+                                          buf[u(b2 + 2)] - buf[u(b1 + 2)], buf[u(b2 + 3)] - buf[u(b1 + 3)])
+                    else:
+                        e0, e1, e2, e3 = (buf[u(b1)] - buf[u(b3)], buf[u(b1 + 1)] - buf[u(b3 + 1)],
+                                          buf[u(b1 + 2)] - buf[u(b3 + 2)], buf[u(b1 + 3)] - buf[u(b3 + 3)])
+                    q = o + 4 * r * plane
+                    vf[u(q)] = e0 - e2
+                    vf[u(q + plane)] = e1 + e2
+                    vf[u(q + 2 * plane)] = e2 - e1
+                    vf[u(q + 3 * plane)] = e1 - e3
 
 
 @numba.njit(**SEQ)
-def _products_task(t, uf, vf, mf, n_o, mbb, n_mb, c_n, ld):
+def _products_task(t, uf, vf, mf, n_o, mbb, n_mb, c_n, ld, v_plane, m_plane):
     """Task t of m[k] = U[k] @ v[k] (k = t // n_o): panels [mb0, mb0 + mbb) of U[k], on the
     microkernel; uf = U packed into panels (16, blocks, C, MR), flat; v's and m's rows are whole
-    panels of NR, ld long."""
+    panels of NR, ld long; their planes v_plane and m_plane apart."""
     nr = panel_width()
     k, mb0 = t // n_o, (t % n_o) * mbb
     mb1 = min(n_mb, mb0 + mbb)
@@ -111,37 +119,51 @@ def _products_task(t, uf, vf, mf, n_o, mbb, n_mb, c_n, ld):
         kc = min(K_CHUNK, c_n - kb)
         for mb in range(mb0, mb1):
             a0 = ((k * n_mb + mb) * c_n + kb) * MR
-            c0 = (k * n_mb + mb) * MR * ld
+            c0 = k * m_plane + mb * MR * ld
             for j in range(0, ld, nr):
-                micro_gemm(kc, uf, a0, vf, (k * c_n + kb) * ld + j, ld, mf, c0 + j, ld, kb > 0)
+                micro_gemm(kc, uf, a0, vf, k * v_plane + kb * ld + j, ld, mf, c0 + j, ld, kb > 0)
 
 
 @numba.njit(**SEQ)
-def _output_task(o, mf, plane, ld, tc, of, out_shape, n, ty0, tw, bias, rf, act, alpha, beta, post, post_alpha,
-                 post_beta):
-    """Task o of the output transform: output rows 2(ty0 + y), 2(ty0 + y) + 1 of channel o of
-    image n = epilogue(A^T m A) for the products m (16, O or more, tc tiles or more; mf flat,
-    plane = m.shape[1] * ld); rf the residual's run, empty for none."""
+def _output_task(task, mf, plane, ld, run, of, out_shape, bias, rf, act, alpha, beta, post, post_alpha, post_beta):
+    """Task (image img, block ob of cpt output channels) of the output transform: output rows
+    2(ty0 + y), 2(ty0 + y) + 1 of channel o of image n0 + img = epilogue(A^T m A) for the
+    products m (16 planes `plane` apart in mf, each O or more rows of ld: the run's columns,
+    tc tiles per image); rf the residual's run, empty for none."""
     o_n, oh, ow = out_shape
-    s = np.empty(8 * tw, np.float32)  # A^T m: rows 0-3 for output row 0, 4-7 for row 1
-    y2 = np.empty(4 * tw, np.float32)  # A^T m A: even, odd columns of row 0, then of row 1
-    row = np.empty(2 * tw, np.float32)
-    bv = 0.0 if bias is None else bias[o]
-    for y in range(tc // tw):
-        q = o * ld + y * tw
-        for k in range(4):  # A^T along the tile's rows
-            m0, m1, m2, m3 = q + k * plane, q + (4 + k) * plane, q + (8 + k) * plane, q + (12 + k) * plane
-            _rows_at(s, k * tw, 4 * tw, mf, m0, m1, m2, m3, tw)
-        for i in range(2):  # and along its columns
-            a = 4 * i * tw
-            _rows_at(y2, 2 * i * tw, tw, s, a, a + tw, a + 2 * tw, a + 3 * tw, tw)
-            oy = 2 * (ty0 + y) + i
-            if oy < oh:
-                for tx in range(tw):
-                    row[u(2 * tx)] = y2[u(2 * i * tw + tx)]
-                    row[u(2 * tx + 1)] = y2[u((2 * i + 1) * tw + tx)]
-                d = ((n * o_n + o) * oh + oy) * ow
-                epilogue_run(of, d, ow, row, 0, bv, rf, act, alpha, beta, post, post_alpha, post_beta)
+    n0, ty0, tw, tc, cpt = run
+    n_ob = -(-o_n // cpt)
+    img, ob = task // n_ob, task % n_ob
+    n = n0 + img
+    rows = np.empty(4 * tw, np.float32)  # a tile row's two output rows, 2 * TW each
+    for o in range(ob * cpt, min(o_n, (ob + 1) * cpt)):
+        bv = 0.0 if bias is None else bias[o]
+        for y in range(tc // tw):
+            q0 = o * ld + img * tc + y * tw
+            for tx in range(tw):  # one tile: A^T m along its rows (s, t), then along its columns
+                q = q0 + tx
+                s0, s1, s2, s3, t0, t1, t2, t3 = 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0
+                for j in range(4):
+                    m0, m1 = mf[u(q + j * plane)], mf[u(q + (4 + j) * plane)]
+                    m2, m3 = mf[u(q + (8 + j) * plane)], mf[u(q + (12 + j) * plane)]
+                    a, b = m0 + m1 + m2, m1 - m2 - m3
+                    if j == 0:
+                        s0, t0 = a, b
+                    elif j == 1:
+                        s1, t1 = a, b
+                    elif j == 2:
+                        s2, t2 = a, b
+                    else:
+                        s3, t3 = a, b
+                rows[u(2 * tx)] = s0 + s1 + s2
+                rows[u(2 * tx + 1)] = s1 - s2 - s3
+                rows[u(2 * tw + 2 * tx)] = t0 + t1 + t2
+                rows[u(2 * tw + 2 * tx + 1)] = t1 - t2 - t3
+            for i in range(2):
+                oy = 2 * (ty0 + y) + i
+                if oy < oh:
+                    d = ((n * o_n + o) * oh + oy) * ow
+                    epilogue_run(of, d, ow, rows, 2 * i * tw, bv, rf, act, alpha, beta, post, post_alpha, post_beta)
 
 
 @numba.njit(**SEQ)
@@ -154,19 +176,37 @@ def winograd_conv2d(x, up, bias, residual, out, pt, pl, act, alpha, beta, post, 
     o_rows = n_mb * MR  # the products' rows: the output channels, padded to whole panels
     nr = panel_width()
     th, tw = (oh + 1) // 2, (ow + 1) // 2
-    rows = max(1, min(th, RUN_BYTES // (64 * max(c_n, o_rows) * tw)))
-    ld_max = -(-rows * tw // nr) * nr
-    vbuf = np.empty(16 * c_n * ld_max, np.float32)
-    mbuf = np.empty(16 * o_rows * ld_max, np.float32)
+    run_row = 64 * max(c_n, o_rows) * tw  # bytes of V or of the products per tile row
+    rows = max(1, min(th, RUN_BYTES // run_row))
+    # small images run several at a time, side by side in V's rows: larger GEMMs, fewer hand-overs
+    images = max(1, min(n_n, RUN_BYTES // (run_row * th), PLANE_BYTES // (4 * c_n * th * tw))) if rows == th else 1
+    ld_max = -(-images * rows * tw // nr) * nr
+    # V's and the products' 16 planes lie PLANE_PAD floats further apart than their rows need: a
+    # transform reads or writes all 16 for each tile, and planes a multiple of 4 KB apart would all
+    # fall into one set of the L1 cache
+    vbuf = np.empty(16 * (c_n * ld_max + PLANE_PAD), np.float32)
+    mbuf = np.empty(16 * (o_rows * ld_max + PLANE_PAD), np.float32)
     xf, uf, of = x.reshape(-1), up.reshape(-1), out.reshape(-1)
     rf = residual_run(residual, out)
     n_o, mbb = blocks(16, n_mb, MIN_PANELS)
-    for n in range(n_n):
+    for n0 in range(0, n_n, images):
+        ni = min(images, n_n - n0)
         for ty0 in range(0, th, rows):
-            tc = min(rows, th - ty0) * tw
-            ld = -(-tc // nr) * nr  # v's and m's rows: the run's tiles, padded to whole panels
-            vf, mf = vbuf[:16 * c_n * ld], mbuf[:16 * o_rows * ld]
-            run_tasks(_input_task, c_n, (xf, n * c_n * h * w, h, w, pt, pl, ty0, tw, tc, vf, c_n * ld, ld))
-            run_tasks(_products_task, 16 * n_o, (uf, vf, mf, n_o, mbb, n_mb, c_n, ld))
-            run_tasks(_output_task, o_n, (mf, o_rows * ld, ld, tc, of, (o_n, oh, ow), n, ty0, tw, bias, rf,
-                                          act, alpha, beta, post, post_alpha, post_beta))
+            tc = min(rows, th - ty0) * tw  # tiles per image in this run
+            ld = -(-ni * tc // nr) * nr  # v's and m's rows: the run's tiles, padded to whole panels
+            v_plane, m_plane = c_n * ld + PLANE_PAD, o_rows * ld + PLANE_PAD
+            vf, mf = vbuf[:16 * v_plane], mbuf[:16 * m_plane]
+            c_per, o_per = _channels_per_task(ni * c_n, tc), _channels_per_task(ni * o_n, tc)
+            run_tasks(_input_task, ni * -(-c_n // c_per), (xf, (c_n, h, w, pt, pl), (n0, ty0, tw, tc, c_per), vf,
+                                                           v_plane, ld))
+            run_tasks(_products_task, 16 * n_o, (uf, vf, mf, n_o, mbb, n_mb, c_n, ld, v_plane, m_plane))
+            run_tasks(_output_task, ni * -(-o_n // o_per), (mf, m_plane, ld, (n0, ty0, tw, tc, o_per), of,
+                                                            (o_n, oh, ow), bias, rf, act, alpha, beta, post,
+                                                            post_alpha, post_beta))
+
+
+@numba.njit(**SEQ)
+def _channels_per_task(jobs, tiles):
+    """Channels per transform task: enough for TASK_TILES tiles, while there are jobs (images times
+    channels) for 4 tasks per thread."""
+    return max(1, min(TASK_TILES // tiles, jobs // (4 * num_threads())))

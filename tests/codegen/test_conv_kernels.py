@@ -127,6 +127,8 @@ WINOGRAD_CONVS = [  # (n, c, h, w), o, padding (t, l, b, r)
     ((1, 24, 14, 17), 16, (0, 0, 0, 0)),  # valid conv
     ((1, 16, 15, 13), 20, (2, 0, 1, 2)),  # asymmetric padding
     ((3, 32, 12, 16), 48, (1, 1, 1, 1)),
+    ((7, 64, 40, 40), 16, (1, 1, 1, 1)),  # images run 5 at a time (RUN_BYTES), then the last 2
+    ((1, 256, 64, 63), 16, (1, 1, 1, 1)),  # an image in runs of tile rows
 ]
 
 
