@@ -9,6 +9,7 @@ import numpy as np
 from codegen.emit import Emit, const_args, emits, lit
 from codegen.emit.gemm import NO_EPILOGUE, epilogue_args, no_residual
 from codegen.kernels.conv import PAD_CODES, conv2d, conv2d_packed, conv_transpose2d, pad5
+from codegen.kernels.gemm import linear
 from codegen.kernels.microkernel import pack_weights
 from codegen.kernels.winograd import pack_transformed, winograd_conv2d
 from ir.errors import CodegenUnsupportedError
@@ -37,6 +38,15 @@ def uses_winograd(node: Node) -> bool:
             and tuple(a["stride"]) == (1, 1) and tuple(a["dilation"]) == (1, 1) and a["groups"] == 1
             and a["padding_mode"] == "zeros" and min(w.shape[:2]) >= WINOGRAD_MIN_CHANNELS
             and y.shape[2] * y.shape[3] >= WINOGRAD_MIN_PIXELS)
+
+
+def is_linear_on_pixels(node: Node) -> bool:
+    """Whether conv node is a linear layer on (N, C) rows: a 1x1 conv, no groups or padding, on 1x1
+    images, as in squeeze-and-excitation blocks. On the microkernel its one pixel would fill one of
+    a panel's 16 columns, and each output channel's epilogue would be a call of its own."""
+    a, x, w, y = node.attrs, node.inputs[0], node.inputs[1], node.outputs[0]
+    return (w.shape[2:] == (1, 1) and a["groups"] == 1 and not any(a["padding"])
+            and x.shape[2:] == (1, 1) and y.shape[2:] == (1, 1))
 
 
 def uses_packed_weights(node: Node) -> bool:
@@ -71,6 +81,13 @@ def _emit_conv2d(e: Emit) -> list[str]:
     bias = e.args[2] if len(e.args) > 2 else "None"
     residual = e.args[3] if len(e.args) > 3 else no_residual(e.outs[0])
     act = epilogue_args(a) if e.node.op == "fused_conv2d" else NO_EPILOGUE
+    if is_linear_on_pixels(e.node):
+        n, o = e.node.outputs[0].shape[:2]
+        rows = lit((n, o))
+        res = f"{e.args[3]}.reshape({rows})" if len(e.args) > 3 else no_residual(f"{e.outs[0]}.reshape({rows})")
+        return [f"{e.call(linear)}({e.args[0]}.reshape({lit((n, e.node.inputs[0].shape[1]))}), "
+                f"{e.args[1]}.reshape({lit((o, e.node.inputs[1].shape[1]))}), {bias}, {res}, "
+                f"{e.outs[0]}.reshape({rows}), {act})"]
     if uses_winograd(e.node):
         u_ = e.prepack(1, "winograd", pack_transformed)
         top, left = a["padding"][0], a["padding"][1]

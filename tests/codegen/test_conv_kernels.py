@@ -90,12 +90,24 @@ def epilogue_attrs(act, post="none", alpha=None, beta=None):
     return {"activation": act, "alpha": a, "beta": b, "post_activation": post, "post_alpha": pa, "post_beta": pb}
 
 
-FUSED_SHAPES = [  # one of each kernel path: im2col, direct 1x1, depthwise, 3x3 stride 1
+FUSED_SHAPES = [  # one of each kernel path: im2col, direct 1x1, depthwise, 3x3 stride 1, 1x1 on 1x1 images
     ((2, 6, 9, 7), 5, (3, 3), (2, 2), (1, 1, 1, 1), 1),
     ((1, 8, 5, 6), 12, (1, 1), (1, 1), (0, 0, 0, 0), 1),
     ((2, 8, 7, 9), 8, (3, 3), (1, 1), (1, 1, 1, 1), 8),
     ((1, 16, 10, 11), 16, (3, 3), (1, 1), (1, 1, 1, 1), 1),
+    ((1, 24, 1, 1), 40, (1, 1), (1, 1), (0, 0, 0, 0), 1),
 ]
+
+
+@pytest.mark.parametrize("n", [1, 3])
+@pytest.mark.parametrize("weights", [(1, 2), ()])
+@pytest.mark.parametrize("stride", [(1, 1), (2, 2)])
+def test_1x1_conv_on_1x1_images_is_a_linear_layer(n, weights, stride):
+    """The squeeze-and-excitation convs: the linear kernel (dot products at batch 1, BLAS above),
+    with weights known at compile time or computed."""
+    lines = check("conv2d", conv_arrays(n, 48, 1, 1, 20, (1, 1), 1), conv_attrs((1, 1), stride, (0, 0, 0, 0), (1, 1), 1),
+                  weights=weights)
+    assert "gemm_linear(" in lines[0], lines[0]
 
 
 @pytest.mark.parametrize("act", EPILOGUE_ACTIVATIONS)
