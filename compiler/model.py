@@ -33,6 +33,9 @@ class CompiledModel:
         self.graph = graph
         self.inputs = [TensorSpec(v.name, v.shape, v.dtype) for v in graph.inputs]
         self.outputs = [TensorSpec(v.name, v.shape, v.dtype) for v in graph.outputs]
+        # what an input that needs no conversion looks like: (shape, dtype) per input (numpy's dtype
+        # objects of native types are singletons: `is` finds them, anything else takes the full check)
+        self._expected = [(tuple(s.shape), np.dtype(s.dtype)) for s in self.inputs]
 
     @property
     def ir(self) -> str:
@@ -64,7 +67,12 @@ class CompiledModel:
             expected = ", ".join(f"{s.name} {s.shape}" for s in self.inputs)
             raise InputError(f"expected {len(self.inputs)} input(s) ({expected}), got {len(arrays)}")
         checked = []
-        for spec, a in zip(self.inputs, arrays):
+        for (shape, dtype), spec, a in zip(self._expected, self.inputs, arrays):
+            if type(a) is np.ndarray and a.dtype is dtype and a.shape == shape:  # the usual case, first
+                flags = a.flags
+                if flags.c_contiguous and flags.aligned and flags.writeable:
+                    checked.append(a)
+                    continue
             if not isinstance(a, np.ndarray):
                 raise InputError(f"input {spec.name}: expected a numpy array, got {type(a).__name__}")
             if tuple(a.shape) != spec.shape:
