@@ -105,8 +105,8 @@ FUSED_SHAPES = [  # one of each kernel path: im2col, direct 1x1, depthwise, 3x3 
 def test_1x1_conv_on_1x1_images_is_a_linear_layer(n, weights, stride):
     """The squeeze-and-excitation convs: the linear kernel (dot products at batch 1, BLAS above),
     with weights known at compile time or computed."""
-    lines = check("conv2d", conv_arrays(n, 48, 1, 1, 20, (1, 1), 1), conv_attrs((1, 1), stride, (0, 0, 0, 0), (1, 1), 1),
-                  weights=weights)
+    attrs = conv_attrs((1, 1), stride, (0, 0, 0, 0), (1, 1), 1)
+    lines = check("conv2d", conv_arrays(n, 48, 1, 1, 20, (1, 1), 1), attrs, weights=weights)
     assert "gemm_linear(" in lines[0], lines[0]
 
 
