@@ -24,10 +24,13 @@ from __future__ import annotations
 
 import numba
 import numpy as np
+from llvmlite import ir
+from numba.core import cgutils, types
+from numba.extending import intrinsic
 
-from codegen.kernels.common import SEQ, blocks, num_threads, u
+from codegen.kernels.common import SEQ, blocks, num_threads, span, u
 from codegen.kernels.epilogue import epilogue_run, residual_run
-from codegen.kernels.microkernel import MR, micro_gemm, pack_weights, panel_width
+from codegen.kernels.microkernel import MR, _vector_width, micro_gemm, pack_weights, panel_width
 from codegen.kernels.tasks import run_tasks
 
 RUN_BYTES = 8 << 20  # V or the products of one run of tile rows, at most
@@ -53,6 +56,98 @@ def pack_transformed(weight: np.ndarray) -> np.ndarray:
     return pack_weights(u_.reshape(16 * u_.shape[1], u_.shape[2], 1, 1), 16)
 
 
+def _vector_step(context, builder, signature, args, arrays):
+    """Shared by the transform intrinsics: (data pointers of the array arguments at the given
+    indices, the vector type of the machine's width, a loader and a storer at element offsets)."""
+    width = _vector_width(context)
+    vec = ir.VectorType(ir.FloatType(), width)
+    pointers = {i: cgutils.create_struct_proxy(signature.args[i])(context, builder, value=args[i]).data
+                for i in arrays}
+
+    def at(i, offset):
+        return builder.bitcast(builder.gep(pointers[i], [offset]), vec.as_pointer())
+
+    def load(i, offset):
+        return builder.load(at(i, offset), align=4)  # any element: not a vector's alignment
+
+    def store(value, i, offset):
+        builder.store(value, at(i, offset), align=4)
+
+    return width, vec, load, store
+
+
+def _int64s(context, builder, signature, args, indices):
+    return [context.cast(builder, args[i], signature.args[i], types.int64) for i in indices]
+
+
+@intrinsic
+def _input_vector(typingctx, buf, e, half, vf, o, plane):
+    """The input transform of W tiles side by side (W: the machine's vector width, `transform_width`):
+    tile t's 4x4 window has rows r = 0..3 at buf[e + 2r*half:], its columns 0, 1, 2, 3 being E[t],
+    O[t], E[t + 1], O[t + 1] of the row's even part E and odd part O (half floats each);
+    vf[o + (4i + j)*plane + t] = (B^T d B)[i, j]. Written in LLVM IR: numba's loop over the tiles
+    stays scalar behind run-time overlap checks of its 16 stores against its loads."""
+    if not all(isinstance(a, types.Array) and a.dtype == types.float32 for a in (buf, vf)):
+        return None
+
+    def codegen(context, builder, signature, args):
+        _, vec, load, store = _vector_step(context, builder, signature, args, (0, 3))
+        e_, half_, o_, plane_ = _int64s(context, builder, signature, args, (1, 2, 4, 5))
+        one = ir.Constant(ir.IntType(64), 1)
+        d = []  # d[r][q]: column q of row r, W tiles
+        for r in range(4):
+            even = builder.add(e_, builder.mul(ir.Constant(ir.IntType(64), 2 * r), half_))
+            odd = builder.add(even, half_)
+            d.append([load(0, even), load(0, odd), load(0, builder.add(even, one)), load(0, builder.add(odd, one))])
+        rows = [[builder.fsub(d[0][q], d[2][q]) for q in range(4)], [builder.fadd(d[1][q], d[2][q]) for q in range(4)],
+                [builder.fsub(d[2][q], d[1][q]) for q in range(4)], [builder.fsub(d[1][q], d[3][q]) for q in range(4)]]
+        for i, t in enumerate(rows):
+            values = [builder.fsub(t[0], t[2]), builder.fadd(t[1], t[2]), builder.fsub(t[2], t[1]),
+                      builder.fsub(t[1], t[3])]
+            for j, value in enumerate(values):
+                store(value, 3, builder.add(o_, builder.mul(ir.Constant(ir.IntType(64), 4 * i + j), plane_)))
+        return context.get_dummy_value()
+
+    return types.void(buf, e, half, vf, o, plane), codegen
+
+
+@intrinsic
+def _output_vector(typingctx, mf, q, plane, rows, at, row):
+    """The output transform of W tiles side by side: m[k] = mf[q + k*plane:][:W] for k = 4i + j,
+    Y = A^T m A per tile; rows[at + 2t], rows[at + 2t + 1] = Y[0, 0], Y[0, 1] of tile t and
+    rows[at + row + 2t], rows[at + row + 2t + 1] = Y[1, 0], Y[1, 1] (the two output rows)."""
+    if not all(isinstance(a, types.Array) and a.dtype == types.float32 for a in (mf, rows)):
+        return None
+
+    def codegen(context, builder, signature, args):
+        width, vec, load, store = _vector_step(context, builder, signature, args, (0, 3))
+        q_, plane_, at_, row_ = _int64s(context, builder, signature, args, (1, 2, 4, 5))
+        m = [load(0, builder.add(q_, builder.mul(ir.Constant(ir.IntType(64), k), plane_))) for k in range(16)]
+        s = [builder.fadd(builder.fadd(m[j], m[4 + j]), m[8 + j]) for j in range(4)]  # A^T along the rows
+        t = [builder.fsub(builder.fsub(m[4 + j], m[8 + j]), m[12 + j]) for j in range(4)]
+        interleave = ir.Constant(ir.VectorType(ir.IntType(32), 2 * width),
+                                 [k // 2 + (k % 2) * width for k in range(2 * width)])
+        for out_row, a in ((at_, s), (builder.add(at_, row_), t)):  # and along the columns
+            y0 = builder.fadd(builder.fadd(a[0], a[1]), a[2])
+            y1 = builder.fsub(builder.fsub(a[1], a[2]), a[3])
+            pair = builder.shuffle_vector(y0, y1, interleave)  # y0[t], y1[t] side by side
+            pointer = cgutils.create_struct_proxy(signature.args[3])(context, builder, value=args[3]).data
+            pair_type = ir.VectorType(ir.FloatType(), 2 * width)
+            builder.store(pair, builder.bitcast(builder.gep(pointer, [out_row]), pair_type.as_pointer()), align=4)
+        return context.get_dummy_value()
+
+    return types.void(mf, q, plane, rows, at, row), codegen
+
+
+@intrinsic
+def transform_width(typingctx):
+    """W: the tiles each transform intrinsic handles at once, the machine's vector width in floats."""
+    def codegen(context, builder, signature, args):
+        return ir.Constant(ir.IntType(64), _vector_width(context))
+
+    return types.int64(), codegen
+
+
 @numba.njit(**SEQ)
 def _input_task(task, xf, dims, run, vf, plane, ld):
     """Task (image img, block cb of cpt input channels) of the input transform:
@@ -64,47 +159,62 @@ def _input_task(task, xf, dims, run, vf, plane, ld):
     n0, ty0, tw, tc, cpt = run
     n_cb = -(-c_n // cpt)
     img, cb = task // n_cb, task % n_cb
-    ty_n, w2 = tc // tw, 2 * tw + 2
-    z0, z1 = min(w2, pl), max(min(w2, pl), min(w2, pl + w))  # padded columns [z0, z1) lie in the image
-    buf = np.empty((2 * ty_n + 2) * w2, np.float32)  # the run's input rows of one channel, zero-padded
+    ty_n, half, width = tc // tw, tw + 1, transform_width()
+    (e_lo, e_hi), (o_lo, o_hi) = span(-pl, 2, w, half), span(1 - pl, 2, w, half)
+    # the run's padded input rows of one channel, each split into its even columns, then its odd
+    buf = np.empty((2 * ty_n + 2) * 2 * half, np.float32)
     for c in range(cb * cpt, min(c_n, (cb + 1) * cpt)):
         x0, col = ((n0 + img) * c_n + c) * h * w, c * ld + img * tc
         for r in range(2 * ty_n + 2):
-            iy, d = 2 * ty0 + r - pt, r * w2
+            iy, d = 2 * ty0 + r - pt, 2 * r * half
             if 0 <= iy < h:
                 s = x0 + iy * w - pl  # padded column z of this row is xf[s + z]
-                for z in range(z0):
-                    buf[u(d + z)] = 0
-                for z in range(z0, z1):
-                    buf[u(d + z)] = xf[u(s + z)]
-                for z in range(z1, w2):
-                    buf[u(d + z)] = 0
+                for k in range(e_lo):
+                    buf[u(d + k)] = 0
+                for k in range(e_lo, e_hi):
+                    buf[u(d + k)] = xf[u(s + 2 * k)]
+                for k in range(e_hi, half + o_lo):  # the even part's right padding, the odd part's left
+                    buf[u(d + k)] = 0
+                for k in range(o_lo, o_hi):
+                    buf[u(d + half + k)] = xf[u(s + 2 * k + 1)]
+                for k in range(half + o_hi, 2 * half):
+                    buf[u(d + k)] = 0
             else:
-                for z in range(w2):
+                for z in range(2 * half):
                     buf[u(d + z)] = 0
         for y in range(ty_n):
-            for tx in range(tw):  # one tile: B^T d along its rows, then along its columns
-                b0 = 2 * y * w2 + 2 * tx
-                b1, b2, b3 = b0 + w2, b0 + 2 * w2, b0 + 3 * w2
-                o = col + y * tw + tx
-                for r in range(4):
-                    if r == 0:
-                        e0, e1, e2, e3 = (buf[u(b0)] - buf[u(b2)], buf[u(b0 + 1)] - buf[u(b2 + 1)],
-                                          buf[u(b0 + 2)] - buf[u(b2 + 2)], buf[u(b0 + 3)] - buf[u(b2 + 3)])
-                    elif r == 1:
-                        e0, e1, e2, e3 = (buf[u(b1)] + buf[u(b2)], buf[u(b1 + 1)] + buf[u(b2 + 1)],
-                                          buf[u(b1 + 2)] + buf[u(b2 + 2)], buf[u(b1 + 3)] + buf[u(b2 + 3)])
-                    elif r == 2:
-                        e0, e1, e2, e3 = (buf[u(b2)] - buf[u(b1)], buf[u(b2 + 1)] - buf[u(b1 + 1)],
-                                          buf[u(b2 + 2)] - buf[u(b1 + 2)], buf[u(b2 + 3)] - buf[u(b1 + 3)])
-                    else:
-                        e0, e1, e2, e3 = (buf[u(b1)] - buf[u(b3)], buf[u(b1 + 1)] - buf[u(b3 + 1)],
-                                          buf[u(b1 + 2)] - buf[u(b3 + 2)], buf[u(b1 + 3)] - buf[u(b3 + 3)])
-                    q = o + 4 * r * plane
-                    vf[u(q)] = e0 - e2
-                    vf[u(q + plane)] = e1 + e2
-                    vf[u(q + 2 * plane)] = e2 - e1
-                    vf[u(q + 3 * plane)] = e1 - e3
+            e, o = 4 * y * half, col + y * tw
+            if tw >= width:  # W tiles at once, the last W ending at the row's end (overlapping: same values)
+                for v in range(-(-tw // width)):
+                    tx = min(v * width, tw - width)
+                    _input_vector(buf, e + tx, half, vf, o + tx, plane)
+            else:
+                for tx in range(tw):
+                    _input_tile(buf, e + tx, half, vf, o + tx, plane)
+
+
+@numba.njit(inline="always", **SEQ)
+def _input_tile(buf, e, half, vf, o, plane):
+    """_input_vector for one tile."""
+    r0, r1, r2, r3 = e, e + 2 * half, e + 4 * half, e + 6 * half  # the window's rows: E, then O at + half
+    for r in range(4):  # row r of B^T d, its columns c0..c3
+        if r == 0:
+            c0, c1 = buf[u(r0)] - buf[u(r2)], buf[u(r0 + half)] - buf[u(r2 + half)]
+            c2, c3 = buf[u(r0 + 1)] - buf[u(r2 + 1)], buf[u(r0 + half + 1)] - buf[u(r2 + half + 1)]
+        elif r == 1:
+            c0, c1 = buf[u(r1)] + buf[u(r2)], buf[u(r1 + half)] + buf[u(r2 + half)]
+            c2, c3 = buf[u(r1 + 1)] + buf[u(r2 + 1)], buf[u(r1 + half + 1)] + buf[u(r2 + half + 1)]
+        elif r == 2:
+            c0, c1 = buf[u(r2)] - buf[u(r1)], buf[u(r2 + half)] - buf[u(r1 + half)]
+            c2, c3 = buf[u(r2 + 1)] - buf[u(r1 + 1)], buf[u(r2 + half + 1)] - buf[u(r1 + half + 1)]
+        else:
+            c0, c1 = buf[u(r1)] - buf[u(r3)], buf[u(r1 + half)] - buf[u(r3 + half)]
+            c2, c3 = buf[u(r1 + 1)] - buf[u(r3 + 1)], buf[u(r1 + half + 1)] - buf[u(r3 + half + 1)]
+        q = o + 4 * r * plane
+        vf[u(q)] = c0 - c2
+        vf[u(q + plane)] = c1 + c2
+        vf[u(q + 2 * plane)] = c2 - c1
+        vf[u(q + 3 * plane)] = c1 - c3
 
 
 @numba.njit(**SEQ)
@@ -136,12 +246,17 @@ def _output_task(task, mf, plane, ld, run, of, out_shape, bias, rf, act, alpha, 
     img, ob = task // n_ob, task % n_ob
     n = n0 + img
     rows = np.empty(4 * tw, np.float32)  # a tile row's two output rows, 2 * TW each
+    width = transform_width()
     for o in range(ob * cpt, min(o_n, (ob + 1) * cpt)):
         bv = 0.0 if bias is None else bias[o]
         for y in range(tc // tw):
             q0 = o * ld + img * tc + y * tw
-            for tx in range(tw):  # one tile: A^T m along its rows (s, t), then along its columns
-                q = q0 + tx
+            if tw >= width:  # W tiles at once, the last W ending at the row's end (overlapping: same values)
+                for v in range(-(-tw // width)):
+                    tx = min(v * width, tw - width)
+                    _output_vector(mf, q0 + tx, plane, rows, 2 * tx, 2 * tw)
+            for t in range(tw if tw < width else 0):  # or one by one: A^T m along rows (s, t), then columns
+                q = q0 + t
                 s0, s1, s2, s3, t0, t1, t2, t3 = 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0
                 for j in range(4):
                     m0, m1 = mf[u(q + j * plane)], mf[u(q + (4 + j) * plane)]
@@ -155,10 +270,10 @@ def _output_task(task, mf, plane, ld, run, of, out_shape, bias, rf, act, alpha, 
                         s2, t2 = a, b
                     else:
                         s3, t3 = a, b
-                rows[u(2 * tx)] = s0 + s1 + s2
-                rows[u(2 * tx + 1)] = s1 - s2 - s3
-                rows[u(2 * tw + 2 * tx)] = t0 + t1 + t2
-                rows[u(2 * tw + 2 * tx + 1)] = t1 - t2 - t3
+                rows[u(2 * t)] = s0 + s1 + s2
+                rows[u(2 * t + 1)] = s1 - s2 - s3
+                rows[u(2 * tw + 2 * t)] = t0 + t1 + t2
+                rows[u(2 * tw + 2 * t + 1)] = t1 - t2 - t3
             for i in range(2):
                 oy = 2 * (ty0 + y) + i
                 if oy < oh:

@@ -327,7 +327,8 @@ from codegen.kernels.winograd import pack_transformed, winograd_conv2d
 from numba import njit
 assert njit(lambda: panel_width())() == 32
 rng = np.random.default_rng(0)
-for n, c, o, h, w, k, s, p in [(1, 13, 20, 23, 17, 3, 2, 1), (2, 40, 7, 9, 9, 1, 1, 0), (1, 300, 8, 5, 5, 3, 1, 1)]:
+for n, c, o, h, w, k, s, p in [(1, 13, 20, 23, 17, 3, 2, 1), (2, 40, 7, 9, 9, 1, 1, 0), (1, 300, 8, 5, 5, 3, 1, 1),
+                               (2, 16, 16, 40, 37, 3, 1, 1)]:  # Winograd's transforms: 16 tiles at once
     x = rng.standard_normal((n, c, h, w)).astype(np.float32)
     wt = rng.standard_normal((o, c, k, k)).astype(np.float32) / np.sqrt(c * k * k)
     ref = torch.nn.functional.conv2d(torch.from_numpy(x).double(), torch.from_numpy(wt).double(), None, s, p).numpy()
