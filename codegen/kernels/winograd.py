@@ -15,9 +15,9 @@ evenly without repeating any of it and every GEMM is as large as the run allows:
 Runs are as many tile rows as keep V and the products under RUN_BYTES (the whole image
 for ResNet-sized inputs); images small enough run several at once, their tiles side by
 side in V's rows, so a batch of 7x7 or 14x14 images makes one set of wide GEMMs. The
-transforms work tile by tile in straight-line code (the input from a zero-padded copy of
-the run's rows): on 7x7 and 14x14 images, loops over rows of 4 or 7 tiles cost more to
-enter than to run.
+transforms take W tiles at once (W the vector width) in LLVM IR (`_input_vector`,
+`_output_vector`), from a zero-padded copy of the run's rows split into even and odd
+columns; rows of fewer than W tiles (7x7 and 14x14 images on AVX2) go tile by tile.
 """
 
 from __future__ import annotations
