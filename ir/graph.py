@@ -16,6 +16,15 @@ from ir.op_registry import OpDef, get_op
 from ir.types import TensorType
 
 
+def unique_name(base: str, taken: set[str]) -> str:
+    """base, or else the first of base_1, base_2, ... not in `taken`; the name returned joins `taken`."""
+    name, k = base, 1
+    while name in taken:
+        name, k = f"{base}_{k}", k + 1
+    taken.add(name)
+    return name
+
+
 class Value:
     """An SSA value: a name, a type, and either a producer node or constant data."""
 

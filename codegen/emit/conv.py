@@ -7,9 +7,8 @@ import math
 import numpy as np
 
 from codegen.emit import Emit, const_args, emits, lit
-from codegen.emit.gemm import NO_EPILOGUE, epilogue_args, no_residual
+from codegen.emit.gemm import NO_EPILOGUE, epilogue_args, linear_call, no_residual
 from codegen.kernels.conv import PAD_CODES, conv2d, conv2d_packed, conv_transpose2d, pad5
-from codegen.kernels.gemm import linear
 from codegen.kernels.microkernel import pack_weights
 from codegen.kernels.winograd import pack_transformed, winograd_conv2d
 from ir.errors import CodegenUnsupportedError
@@ -82,12 +81,8 @@ def _emit_conv2d(e: Emit) -> list[str]:
     residual = e.args[3] if len(e.args) > 3 else no_residual(e.outs[0])
     act = epilogue_args(a) if e.node.op == "fused_conv2d" else NO_EPILOGUE
     if is_linear_on_pixels(e.node):
-        n, o = e.node.outputs[0].shape[:2]
-        rows = lit((n, o))
-        res = f"{e.args[3]}.reshape({rows})" if len(e.args) > 3 else no_residual(f"{e.outs[0]}.reshape({rows})")
-        return [f"{e.call(linear)}({e.args[0]}.reshape({lit((n, e.node.inputs[0].shape[1]))}), "
-                f"{e.args[1]}.reshape({lit((o, e.node.inputs[1].shape[1]))}), {bias}, {res}, "
-                f"{e.outs[0]}.reshape({rows}), {act})"]
+        (n, c), o = e.node.inputs[0].shape[:2], e.node.outputs[0].shape[1]
+        return [linear_call(e, n, c, o, f"{e.args[1]}.reshape({lit((o, c))})", act)]
     if uses_winograd(e.node):
         u_ = e.prepack(1, "winograd", pack_transformed)
         top, left = a["padding"][0], a["padding"][1]

@@ -33,14 +33,19 @@ BATCH_DIMS = 6  # matmul broadcasts over at most this many (merged) batch dims
 @emits("linear", "fused_linear")
 def _emit_linear(e: Emit) -> list[str]:
     x, w = e.node.inputs[0].type, e.node.inputs[1].type
-    rows = (math.prod(x.shape[:-1]), x.shape[-1])
-    out_rows = (rows[0], w.shape[0])
-    bias = e.args[2] if len(e.args) > 2 else "None"
-    out = f"{e.outs[0]}.reshape({lit(out_rows)})"
-    residual = f"{e.args[3]}.reshape({lit(out_rows)})" if len(e.args) > 3 else no_residual(out)
     act = epilogue_args(e.node.attrs) if e.node.op == "fused_linear" else NO_EPILOGUE
-    return [f"{e.call(linear)}({e.args[0]}.reshape({lit(rows)}), {e.args[1]}, {bias}, {residual}, "
-            f"{out}, {act})"]
+    return [linear_call(e, math.prod(x.shape[:-1]), x.shape[-1], w.shape[0], e.args[1], act)]
+
+
+def linear_call(e: Emit, rows: int, k: int, features: int, weight: str, act: str) -> str:
+    """The call of the linear kernel for node e: its input and output (and residual) as (rows, k)
+    and (rows, features) matrices, `weight` an (features, k) expression; bias and residual from
+    e's arguments 2 and 3 where it has them. Also conv2d's rule, for 1x1 convs on 1x1 images."""
+    out_rows = lit((rows, features))
+    bias = e.args[2] if len(e.args) > 2 else "None"
+    out = f"{e.outs[0]}.reshape({out_rows})"
+    residual = f"{e.args[3]}.reshape({out_rows})" if len(e.args) > 3 else no_residual(out)
+    return f"{e.call(linear)}({e.args[0]}.reshape({lit((rows, k))}), {weight}, {bias}, {residual}, {out}, {act})"
 
 
 def _batch_plan(a_batch: tuple, b_batch: tuple, batch: tuple) -> tuple[tuple, tuple, tuple]:

@@ -28,7 +28,7 @@ MR = 6  # output channels per microkernel call: rows of the accumulator block
 VECTORS_PER_ROW = 2  # NR = 2 vectors: 2 * MR accumulators + 2 loads + 1 broadcast fit in 16 registers
 
 
-def _vector_width(context) -> int:
+def vector_width(context) -> int:
     """Floats per vector of the code being generated: 16 if it targets AVX-512F, else 8.
     PNNX_JIT_VECTOR_WIDTH=8|16 overrides it, so a test can run the 6 x 32 kernel on an AVX2
     machine (LLVM splits each 16-float vector in two); whatever the width, a compiled kernel
@@ -42,10 +42,19 @@ def _vector_width(context) -> int:
 
 
 @intrinsic
+def vector_floats(typingctx):
+    """The floats per vector of the code this is compiled into: vector_width(), as a kernel sees it."""
+    def codegen(context, builder, signature, args):
+        return ir.Constant(ir.IntType(64), vector_width(context))
+
+    return types.int64(), codegen
+
+
+@intrinsic
 def panel_width(typingctx):
     """NR, the pixels per microkernel call, for the CPU this code is compiled for."""
     def codegen(context, builder, signature, args):
-        return ir.Constant(ir.IntType(64), VECTORS_PER_ROW * _vector_width(context))
+        return ir.Constant(ir.IntType(64), VECTORS_PER_ROW * vector_width(context))
 
     return types.int64(), codegen
 
@@ -65,7 +74,7 @@ def micro_gemm(typingctx, kc, a, a0, b, b0, ldb, c, c0, ldc, accumulate):
 
     def codegen(context, builder, signature, args):
         kc_, a_, a0_, b_, b0_, ldb_, c_, c0_, ldc_, acc_ = args
-        width = _vector_width(context)
+        width = vector_width(context)
         f32, i32, i64 = ir.FloatType(), ir.IntType(32), ir.IntType(64)
         vec = ir.VectorType(f32, width)
         fma = cgutils.get_or_insert_function(builder.module, ir.FunctionType(vec, [vec, vec, vec]),

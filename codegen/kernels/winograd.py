@@ -30,7 +30,7 @@ from numba.extending import intrinsic
 
 from codegen.kernels.common import SEQ, blocks, num_threads, span, u
 from codegen.kernels.epilogue import epilogue_run, residual_run
-from codegen.kernels.microkernel import MR, _vector_width, micro_gemm, pack_weights, panel_width
+from codegen.kernels.microkernel import MR, micro_gemm, pack_weights, panel_width, vector_floats, vector_width
 from codegen.kernels.tasks import run_tasks
 
 RUN_BYTES = 8 << 20  # V or the products of one run of tile rows, at most
@@ -57,23 +57,22 @@ def pack_transformed(weight: np.ndarray) -> np.ndarray:
 
 
 def _vector_step(context, builder, signature, args, arrays):
-    """Shared by the transform intrinsics: (data pointers of the array arguments at the given
-    indices, the vector type of the machine's width, a loader and a storer at element offsets)."""
-    width = _vector_width(context)
-    vec = ir.VectorType(ir.FloatType(), width)
+    """Shared by the transform intrinsics: (the machine's vector width W, a loader of W floats and
+    a storer of any float vector, at element offsets of the array arguments at the given indices)."""
+    width = vector_width(context)
     pointers = {i: cgutils.create_struct_proxy(signature.args[i])(context, builder, value=args[i]).data
                 for i in arrays}
 
-    def at(i, offset):
-        return builder.bitcast(builder.gep(pointers[i], [offset]), vec.as_pointer())
+    def at(i, offset, lanes):
+        return builder.bitcast(builder.gep(pointers[i], [offset]), ir.VectorType(ir.FloatType(), lanes).as_pointer())
 
     def load(i, offset):
-        return builder.load(at(i, offset), align=4)  # any element: not a vector's alignment
+        return builder.load(at(i, offset, width), align=4)  # any element: not a vector's alignment
 
     def store(value, i, offset):
-        builder.store(value, at(i, offset), align=4)
+        builder.store(value, at(i, offset, value.type.count), align=4)
 
-    return width, vec, load, store
+    return width, load, store
 
 
 def _int64s(context, builder, signature, args, indices):
@@ -82,7 +81,7 @@ def _int64s(context, builder, signature, args, indices):
 
 @intrinsic
 def _input_vector(typingctx, buf, e, half, vf, o, plane):
-    """The input transform of W tiles side by side (W: the machine's vector width, `transform_width`):
+    """The input transform of W tiles side by side (W: the machine's vector width, `vector_floats`):
     tile t's 4x4 window has rows r = 0..3 at buf[e + 2r*half:], its columns 0, 1, 2, 3 being E[t],
     O[t], E[t + 1], O[t + 1] of the row's even part E and odd part O (half floats each);
     vf[o + (4i + j)*plane + t] = (B^T d B)[i, j]. Written in LLVM IR: numba's loop over the tiles
@@ -91,7 +90,7 @@ def _input_vector(typingctx, buf, e, half, vf, o, plane):
         return None
 
     def codegen(context, builder, signature, args):
-        _, vec, load, store = _vector_step(context, builder, signature, args, (0, 3))
+        _, load, store = _vector_step(context, builder, signature, args, (0, 3))
         e_, half_, o_, plane_ = _int64s(context, builder, signature, args, (1, 2, 4, 5))
         one = ir.Constant(ir.IntType(64), 1)
         d = []  # d[r][q]: column q of row r, W tiles
@@ -120,7 +119,7 @@ def _output_vector(typingctx, mf, q, plane, rows, at, row):
         return None
 
     def codegen(context, builder, signature, args):
-        width, vec, load, store = _vector_step(context, builder, signature, args, (0, 3))
+        width, load, store = _vector_step(context, builder, signature, args, (0, 3))
         q_, plane_, at_, row_ = _int64s(context, builder, signature, args, (1, 2, 4, 5))
         m = [load(0, builder.add(q_, builder.mul(ir.Constant(ir.IntType(64), k), plane_))) for k in range(16)]
         s = [builder.fadd(builder.fadd(m[j], m[4 + j]), m[8 + j]) for j in range(4)]  # A^T along the rows
@@ -130,22 +129,10 @@ def _output_vector(typingctx, mf, q, plane, rows, at, row):
         for out_row, a in ((at_, s), (builder.add(at_, row_), t)):  # and along the columns
             y0 = builder.fadd(builder.fadd(a[0], a[1]), a[2])
             y1 = builder.fsub(builder.fsub(a[1], a[2]), a[3])
-            pair = builder.shuffle_vector(y0, y1, interleave)  # y0[t], y1[t] side by side
-            pointer = cgutils.create_struct_proxy(signature.args[3])(context, builder, value=args[3]).data
-            pair_type = ir.VectorType(ir.FloatType(), 2 * width)
-            builder.store(pair, builder.bitcast(builder.gep(pointer, [out_row]), pair_type.as_pointer()), align=4)
+            store(builder.shuffle_vector(y0, y1, interleave), 3, out_row)  # y0[t], y1[t] side by side
         return context.get_dummy_value()
 
     return types.void(mf, q, plane, rows, at, row), codegen
-
-
-@intrinsic
-def transform_width(typingctx):
-    """W: the tiles each transform intrinsic handles at once, the machine's vector width in floats."""
-    def codegen(context, builder, signature, args):
-        return ir.Constant(ir.IntType(64), _vector_width(context))
-
-    return types.int64(), codegen
 
 
 @numba.njit(**SEQ)
@@ -159,7 +146,7 @@ def _input_task(task, xf, dims, run, vf, plane, ld):
     n0, ty0, tw, tc, cpt = run
     n_cb = -(-c_n // cpt)
     img, cb = task // n_cb, task % n_cb
-    ty_n, half, width = tc // tw, tw + 1, transform_width()
+    ty_n, half, width = tc // tw, tw + 1, vector_floats()
     (e_lo, e_hi), (o_lo, o_hi) = span(-pl, 2, w, half), span(1 - pl, 2, w, half)
     # the run's padded input rows of one channel, each split into its even columns, then its odd
     buf = np.empty((2 * ty_n + 2) * 2 * half, np.float32)
@@ -234,6 +221,28 @@ def _products_task(t, uf, vf, mf, n_o, mbb, n_mb, c_n, ld, v_plane, m_plane):
                 micro_gemm(kc, uf, a0, vf, k * v_plane + kb * ld + j, ld, mf, c0 + j, ld, kb > 0)
 
 
+@numba.njit(inline="always", **SEQ)
+def _output_tile(mf, q, plane, rows, at, row):
+    """_output_vector for one tile: A^T m along its rows (s, t), then along its columns."""
+    s0, s1, s2, s3, t0, t1, t2, t3 = 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0
+    for j in range(4):
+        m0, m1 = mf[u(q + j * plane)], mf[u(q + (4 + j) * plane)]
+        m2, m3 = mf[u(q + (8 + j) * plane)], mf[u(q + (12 + j) * plane)]
+        a, b = m0 + m1 + m2, m1 - m2 - m3
+        if j == 0:
+            s0, t0 = a, b
+        elif j == 1:
+            s1, t1 = a, b
+        elif j == 2:
+            s2, t2 = a, b
+        else:
+            s3, t3 = a, b
+    rows[u(at)] = s0 + s1 + s2
+    rows[u(at + 1)] = s1 - s2 - s3
+    rows[u(at + row)] = t0 + t1 + t2
+    rows[u(at + row + 1)] = t1 - t2 - t3
+
+
 @numba.njit(**SEQ)
 def _output_task(task, mf, plane, ld, run, of, out_shape, bias, rf, act, alpha, beta, post, post_alpha, post_beta):
     """Task (image img, block ob of cpt output channels) of the output transform: output rows
@@ -246,7 +255,7 @@ def _output_task(task, mf, plane, ld, run, of, out_shape, bias, rf, act, alpha, 
     img, ob = task // n_ob, task % n_ob
     n = n0 + img
     rows = np.empty(4 * tw, np.float32)  # a tile row's two output rows, 2 * TW each
-    width = transform_width()
+    width = vector_floats()
     for o in range(ob * cpt, min(o_n, (ob + 1) * cpt)):
         bv = 0.0 if bias is None else bias[o]
         for y in range(tc // tw):
@@ -255,25 +264,9 @@ def _output_task(task, mf, plane, ld, run, of, out_shape, bias, rf, act, alpha, 
                 for v in range(-(-tw // width)):
                     tx = min(v * width, tw - width)
                     _output_vector(mf, q0 + tx, plane, rows, 2 * tx, 2 * tw)
-            for t in range(tw if tw < width else 0):  # or one by one: A^T m along rows (s, t), then columns
-                q = q0 + t
-                s0, s1, s2, s3, t0, t1, t2, t3 = 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0
-                for j in range(4):
-                    m0, m1 = mf[u(q + j * plane)], mf[u(q + (4 + j) * plane)]
-                    m2, m3 = mf[u(q + (8 + j) * plane)], mf[u(q + (12 + j) * plane)]
-                    a, b = m0 + m1 + m2, m1 - m2 - m3
-                    if j == 0:
-                        s0, t0 = a, b
-                    elif j == 1:
-                        s1, t1 = a, b
-                    elif j == 2:
-                        s2, t2 = a, b
-                    else:
-                        s3, t3 = a, b
-                rows[u(2 * t)] = s0 + s1 + s2
-                rows[u(2 * t + 1)] = s1 - s2 - s3
-                rows[u(2 * tw + 2 * t)] = t0 + t1 + t2
-                rows[u(2 * tw + 2 * t + 1)] = t1 - t2 - t3
+            else:
+                for t in range(tw):
+                    _output_tile(mf, q0 + t, plane, rows, 2 * t, 2 * tw)
             for i in range(2):
                 oy = 2 * (ty0 + y) + i
                 if oy < oh:

@@ -23,7 +23,7 @@ from __future__ import annotations
 import numpy as np
 
 from compiler.passes.eliminate_dead_code import eliminate_dead_code
-from ir.graph import Graph, Node, Value
+from ir.graph import Graph, Node, Value, unique_name
 
 
 def fold_batchnorm(graph: Graph) -> Graph:
@@ -37,12 +37,11 @@ def fold_batchnorm(graph: Graph) -> Graph:
         producer = bn.inputs[0].producer
         if not _foldable(producer, users, outputs) or producer in replaced:
             continue
-        mean, var, gamma, beta = (v.data.astype(np.float64) for v in bn.inputs[1:])
-        scale = gamma / np.sqrt(var + bn.attrs["eps"])
+        scale, shift = _scale_shift(bn)
         weight = producer.inputs[1]
         bias = producer.inputs[2].data.astype(np.float64) if len(producer.inputs) > 2 else 0.0
         new_w = weight.data.astype(np.float64) * scale.reshape((-1,) + (1,) * (weight.type.rank - 1))
-        new_b = (bias - mean) * scale + beta
+        new_b = bias * scale + shift
         w = _constant(graph, f"{bn.name}.folded_weight", new_w.astype(weight.dtype))
         b = _constant(graph, f"{bn.name}.folded_bias", new_b.astype(weight.dtype))
         # the producer now computes the BN's output value directly
@@ -63,22 +62,19 @@ def _as_affine(graph: Graph, bn: Node, taken: set[str]) -> list[Node]:
     """bn as mul(x, scale) -> add(., shift), the constants shaped (C, 1, ...) to broadcast
     over the channel dim of x (dim 1), computed in float64 and stored in x's dtype."""
     x, out = bn.inputs[0], bn.outputs[0]
+    scale, shift = _scale_shift(bn)
+    shape = (-1,) + (1,) * (x.type.rank - 2)
+    s = _constant(graph, unique_name(f"{bn.name}.scale", taken), scale.reshape(shape).astype(x.dtype))
+    b = _constant(graph, unique_name(f"{bn.name}.shift", taken), shift.reshape(shape).astype(x.dtype))
+    scaled = Value(unique_name(f"{bn.name}.scaled", taken), x.type)
+    return [Node("mul", f"{bn.name}.mul", [x, s], [scaled]), Node("add", bn.name, [scaled, b], [out])]
+
+
+def _scale_shift(bn: Node) -> tuple[np.ndarray, np.ndarray]:
+    """(s, beta - mean * s) in float64, s = gamma / sqrt(var + eps): bn(x) = x * s + shift."""
     mean, var, gamma, beta = (v.data.astype(np.float64) for v in bn.inputs[1:])
     scale = gamma / np.sqrt(var + bn.attrs["eps"])
-    shape = (-1,) + (1,) * (x.type.rank - 2)
-
-    def name(kind: str) -> str:
-        base, k = f"{bn.name}.{kind}", 1
-        candidate = base
-        while candidate in taken:
-            candidate, k = f"{base}_{k}", k + 1
-        taken.add(candidate)
-        return candidate
-
-    s = _constant(graph, name("scale"), scale.reshape(shape).astype(x.dtype))
-    b = _constant(graph, name("shift"), (beta - mean * scale).reshape(shape).astype(x.dtype))
-    scaled = Value(name("scaled"), x.type)
-    return [Node("mul", f"{bn.name}.mul", [x, s], [scaled]), Node("add", bn.name, [scaled, b], [out])]
+    return scale, beta - mean * scale
 
 
 def _foldable(producer: Node | None, users, outputs) -> bool:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from ir.expr import Call, Expr, Literal, Ref, postorder
-from ir.graph import Graph, Node, Value, make_node
+from ir.graph import Graph, Node, Value, make_node, unique_name
 from ir.ops.expression import CASTS, FUNCTIONS, _typed
 
 
@@ -89,8 +89,4 @@ def _scalar_type(dtype):
 
 
 def _unique(graph: Graph, name: str) -> str:
-    taken = {v.name for v in graph.values()}
-    base, k = name, 1
-    while name in taken:
-        name, k = f"{base}_{k}", k + 1
-    return name
+    return unique_name(name, {v.name for v in graph.values()})
