@@ -98,8 +98,9 @@ EXTREME_CASES = [
     ("hardswish", {}, F.hardswish, lambda x: x * np.clip(x + 3, 0, 6) / 6, (0.0, np.inf)),
     ("softsign", {}, F.softsign, lambda x: x / (1 + np.abs(x)), (-1.0, 1.0)),
 ]
-# torch's float32 gelu computes 1 + erf(x), which cancels for x < -2 (ours is exact)
-TORCH_RTOL = {"gelu": 1e-4}
+# torch's float32 gelu computes 1 + erf(x), which cancels for x < -2 (ours is exact, checked against
+# float64 above): 1.3e-4 relative at x = -3 with ATen's AVX-512 erf, less with its AVX2 one
+TORCH_RTOL = {"gelu": 3e-4}
 
 FINITE_EXTREMES = np.array([-1e30, -1e4, -100.0, -87.0, -20.0, -3.0, -1e-3, 0.0, 1e-3, 3.0, 20.0, 87.0, 100.0,
                             1e4, 1e30], np.float32)
