@@ -34,8 +34,9 @@ from numba.core import cgutils, types
 from numba.extending import intrinsic
 
 from codegen.kernels.common import SEQ, blocks, num_threads, u
-from codegen.kernels.epilogue import epilogue_run, residual_run
+from codegen.kernels.epilogue import ONE_PASS, epilogue_run, residual_run
 from codegen.kernels.tasks import run_tasks
+from codegen.kernels.vectors import split_pairs
 
 # a*b + c may compile to one fused multiply-add (the only fast-math flag: no reassociation)
 FMA = {**SEQ, "fastmath": {"contract"}}
@@ -69,7 +70,7 @@ def _gather(xf, x0, h, w, iy0, sh, sw, pl, p, hq, wq):
                 e = d + pl % 2 * plane + pl // 2
                 f = d + (1 - pl % 2) * plane + (pl + 1) // 2
                 if valid:
-                    for k in range(w // 2):
+                    for k in range(split_pairs(xf, src, w // 2, p, e, p, f), w // 2):  # the pairs past whole vectors
                         p[u(e + k)] = xf[u(src + 2 * k)]
                         p[u(f + k)] = xf[u(src + 2 * k + 1)]
                     if w % 2:
@@ -160,7 +161,7 @@ def conv_depthwise(x, weight, bias, residual, out, sh, sw, pt, pl, dh, dw,
     # ReLU6 (clamp) and relu are a min/max as the rows are written; other epilogues run per row
     typed = of.dtype.type
     rf = residual_run(residual, out)
-    clamp = act <= 2 and post == 0 and rf.size == 0
+    clamp = act <= ONE_PASS and post == 0 and rf.size == 0
     vmin = typed(-np.inf if act == 0 else (0.0 if act == 1 else alpha))
     vmax = typed(np.inf if act <= 1 else beta)
     hp, wp = (oh - 1) * sh + (kh - 1) * dh + 1, (ow - 1) * sw + (kw - 1) * dw + 1  # the padded input the windows read

@@ -17,37 +17,15 @@ compiled into. MR is the same everywhere, so weights packed at compile time
 
 from __future__ import annotations
 
-import os
-
 import numpy as np
 from llvmlite import ir
 from numba.core import cgutils, types
 from numba.extending import intrinsic
 
+from codegen.kernels.vectors import vector_width
+
 MR = 6  # output channels per microkernel call: rows of the accumulator block
 VECTORS_PER_ROW = 2  # NR = 2 vectors: 2 * MR accumulators + 2 loads + 1 broadcast fit in 16 registers
-
-
-def vector_width(context) -> int:
-    """Floats per vector of the code being generated: 16 if it targets AVX-512F, else 8.
-    PNNX_JIT_VECTOR_WIDTH=8|16 overrides it, so a test can run the 6 x 32 kernel on an AVX2
-    machine (LLVM splits each 16-float vector in two); whatever the width, a compiled kernel
-    is consistent with itself (panel_width() is compiled into the same code), so caches mix
-    safely."""
-    forced = os.environ.get("PNNX_JIT_VECTOR_WIDTH")
-    if forced in ("8", "16"):
-        return int(forced)
-    features = context.codegen().magic_tuple()[2]
-    return 16 if "+avx512f" in features.split(",") else 8
-
-
-@intrinsic
-def vector_floats(typingctx):
-    """The floats per vector of the code this is compiled into: vector_width(), as a kernel sees it."""
-    def codegen(context, builder, signature, args):
-        return ir.Constant(ir.IntType(64), vector_width(context))
-
-    return types.int64(), codegen
 
 
 @intrinsic

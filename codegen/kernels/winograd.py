@@ -30,8 +30,9 @@ from numba.extending import intrinsic
 
 from codegen.kernels.common import SEQ, blocks, num_threads, span, u
 from codegen.kernels.epilogue import epilogue_run, residual_run
-from codegen.kernels.microkernel import MR, micro_gemm, pack_weights, panel_width, vector_floats, vector_width
+from codegen.kernels.microkernel import MR, micro_gemm, pack_weights, panel_width
 from codegen.kernels.tasks import run_tasks
+from codegen.kernels.vectors import vector_floats, vector_width
 
 RUN_BYTES = 8 << 20  # V or the products of one run of tile rows, at most
 PLANE_BYTES = 1 << 17  # one of V's 16 planes, when several images run at once: the GEMM reads it from L2
