@@ -23,7 +23,7 @@ import numpy as np
 
 from codegen.kernels.common import SEQ, blocks, num_threads, u
 from codegen.kernels.conv_gemm import im2col_rows
-from codegen.kernels.epilogue import epilogue_run, residual_run
+from codegen.kernels.epilogue import ONE_PASS, activate_block, epilogue_run, residual_run
 from codegen.kernels.microkernel import MR, micro_gemm, panel_width
 from codegen.kernels.tasks import run_tasks
 
@@ -128,9 +128,13 @@ def _packed_task(t, xf, wf, of, rf, bias, dims, window, split, pointwise, acts, 
                 micro_gemm(kc, wf, a0, b, b0 + kb * ldb + j, ldb, acc, c0 + j, pp, kb > 0)
             if full < pp:
                 micro_gemm(kc, wf, a0, tail, kb * nr, nr, acc, c0 + full, pp, kb > 0)
-    for r in range(mb0 * MR, min(og, mb1 * MR)):  # the epilogue, from the block into the output
+    r0, r1 = mb0 * MR, min(og, mb1 * MR)
+    blocked = act > ONE_PASS  # bias and activation over the whole block first (activate_block)
+    if blocked:
+        activate_block(acc, r1 - r0, pp, bias, g * og + r0, act, alpha, beta)
+    for r in range(r0, r1):  # the epilogue, from the block into the output
         o = g * og + r
         d = (n * o_n + o) * p_n + p0
-        s = (r - mb0 * MR) * pp
-        bv = 0.0 if bias is None else bias[o]
-        epilogue_run(of, d, p, acc, s, bv, rf, act, alpha, beta, post, post_alpha, post_beta)
+        s = (r - r0) * pp
+        bv = 0.0 if bias is None or blocked else bias[o]
+        epilogue_run(of, d, p, acc, s, bv, rf, 0 if blocked else act, alpha, beta, post, post_alpha, post_beta)
