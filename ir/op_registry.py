@@ -111,8 +111,8 @@ Reference = Callable[..., "np.ndarray | tuple[np.ndarray, ...]"]
 #: in float32. Or a function (operands, attrs, T) -> source, for forms an attribute's value
 #: chooses. Operands, numeric attributes and T arrive as source expressions (an attribute is a
 #: literal in a fused loop, a runtime parameter in an epilogue), string attributes as their
-#: values. It may call math, np, and the vectorising fast_exp, fast_sigmoid, fast_tanh,
-#: fast_erf, fast_gelu and fast_gelu_tanh of codegen/kernels/vmath.py.
+#: values. It may call math, np, and the vectorising functions of codegen/kernels/vmath.py
+#: (SCALAR_FUNCTIONS: fast_exp, fast_sigmoid, fast_silu, fast_tanh, ...).
 ScalarForm = str | Callable[[list[str], dict[str, Any], str], str]
 
 

@@ -103,7 +103,7 @@ def sigmoid(x):
     return _like(special.expit(x), x)
 
 
-@_activation("silu", f"({_FLOOR} * fast_sigmoid({{0}}))", epilogue=True)
+@_activation("silu", "fast_silu({0})", epilogue=True)
 def silu(x):
     return _like(_floor(x) * special.expit(x), x)
 

@@ -1,4 +1,4 @@
-"""codegen/kernels/vmath.py: the vectorising float32 exp, sigmoid, tanh, erf and GELU agree with
+"""codegen/kernels/vmath.py: the vectorising float32 exp, sigmoid, SiLU, tanh, erf and GELU agree with
 float64 references to a few float32 ulps over the whole range, keep NaN and saturate at +-inf."""
 
 from __future__ import annotations
@@ -9,14 +9,15 @@ import numba
 import numpy as np
 import pytest
 
-from codegen.kernels.vmath import fast_erf, fast_exp, fast_gelu, fast_gelu_tanh, fast_sigmoid, fast_tanh
+from codegen.kernels.vmath import fast_erf, fast_exp, fast_gelu, fast_gelu_tanh, fast_sigmoid, fast_silu, fast_tanh
 
-_FUNCTIONS = {"exp": fast_exp, "sigmoid": fast_sigmoid, "tanh": fast_tanh, "erf": fast_erf, "gelu": fast_gelu,
-              "gelu_tanh": fast_gelu_tanh}
+_FUNCTIONS = {"exp": fast_exp, "sigmoid": fast_sigmoid, "silu": fast_silu, "tanh": fast_tanh, "erf": fast_erf,
+              "gelu": fast_gelu, "gelu_tanh": fast_gelu_tanh}
 _ERF = np.vectorize(math.erf)
 REFERENCES = {
     "exp": np.exp,
     "sigmoid": lambda x: 1 / (1 + np.exp(-x)),
+    "silu": lambda x: x / (1 + np.exp(-x)),
     "tanh": np.tanh,
     "erf": _ERF,
     "gelu": lambda x: 0.5 * x * (1 + _ERF(x / np.sqrt(2))),
@@ -60,6 +61,15 @@ def test_float32_matches_float64_to_a_few_ulps(name):
 def test_nan_and_infinities(name, at_inf, at_minus_inf):
     got = _apply(name, np.array([np.nan, np.inf, -np.inf], np.float32))
     assert np.isnan(got[0]) and got[1] == at_inf and got[2] == at_minus_inf
+
+
+def test_silu_keeps_nan_and_saturates():
+    """silu(+inf) = inf; below -88, where silu is within float32's denormals of -0, it gives -5.3e-37
+    (the exponential without its overflow step)."""
+    got = _apply("silu", np.array([np.nan, np.inf, -np.inf, -1e30, -88.0, -87.0], np.float32)).astype(np.float64)
+    assert np.isnan(got[0]) and got[1] == np.inf
+    assert np.all(got[2:5] <= 0) and np.all(got[2:5] > -1e-36)
+    np.testing.assert_allclose(got[5], -87.0 / (1 + np.exp(87.0)), rtol=1e-6)
 
 
 def test_float64_arguments_take_the_exact_libm_path():
