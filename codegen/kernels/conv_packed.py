@@ -6,8 +6,8 @@ The output of each image and group is cut into tiles of pixels (whole output row
 any pixels for a 1x1 stride-1 conv), times blocks of MR-channel panels when there are
 too few tiles to keep every thread busy. Each task of one parallel loop
   1. copies its tile's input windows into a (C*KH*KW, pixels) matrix (im2col), its rows
-     padded to a multiple of NR pixels; a 1x1 stride-1 conv reads its input where it lies
-     (only a last partial panel of pixels is copied, padded with zeros);
+     padded to a multiple of NR / 2 pixels; a 1x1 stride-1 conv reads its input where it lies
+     (only a last partial half panel of pixels is copied, padded with zeros);
   2. runs the microkernel over (reduction chunk, panel of channels, panel of pixels),
      the chunk outermost so that the chunk of the tile stays in L2 across the channel
      panels and one channel panel's weights stay in L1 across the pixel panels, into an
@@ -24,7 +24,7 @@ import numpy as np
 from codegen.kernels.common import SEQ, blocks, num_threads, u
 from codegen.kernels.conv_gemm import im2col_rows
 from codegen.kernels.epilogue import ONE_PASS, activate_block, epilogue_run, residual_run
-from codegen.kernels.microkernel import MR, micro_gemm, panel_width
+from codegen.kernels.microkernel import MR, gemm_panels, half_panels, micro_gemm_half, panel_width
 from codegen.kernels.tasks import run_tasks
 
 TILE_BYTES = 1 << 19  # a tile's im2col matrix (or input block of a 1x1 conv): about a core's L2
@@ -35,7 +35,7 @@ MIN_PANELS = 2  # channel panels per block when a tile is split between tasks, a
 
 @numba.njit(**SEQ)
 def _tail_panel(xf, x0, hw, k, p0, n, nr):
-    """The last n < NR pixels p0.. of a 1x1 conv's input as a (k, NR) panel, zero-padded."""
+    """The last n < nr pixels p0.. of a 1x1 conv's input as a (k, nr) panel, zero-padded."""
     panel = np.zeros(k * nr, xf.dtype)
     for c in range(k):
         for q in range(n):
@@ -105,14 +105,15 @@ def _packed_task(t, xf, wf, of, rf, bias, dims, window, split, pointwise, acts, 
     g, n = (t // (n_o * n_p)) % groups, t // (n_o * n_p * groups)
     p0 = pi * tile
     p = min(tile, p_n - p0)
-    pp = -(-p // nr) * nr  # the tile's pixels, padded to whole panels
+    pp = half_panels(p)  # the tile's pixels, padded to whole half panels (gemm_panels)
+    half = nr // 2
     mb0 = oi * mbb
     mb1 = min(n_mb, mb0 + mbb)
     x0 = (n * c_n + g * cg) * h * w
     if pointwise:
         b, b0, ldb = xf, x0 + p0, h * w
-        full = p // nr * nr  # the panels read in place; a partial last one is copied
-        tail = _tail_panel(xf, x0, h * w, k, p0 + full, p - full, nr)
+        full = p // half * half  # the half panels read in place; a partial last one is copied
+        tail = _tail_panel(xf, x0, h * w, k, p0 + full, p - full, half)
     else:
         cols = np.empty((k, pp), xf.dtype)
         im2col_rows(xf, x0, h, w, cg, cols, p, p0 // ow, ow, sh, sw, pt, pl, dh, dw, kh, kw)
@@ -124,10 +125,9 @@ def _packed_task(t, xf, wf, of, rf, bias, dims, window, split, pointwise, acts, 
         for mb in range(mb0, mb1):
             a0 = ((g * n_mb + mb) * k + kb) * MR
             c0 = (mb - mb0) * MR * pp
-            for j in range(0, full, nr):
-                micro_gemm(kc, wf, a0, b, b0 + kb * ldb + j, ldb, acc, c0 + j, pp, kb > 0)
+            gemm_panels(kc, wf, a0, b, b0 + kb * ldb, ldb, acc, c0, pp, full, kb > 0)
             if full < pp:
-                micro_gemm(kc, wf, a0, tail, kb * nr, nr, acc, c0 + full, pp, kb > 0)
+                micro_gemm_half(kc, wf, a0, tail, kb * half, half, acc, c0 + full, pp, kb > 0)
     r0, r1 = mb0 * MR, min(og, mb1 * MR)
     blocked = act > ONE_PASS  # bias and activation over the whole block first (activate_block)
     if blocked:

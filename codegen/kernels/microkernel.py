@@ -11,17 +11,20 @@ per weight and one fused multiply-add per vector: the inner loop of every fast G
 The vector is as wide as the CPU numba compiles for: 8 floats (AVX2), 16 where
 AVX-512F is enabled; NR is two vectors, so 6 x 16 (12 ymm accumulators of 16) or
 6 x 32 (12 zmm of 32). `panel_width()` tells kernels the NR of the code they were
-compiled into. MR is the same everywhere, so weights packed at compile time
+compiled into. `micro_gemm_half` is the same kernel one vector wide, for a row's last NR / 2
+columns, and `gemm_panels` runs a row of panels with it. MR is the same everywhere, so weights packed at compile time
 (`pack_weights`) do not depend on the machine.
 """
 
 from __future__ import annotations
 
+import numba
 import numpy as np
 from llvmlite import ir
 from numba.core import cgutils, types
 from numba.extending import intrinsic
 
+from codegen.kernels.common import SEQ
 from codegen.kernels.vectors import vector_width
 
 MR = 6  # output channels per microkernel call: rows of the accumulator block
@@ -42,14 +45,8 @@ def _data_pointer(context, builder, array_type, value, offset):
     return builder.gep(data, [offset])
 
 
-@intrinsic
-def micro_gemm(typingctx, kc, a, a0, b, b0, ldb, c, c0, ldc, accumulate):
-    """c[c0 + i*ldc + j] (+)= sum_p a[a0 + p*MR + i] * b[b0 + p*ldb + j] for i < MR, j < NR
-    (float32, flat contiguous arrays); `accumulate` adds to c instead of overwriting it."""
-    if not all(isinstance(t, types.Array) and t.dtype == types.float32 for t in (a, b, c)):
-        return None
-    sig = types.void(kc, a, a0, b, b0, ldb, c, c0, ldc, accumulate)
-
+def _micro_gemm_codegen(vectors: int):
+    """LLVM IR of micro_gemm with `vectors` vectors per accumulator row (NR = vectors * width)."""
     def codegen(context, builder, signature, args):
         kc_, a_, a0_, b_, b0_, ldb_, c_, c0_, ldc_, acc_ = args
         width = vector_width(context)
@@ -62,7 +59,7 @@ def micro_gemm(typingctx, kc, a, a0, b, b0, ldb, c, c0, ldc, accumulate):
         c_ptr = _data_pointer(context, builder, signature.args[6], c_, c0_)
         kc_, ldb_, ldc_ = (context.cast(builder, v, t, types.int64) for v, t in
                            ((kc_, signature.args[0]), (ldb_, signature.args[5]), (ldc_, signature.args[8])))
-        n_acc = MR * VECTORS_PER_ROW
+        n_acc = MR * vectors
         zero = ir.Constant(vec, [0.0] * width)
         splat_mask = ir.Constant(ir.VectorType(i32, width), [0] * width)
 
@@ -74,20 +71,18 @@ def micro_gemm(typingctx, kc, a, a0, b, b0, ldb, c, c0, ldc, accumulate):
         done = builder.append_basic_block("micro.done")
         builder.cbranch(builder.icmp_signed(">", kc_, ir.Constant(i64, 0)), loop, done)
 
-        builder.position_at_end(loop)  # one reduction step: MR broadcasts, 2 loads, MR * 2 FMAs
+        builder.position_at_end(loop)  # one reduction step: MR broadcasts, `vectors` loads, MR * vectors FMAs
         p = builder.phi(i64)
         acc = [builder.phi(vec) for _ in range(n_acc)]
         b_row = builder.gep(b_ptr, [builder.mul(p, ldb_)])
-        b_vecs = [builder.load(vector_at(b_row, ir.Constant(i64, j * width)), align=4)
-                  for j in range(VECTORS_PER_ROW)]
+        b_vecs = [builder.load(vector_at(b_row, ir.Constant(i64, j * width)), align=4) for j in range(vectors)]
         a_step = builder.gep(a_ptr, [builder.mul(p, ir.Constant(i64, MR))])
         new = []
         for i in range(MR):
             scalar = builder.load(builder.gep(a_step, [ir.Constant(i64, i)]))
             lane0 = builder.insert_element(ir.Constant(vec, ir.Undefined), scalar, ir.Constant(i32, 0))
             splat = builder.shuffle_vector(lane0, ir.Constant(vec, ir.Undefined), splat_mask)
-            new += [builder.call(fma, [splat, b_vecs[j], acc[i * VECTORS_PER_ROW + j]])
-                    for j in range(VECTORS_PER_ROW)]
+            new += [builder.call(fma, [splat, b_vecs[j], acc[i * vectors + j]]) for j in range(vectors)]
         p_next = builder.add(p, ir.Constant(i64, 1))
         tail = builder.block
         p.add_incoming(ir.Constant(i64, 0), entry)
@@ -106,14 +101,55 @@ def micro_gemm(typingctx, kc, a, a0, b, b0, ldb, c, c0, ldc, accumulate):
         add = builder.icmp_unsigned("!=", acc_, ir.Constant(acc_.type, 0))
         for i in range(MR):
             c_row = builder.gep(c_ptr, [builder.mul(ir.Constant(i64, i), ldc_)])
-            for j in range(VECTORS_PER_ROW):
-                result = results[i * VECTORS_PER_ROW + j]
+            for j in range(vectors):
+                result = results[i * vectors + j]
                 target = vector_at(c_row, ir.Constant(i64, j * width))
                 old = builder.load(target, align=4)
                 builder.store(builder.select(add, builder.fadd(old, result), result), target, align=4)
         return context.get_dummy_value()
 
-    return sig, codegen
+    return codegen
+
+
+def _is_f32(*arrays) -> bool:
+    return all(isinstance(t, types.Array) and t.dtype == types.float32 for t in arrays)
+
+
+@intrinsic
+def micro_gemm(typingctx, kc, a, a0, b, b0, ldb, c, c0, ldc, accumulate):
+    """c[c0 + i*ldc + j] (+)= sum_p a[a0 + p*MR + i] * b[b0 + p*ldb + j] for i < MR, j < NR
+    (float32, flat contiguous arrays); `accumulate` adds to c instead of overwriting it."""
+    if not _is_f32(a, b, c):
+        return None
+    return types.void(kc, a, a0, b, b0, ldb, c, c0, ldc, accumulate), _micro_gemm_codegen(VECTORS_PER_ROW)
+
+
+@intrinsic
+def micro_gemm_half(typingctx, kc, a, a0, b, b0, ldb, c, c0, ldc, accumulate):
+    """micro_gemm on a half panel: j < NR / 2 (one vector per row, MR accumulators). For the last
+    columns of a row of panels: a 7 x 7 image's 16 Winograd tiles fill half of AVX-512's 32."""
+    if not _is_f32(a, b, c):
+        return None
+    return types.void(kc, a, a0, b, b0, ldb, c, c0, ldc, accumulate), _micro_gemm_codegen(1)
+
+
+@numba.njit(**SEQ)
+def gemm_panels(kc, a, a0, b, b0, ldb, c, c0, ldc, n, accumulate):
+    """c[c0 + i*ldc + j] (+)= sum_p a[a0 + p*MR + i] * b[b0 + p*ldb + j] for i < MR, j < n, n a
+    multiple of NR / 2 (half_panel(n) rounds a count up to one): whole panels, then a half one."""
+    nr = panel_width()
+    full = n // nr * nr
+    for j in range(0, full, nr):
+        micro_gemm(kc, a, a0, b, b0 + j, ldb, c, c0 + j, ldc, accumulate)
+    if full < n:
+        micro_gemm_half(kc, a, a0, b, b0 + full, ldb, c, c0 + full, ldc, accumulate)
+
+
+@numba.njit(**SEQ)
+def half_panels(n):
+    """n rounded up to a whole number of half panels (NR / 2): the columns gemm_panels computes."""
+    half = panel_width() // 2
+    return -(-n // half) * half
 
 
 def pack_weights(weight: np.ndarray, groups: int) -> np.ndarray:

@@ -30,7 +30,7 @@ from numba.extending import intrinsic
 
 from codegen.kernels.common import SEQ, blocks, num_threads, span, u
 from codegen.kernels.epilogue import epilogue_run, residual_run
-from codegen.kernels.microkernel import MR, micro_gemm, pack_weights, panel_width
+from codegen.kernels.microkernel import MR, gemm_panels, half_panels, pack_weights
 from codegen.kernels.tasks import run_tasks
 from codegen.kernels.vectors import vector_floats, vector_width
 
@@ -209,8 +209,7 @@ def _input_tile(buf, e, half, vf, o, plane):
 def _products_task(t, uf, vf, mf, n_o, mbb, n_mb, c_n, ld, v_plane, m_plane):
     """Task t of m[k] = U[k] @ v[k] (k = t // n_o): panels [mb0, mb0 + mbb) of U[k], on the
     microkernel; uf = U packed into panels (16, blocks, C, MR), flat; v's and m's rows are whole
-    panels of NR, ld long; their planes v_plane and m_plane apart."""
-    nr = panel_width()
+    half panels of NR, ld long; their planes v_plane and m_plane apart."""
     k, mb0 = t // n_o, (t % n_o) * mbb
     mb1 = min(n_mb, mb0 + mbb)
     for kb in range(0, c_n, K_CHUNK):
@@ -218,8 +217,7 @@ def _products_task(t, uf, vf, mf, n_o, mbb, n_mb, c_n, ld, v_plane, m_plane):
         for mb in range(mb0, mb1):
             a0 = ((k * n_mb + mb) * c_n + kb) * MR
             c0 = k * m_plane + mb * MR * ld
-            for j in range(0, ld, nr):
-                micro_gemm(kc, uf, a0, vf, k * v_plane + kb * ld + j, ld, mf, c0 + j, ld, kb > 0)
+            gemm_panels(kc, uf, a0, vf, k * v_plane + kb * ld, ld, mf, c0, ld, ld, kb > 0)
 
 
 @numba.njit(inline="always", **SEQ)
@@ -283,13 +281,12 @@ def winograd_conv2d(x, up, bias, residual, out, pt, pl, act, alpha, beta, post, 
     o_n, oh, ow = out.shape[1], out.shape[2], out.shape[3]
     n_mb = up.shape[1]
     o_rows = n_mb * MR  # the products' rows: the output channels, padded to whole panels
-    nr = panel_width()
     th, tw = (oh + 1) // 2, (ow + 1) // 2
     run_row = 64 * max(c_n, o_rows) * tw  # bytes of V or of the products per tile row
     rows = max(1, min(th, RUN_BYTES // run_row))
     # small images run several at a time, side by side in V's rows: larger GEMMs, fewer hand-overs
     images = max(1, min(n_n, RUN_BYTES // (run_row * th), PLANE_BYTES // (4 * c_n * th * tw))) if rows == th else 1
-    ld_max = -(-images * rows * tw // nr) * nr
+    ld_max = half_panels(images * rows * tw)
     # V's and the products' 16 planes lie PLANE_PAD floats further apart than their rows need: a
     # transform reads or writes all 16 for each tile, and planes a multiple of 4 KB apart would all
     # fall into one set of the L1 cache
@@ -302,7 +299,7 @@ def winograd_conv2d(x, up, bias, residual, out, pt, pl, act, alpha, beta, post, 
         ni = min(images, n_n - n0)
         for ty0 in range(0, th, rows):
             tc = min(rows, th - ty0) * tw  # tiles per image in this run
-            ld = -(-ni * tc // nr) * nr  # v's and m's rows: the run's tiles, padded to whole panels
+            ld = half_panels(ni * tc)  # v's and m's rows: the run's tiles, padded to whole half panels
             v_plane, m_plane = c_n * ld + PLANE_PAD, o_rows * ld + PLANE_PAD
             vf, mf = vbuf[:16 * v_plane], mbuf[:16 * m_plane]
             c_per, o_per = _channels_per_task(ni * c_n, tc), _channels_per_task(ni * o_n, tc)

@@ -306,6 +306,30 @@ def test_conv2d_on_packed_weights(shape, o, kernel, stride, padding, groups, act
     assert "conv2d_packed" in lines[0]
 
 
+@pytest.mark.parametrize("halves", [1, 2, 3, 6])
+def test_gemm_panels_whole_and_half(halves):
+    """gemm_panels over n = halves * NR / 2 columns (whole panels, then a half one on
+    micro_gemm_half) matches numpy's float64 product, overwriting and then accumulating, and
+    writes no column past n."""
+    import numba
+
+    from codegen.kernels.microkernel import MR, gemm_panels, half_panels, panel_width
+
+    run = numba.njit(lambda kc, a, b, c, ldb, ldc, n, add: gemm_panels(kc, a, 0, b, 0, ldb, c, 0, ldc, n, add))
+    nr = numba.njit(lambda: panel_width())()
+    n, ldc, kc = halves * nr // 2, halves * nr // 2 + 5, 37
+    assert numba.njit(lambda m: half_panels(m))(n - 1) == n
+    rng = np.random.default_rng(halves)
+    a, b = rng.standard_normal(kc * MR).astype(np.float32), rng.standard_normal(kc * n).astype(np.float32)
+    c = np.full(MR * ldc, 7.0, np.float32)
+    product = a.reshape(kc, MR).T.astype(np.float64) @ b.reshape(kc, n)
+    run(kc, a, b, c, n, ldc, n, False)
+    np.testing.assert_allclose(c.reshape(MR, ldc)[:, :n], product, rtol=1e-5, atol=1e-5)
+    assert (c.reshape(MR, ldc)[:, n:] == 7.0).all()
+    run(kc, a, b, c, n, ldc, n, True)
+    np.testing.assert_allclose(c.reshape(MR, ldc)[:, :n], 2 * product, rtol=1e-5, atol=1e-5)
+
+
 @pytest.mark.parametrize("dtype, weights", [(np.float32, (2,)), (np.float64, (1, 2))])
 def test_conv2d_without_packed_weights(dtype, weights):
     """A weight computed by the model, or float64, runs im2col + OpenBLAS (conv2d), and matches."""
