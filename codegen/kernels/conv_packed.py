@@ -22,9 +22,9 @@ import numba
 import numpy as np
 
 from codegen.kernels.common import SEQ, blocks, num_threads, u
-from codegen.kernels.conv_gemm import im2col_rows
 from codegen.kernels.epilogue import ONE_PASS, activate_block, epilogue_run, residual_run
-from codegen.kernels.microkernel import MR, gemm_panels, half_panels, micro_gemm_half, panel_width
+from codegen.kernels.microkernel import MR, gemm_panels, gemm_panels_rows, half_panels, micro_gemm_half, panel_width
+from codegen.kernels.planes import gather_planes, plane_pitch, tap_offset
 from codegen.kernels.tasks import run_tasks
 
 TILE_BYTES = 1 << 19  # a tile's im2col matrix (or input block of a 1x1 conv): about a core's L2
@@ -63,17 +63,17 @@ def conv2d_packed(x, wp, bias, residual, out, kernel, stride, padding, dilation,
     n_n, c_n, h, w = x.shape
     groups, n_mb, k = wp.shape[0], wp.shape[1], wp.shape[2]
     o_n, oh, ow = out.shape[1], out.shape[2], out.shape[3]
-    og, p_n = o_n // groups, oh * ow
+    og, cg, p_n = o_n // groups, c_n // groups, oh * ow
     nr = panel_width()
     pointwise = kh == 1 and kw == 1 and sh == 1 and sw == 1 and pt == 0 and pl == 0 and oh == h and ow == w
-    # a tile's bytes per pixel: of its input (im2col) matrix, or of its accumulator block, whichever
-    # is larger (few input channels and many outputs, as in an inverted residual's expansion)
-    per_pixel = x.itemsize * max(k, og)
+    # a tile's bytes per pixel: of its input (the phase planes: about C * SH * SW floats a pixel), or
+    # of its accumulator block, whichever is larger (few inputs and many outputs: an expansion)
+    per_pixel = x.itemsize * max(k if pointwise else cg * sh * sw, og)
     if pointwise:  # tiles of any whole panels of pixels: the microkernel reads the input where it lies
         tile = min(p_n, max(nr, TILE_BYTES // per_pixel // nr * nr))
     elif per_pixel * p_n <= WHOLE_IMAGE_BYTES:  # small images: split the channels between tasks
         tile = p_n  # (7 rows cut into tiles of 4 and 3 keep one thread idle 1/7 of the time)
-    else:  # tiles of whole output rows, for im2col
+    else:  # tiles of whole output rows
         tile = max(1, min(oh, TILE_BYTES // (per_pixel * ow))) * ow
     n_p = -(-p_n // tile)
     if n_p > 1:  # as many tiles as share out evenly over the threads: 4 tiles, not 3.5, for 2 threads
@@ -83,52 +83,71 @@ def conv2d_packed(x, wp, bias, residual, out, kernel, stride, padding, dilation,
         tile = -(-per_tile // unit) * unit
         n_p = -(-p_n // tile)
     n_o, mbb = blocks(n_n * groups * n_p, n_mb, MIN_PANELS)
+    # the phase planes of a tile (planes.py): hq rows of pitch wq per plane, sh * sw planes per
+    # input channel; taps[(c*KH + i)*KW + j]: where reduction step (c, i, j) reads, from pixel 0
+    wq = plane_pitch(ow, w, kw, sw, dw, pl)
+    hq = tile // ow + (kh - 1) * dh // sh
+    taps = np.empty(0 if pointwise else k, np.int64)
+    for c in range(taps.size // (kh * kw)):
+        for i in range(kh):
+            for j in range(kw):
+                taps[(c * kh + i) * kw + j] = c * sh * sw * hq * wq + tap_offset(i, j, sh, sw, dh, dw, hq, wq)
     xf, wf, of = x.reshape(-1), wp.reshape(-1), out.reshape(-1)
     rf = residual_run(residual, out)
     run_tasks(_packed_task, n_n * groups * n_p * n_o,
               (xf, wf, of, rf, bias, (c_n, h, w, o_n, oh, ow, groups, n_mb, k), (kh, kw, sh, sw, pt, pl, dh, dw),
-               (tile, n_p, n_o, mbb), pointwise, (act, post), (alpha, beta, post_alpha, post_beta)))
+               (tile, n_p, n_o, mbb), pointwise, (hq, wq), taps, (act, post), (alpha, beta, post_alpha, post_beta)))
 
 
 @numba.njit(**SEQ)
-def _packed_task(t, xf, wf, of, rf, bias, dims, window, split, pointwise, acts, params):
+def _packed_task(t, xf, wf, of, rf, bias, dims, window, split, pointwise, planes, taps, acts, params):
     """Task t of conv_packed: one tile of pixels of one image and group, times one block of
-    channel panels; im2col (or the input in place), the microkernel, the epilogue."""
+    channel panels; the phase planes (or the input in place), the microkernel, the epilogue."""
     c_n, h, w, o_n, oh, ow, groups, n_mb, k = dims
     kh, kw, sh, sw, pt, pl, dh, dw = window
     tile, n_p, n_o, mbb = split
+    hq, wq = planes
     act, post = acts
     alpha, beta, post_alpha, post_beta = params
     cg, og, p_n = c_n // groups, o_n // groups, oh * ow
-    nr = panel_width()
+    half = panel_width() // 2
     oi, pi = t % n_o, (t // n_o) % n_p
     g, n = (t // (n_o * n_p)) % groups, t // (n_o * n_p * groups)
     p0 = pi * tile
     p = min(tile, p_n - p0)
-    pp = half_panels(p)  # the tile's pixels, padded to whole half panels (gemm_panels)
-    half = nr // 2
     mb0 = oi * mbb
     mb1 = min(n_mb, mb0 + mbb)
     x0 = (n * c_n + g * cg) * h * w
     if pointwise:
-        b, b0, ldb = xf, x0 + p0, h * w
+        pp = half_panels(p)  # the tile's pixels, padded to whole half panels (gemm_panels)
         full = p // half * half  # the half panels read in place; a partial last one is copied
         tail = _tail_panel(xf, x0, h * w, k, p0 + full, p - full, half)
-    else:
-        cols = np.empty((k, pp), xf.dtype)
-        im2col_rows(xf, x0, h, w, cg, cols, p, p0 // ow, ow, sh, sw, pt, pl, dh, dw, kh, kw)
-        b, b0, ldb, full = cols.reshape(-1), 0, pp, pp
-        tail = cols.reshape(-1)[:0]
+    else:  # pixel y * wq + x of the planes' flat rows; the wq - ow past each output row are dropped
+        rows = p // ow
+        pp = half_panels(rows * wq)
+        size = sh * sw * hq * wq
+        # zeros: the padding is never written; past the last plane, what the last panel reads
+        b = np.zeros(cg * size + pp + wq, xf.dtype)
+        for c in range(cg):
+            gather_planes(xf, x0 + c * h * w, h, w, p0 // ow * sh - pt, sh, sw, pl, b, c * size, hq, wq)
     acc = np.empty((mb1 - mb0) * MR * pp, xf.dtype)
     for kb in range(0, k, K_CHUNK):
         kc = min(K_CHUNK, k - kb)
         for mb in range(mb0, mb1):
             a0 = ((g * n_mb + mb) * k + kb) * MR
             c0 = (mb - mb0) * MR * pp
-            gemm_panels(kc, wf, a0, b, b0 + kb * ldb, ldb, acc, c0, pp, full, kb > 0)
-            if full < pp:
-                micro_gemm_half(kc, wf, a0, tail, kb * half, half, acc, c0 + full, pp, kb > 0)
+            if pointwise:
+                gemm_panels(kc, wf, a0, xf, x0 + p0 + kb * h * w, h * w, acc, c0, pp, full, kb > 0)
+                if full < pp:
+                    micro_gemm_half(kc, wf, a0, tail, kb * half, half, acc, c0 + full, pp, kb > 0)
+            else:
+                gemm_panels_rows(kc, wf, a0, b, 0, taps, kb, acc, c0, pp, pp, kb > 0)
     r0, r1 = mb0 * MR, min(og, mb1 * MR)
+    if not pointwise and wq != ow:  # each channel's output rows side by side, as the output lies
+        for r in range(r1 - r0):
+            for y in range(1, p // ow):
+                for x in range(ow):
+                    acc[u(r * pp + y * ow + x)] = acc[u(r * pp + y * wq + x)]
     blocked = act > ONE_PASS  # bias and activation over the whole block first (activate_block)
     if blocked:
         activate_block(acc, r1 - r0, pp, bias, g * og + r0, act, alpha, beta)

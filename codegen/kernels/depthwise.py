@@ -35,8 +35,8 @@ from numba.extending import intrinsic
 
 from codegen.kernels.common import SEQ, blocks, num_threads, u
 from codegen.kernels.epilogue import ONE_PASS, epilogue_run, residual_run
+from codegen.kernels.planes import gather_planes, plane_pitch, tap_offset
 from codegen.kernels.tasks import run_tasks
-from codegen.kernels.vectors import split_pairs
 
 # a*b + c may compile to one fused multiply-add (the only fast-math flag: no reassociation)
 FMA = {**SEQ, "fastmath": {"contract"}}
@@ -48,62 +48,18 @@ CHANNEL_BLOCK_PIXELS = 256  # output planes up to 16 x 16 take it (at 28 x 28 th
 CHANNEL_BLOCK_FLOATS = 1 << 14  # and CB padded input planes fit in 64 KiB
 
 
-@numba.njit(**SEQ)
-def _gather(xf, x0, h, w, iy0, sh, sw, pl, p, hq, wq):
-    """Phase plane (a, b) of p, hq rows of pitch wq from p[(a*sw + b)*hq*wq], gets
-    x[iy0 + r*sh + a, c*sw + b - pl] at (r, c) for the columns inside the image (the padding
-    columns of p are never written: p starts zeroed), zeros for rows outside the image."""
-    plane = hq * wq
-    for r in range(hq):
-        for a in range(sh):
-            iy = iy0 + r * sh + a
-            valid = iy >= 0 and iy < h
-            src, d = x0 + iy * w, a * sw * plane + r * wq
-            if sw == 1:
-                if valid:
-                    for c in range(w):
-                        p[u(d + pl + c)] = xf[u(src + c)]
-                else:
-                    for c in range(w):
-                        p[u(d + pl + c)] = 0
-            elif sw == 2:  # one pass splits the row: x[2k] to phase pl % 2, x[2k + 1] to the other
-                e = d + pl % 2 * plane + pl // 2
-                f = d + (1 - pl % 2) * plane + (pl + 1) // 2
-                if valid:
-                    for k in range(split_pairs(xf, src, w // 2, p, e, p, f), w // 2):  # the pairs past whole vectors
-                        p[u(e + k)] = xf[u(src + 2 * k)]
-                        p[u(f + k)] = xf[u(src + 2 * k + 1)]
-                    if w % 2:
-                        p[u(e + w // 2)] = xf[u(src + w - 1)]
-                else:
-                    for k in range((w + 1) // 2):
-                        p[u(e + k)] = 0
-                    for k in range(w // 2):
-                        p[u(f + k)] = 0
-            else:
-                for c in range(w):
-                    p[u(d + (c + pl) % sw * plane + (c + pl) // sw)] = xf[u(src + c)] if valid else 0
-
-
-@numba.njit(inline="always", **SEQ)
-def _offset(i, j, sh, sw, dh, dw, hq, wq):
-    """Where tap (i, j) of the pixel at flat index 0 lies in the phase planes."""
-    a, b = i * dh, j * dw
-    return ((a % sh * sw + b % sw) * hq + a // sh) * wq + b // sw
-
-
 @numba.njit(**FMA)
 def _sum3x3(p, wf, k0, acc, n, sh, sw, dh, dw, hq, wq):
     """acc[q] = the sum of the 9 taps of flat pixel q, for q < n; kernel at wf[k0]."""
     w00, w01, w02 = wf[k0], wf[k0 + 1], wf[k0 + 2]
     w10, w11, w12 = wf[k0 + 3], wf[k0 + 4], wf[k0 + 5]
     w20, w21, w22 = wf[k0 + 6], wf[k0 + 7], wf[k0 + 8]
-    o00, o01, o02 = (_offset(0, 0, sh, sw, dh, dw, hq, wq), _offset(0, 1, sh, sw, dh, dw, hq, wq),
-                     _offset(0, 2, sh, sw, dh, dw, hq, wq))
-    o10, o11, o12 = (_offset(1, 0, sh, sw, dh, dw, hq, wq), _offset(1, 1, sh, sw, dh, dw, hq, wq),
-                     _offset(1, 2, sh, sw, dh, dw, hq, wq))
-    o20, o21, o22 = (_offset(2, 0, sh, sw, dh, dw, hq, wq), _offset(2, 1, sh, sw, dh, dw, hq, wq),
-                     _offset(2, 2, sh, sw, dh, dw, hq, wq))
+    o00, o01, o02 = (tap_offset(0, 0, sh, sw, dh, dw, hq, wq), tap_offset(0, 1, sh, sw, dh, dw, hq, wq),
+                     tap_offset(0, 2, sh, sw, dh, dw, hq, wq))
+    o10, o11, o12 = (tap_offset(1, 0, sh, sw, dh, dw, hq, wq), tap_offset(1, 1, sh, sw, dh, dw, hq, wq),
+                     tap_offset(1, 2, sh, sw, dh, dw, hq, wq))
+    o20, o21, o22 = (tap_offset(2, 0, sh, sw, dh, dw, hq, wq), tap_offset(2, 1, sh, sw, dh, dw, hq, wq),
+                     tap_offset(2, 2, sh, sw, dh, dw, hq, wq))
     for q in range(n):
         acc[u(q)] = ((w00 * p[u(q + o00)] + w01 * p[u(q + o01)] + w02 * p[u(q + o02)])
                      + (w10 * p[u(q + o10)] + w11 * p[u(q + o11)] + w12 * p[u(q + o12)])
@@ -117,9 +73,9 @@ def _sum_rows5(p, wf, k0, kh, acc, n, sh, sw, dh, dw, hq, wq):
     for i in range(kh):
         k = k0 + 5 * i
         w0, w1, w2, w3, w4 = wf[k], wf[k + 1], wf[k + 2], wf[k + 3], wf[k + 4]
-        o0, o1, o2 = (_offset(i, 0, sh, sw, dh, dw, hq, wq), _offset(i, 1, sh, sw, dh, dw, hq, wq),
-                      _offset(i, 2, sh, sw, dh, dw, hq, wq))
-        o3, o4 = _offset(i, 3, sh, sw, dh, dw, hq, wq), _offset(i, 4, sh, sw, dh, dw, hq, wq)
+        o0, o1, o2 = (tap_offset(i, 0, sh, sw, dh, dw, hq, wq), tap_offset(i, 1, sh, sw, dh, dw, hq, wq),
+                      tap_offset(i, 2, sh, sw, dh, dw, hq, wq))
+        o3, o4 = tap_offset(i, 3, sh, sw, dh, dw, hq, wq), tap_offset(i, 4, sh, sw, dh, dw, hq, wq)
         if i == 0:
             for q in range(n):
                 acc[u(q)] = ((w0 * p[u(q + o0)] + w1 * p[u(q + o1)]) + (w2 * p[u(q + o2)] + w3 * p[u(q + o3)])
@@ -137,7 +93,7 @@ def _sum_taps(p, wf, k0, kh, kw, acc, n, sh, sw, dh, dw, hq, wq):
         acc[u(q)] = 0
     for i in range(kh):
         for j in range(kw):
-            wv, o = wf[k0 + i * kw + j], _offset(i, j, sh, sw, dh, dw, hq, wq)
+            wv, o = wf[k0 + i * kw + j], tap_offset(i, j, sh, sw, dh, dw, hq, wq)
             for q in range(n):
                 acc[u(q)] += wv * p[u(q + o)]
 
@@ -152,7 +108,7 @@ def conv_depthwise(x, weight, bias, residual, out, sh, sw, pt, pl, dh, dw,
     mult = o_n // c_n
     xf, wf, of = x.reshape(-1), weight.reshape(-1), out.reshape(-1)
     # phase plane pitch: every column an output reads, and every image column
-    wq = -(-max((ow - 1) * sw + (kw - 1) * dw + 1, pl + w) // sw)
+    wq = plane_pitch(ow, w, kw, sw, dw, pl)
     reach = (kh - 1) * dh // sh  # phase rows the kernel reaches below an output row
     n_b, rows = blocks(n_n * o_n, oh, MIN_ROWS)
     rows = max(1, min(rows, SCRATCH_FLOATS // (wq * (sh * sw + 1)) - reach))
@@ -196,7 +152,7 @@ def _depthwise_share(th, threads, xf, wf, of, rf, bias, dims, window, split, cla
         job, oy0 = t // n_b, t % n_b * rows
         o, nr = job % o_n, min(rows, oh - oy0)
         k0 = o * kh * kw
-        _gather(xf, (job // o_n * c_n + o // mult) * h * w, h, w, oy0 * sh - pt, sh, sw, pl, p, hq, wq)
+        gather_planes(xf, (job // o_n * c_n + o // mult) * h * w, h, w, oy0 * sh - pt, sh, sw, pl, p, 0, hq, wq)
         n = -(-nr * wq // VEC) * VEC
         if kh == 3 and kw == 3:
             _sum3x3(p, wf, k0, acc, n, sh, sw, dh, dw, hq, wq)

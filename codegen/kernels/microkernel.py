@@ -45,10 +45,18 @@ def _data_pointer(context, builder, array_type, value, offset):
     return builder.gep(data, [offset])
 
 
-def _micro_gemm_codegen(vectors: int):
-    """LLVM IR of micro_gemm with `vectors` vectors per accumulator row (NR = vectors * width)."""
+def _micro_gemm_codegen(vectors: int, indirect: bool = False):
+    """LLVM IR of micro_gemm with `vectors` vectors per accumulator row (NR = vectors * width);
+    indirect: micro_gemm_rows, b's rows at b0 + rows[r0 + p] instead of b0 + p * ldb."""
     def codegen(context, builder, signature, args):
-        kc_, a_, a0_, b_, b0_, ldb_, c_, c0_, ldc_, acc_ = args
+        if indirect:
+            kc_, a_, a0_, b_, b0_, rows_, r0_, c_, c0_, ldc_, acc_ = args
+            rows_ptr = _data_pointer(context, builder, signature.args[5], rows_,
+                                     context.cast(builder, r0_, signature.args[6], types.int64))
+            signature = types.void(*signature.args[:5], types.int64, *signature.args[7:])  # ldb's place
+            ldb_ = ir.Constant(ir.IntType(64), 0)
+        else:
+            kc_, a_, a0_, b_, b0_, ldb_, c_, c0_, ldc_, acc_ = args
         width = vector_width(context)
         f32, i32, i64 = ir.FloatType(), ir.IntType(32), ir.IntType(64)
         vec = ir.VectorType(f32, width)
@@ -74,7 +82,7 @@ def _micro_gemm_codegen(vectors: int):
         builder.position_at_end(loop)  # one reduction step: MR broadcasts, `vectors` loads, MR * vectors FMAs
         p = builder.phi(i64)
         acc = [builder.phi(vec) for _ in range(n_acc)]
-        b_row = builder.gep(b_ptr, [builder.mul(p, ldb_)])
+        b_row = builder.gep(b_ptr, [builder.load(builder.gep(rows_ptr, [p])) if indirect else builder.mul(p, ldb_)])
         b_vecs = [builder.load(vector_at(b_row, ir.Constant(i64, j * width)), align=4) for j in range(vectors)]
         a_step = builder.gep(a_ptr, [builder.mul(p, ir.Constant(i64, MR))])
         new = []
@@ -131,6 +139,35 @@ def micro_gemm_half(typingctx, kc, a, a0, b, b0, ldb, c, c0, ldc, accumulate):
     if not _is_f32(a, b, c):
         return None
     return types.void(kc, a, a0, b, b0, ldb, c, c0, ldc, accumulate), _micro_gemm_codegen(1)
+
+
+@intrinsic
+def micro_gemm_rows(typingctx, kc, a, a0, b, b0, rows, r0, c, c0, ldc, accumulate):
+    """micro_gemm with b's rows anywhere: row p at b[b0 + rows[r0 + p]] (rows int64). A direct
+    convolution's reduction step (channel, tap) reads its pixels from the phase planes at that
+    tap's offset (planes.py), instead of from a row of an im2col matrix."""
+    if not (_is_f32(a, b, c) and isinstance(rows, types.Array) and rows.dtype == types.int64):
+        return None
+    return types.void(kc, a, a0, b, b0, rows, r0, c, c0, ldc, accumulate), _micro_gemm_codegen(VECTORS_PER_ROW, True)
+
+
+@intrinsic
+def micro_gemm_rows_half(typingctx, kc, a, a0, b, b0, rows, r0, c, c0, ldc, accumulate):
+    """micro_gemm_rows on a half panel (micro_gemm_half)."""
+    if not (_is_f32(a, b, c) and isinstance(rows, types.Array) and rows.dtype == types.int64):
+        return None
+    return types.void(kc, a, a0, b, b0, rows, r0, c, c0, ldc, accumulate), _micro_gemm_codegen(1, True)
+
+
+@numba.njit(**SEQ)
+def gemm_panels_rows(kc, a, a0, b, b0, rows, r0, c, c0, ldc, n, accumulate):
+    """gemm_panels on micro_gemm_rows: b's row p at b0 + rows[r0 + p]."""
+    nr = panel_width()
+    full = n // nr * nr
+    for j in range(0, full, nr):
+        micro_gemm_rows(kc, a, a0, b, b0 + j, rows, r0, c, c0 + j, ldc, accumulate)
+    if full < n:
+        micro_gemm_rows_half(kc, a, a0, b, b0 + full, rows, r0, c, c0 + full, ldc, accumulate)
 
 
 @numba.njit(**SEQ)

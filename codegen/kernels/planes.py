@@ -1,0 +1,68 @@
+"""Phase planes: the zero-padded input of a direct convolution, split by the stride, so that
+every tap of every output pixel lies at a fixed offset from the pixel's own flat index.
+
+Plane (a, b) (a < sh, b < sw) of one channel holds the padded input's rows a, a + sh, ... and
+columns b, b + sw, ..., hq rows of pitch wq. Tap (i, j) of the output pixel (y, x) then reads
+plane (i*dh % sh, j*dw % sw) at row y + i*dh // sh, column x + j*dw // sw: at tap_offset(i, j)
+from the flat index y * wq + x, whatever the stride, dilation or padding. A kernel loops over
+flat indices, computing the wq - ow columns past each output row's end too and throwing them
+away, with no bounds logic. The depthwise kernel sums its taps this way; conv2d_packed's
+microkernel reads one flat row per (channel, tap) instead of an im2col matrix.
+"""
+
+from __future__ import annotations
+
+import numba
+
+from codegen.kernels.common import SEQ, u
+from codegen.kernels.vectors import split_pairs
+
+
+@numba.njit(inline="always", **SEQ)
+def plane_pitch(ow, w, kw, sw, dw, pl):
+    """wq: the planes' row pitch, every column an output reads and every image column."""
+    return -(-max((ow - 1) * sw + (kw - 1) * dw + 1, pl + w) // sw)
+
+
+@numba.njit(**SEQ)
+def gather_planes(xf, x0, h, w, iy0, sh, sw, pl, p, p0, hq, wq):
+    """Phase plane (a, b) of p, hq rows of pitch wq from p[p0 + (a*sw + b)*hq*wq], gets
+    x[iy0 + r*sh + a, c*sw + b - pl] at (r, c) for the columns inside the image (the padding
+    columns of p are never written: p starts zeroed), zeros for rows outside the image."""
+    plane = hq * wq
+    for r in range(hq):
+        for a in range(sh):
+            iy = iy0 + r * sh + a
+            valid = iy >= 0 and iy < h
+            src, d = x0 + iy * w, p0 + a * sw * plane + r * wq
+            if sw == 1:
+                if valid:
+                    for c in range(w):
+                        p[u(d + pl + c)] = xf[u(src + c)]
+                else:
+                    for c in range(w):
+                        p[u(d + pl + c)] = 0
+            elif sw == 2:  # one pass splits the row: x[2k] to phase pl % 2, x[2k + 1] to the other
+                e = d + pl % 2 * plane + pl // 2
+                f = d + (1 - pl % 2) * plane + (pl + 1) // 2
+                if valid:
+                    for k in range(split_pairs(xf, src, w // 2, p, e, p, f), w // 2):  # the pairs past whole vectors
+                        p[u(e + k)] = xf[u(src + 2 * k)]
+                        p[u(f + k)] = xf[u(src + 2 * k + 1)]
+                    if w % 2:
+                        p[u(e + w // 2)] = xf[u(src + w - 1)]
+                else:
+                    for k in range((w + 1) // 2):
+                        p[u(e + k)] = 0
+                    for k in range(w // 2):
+                        p[u(f + k)] = 0
+            else:
+                for c in range(w):
+                    p[u(d + (c + pl) % sw * plane + (c + pl) // sw)] = xf[u(src + c)] if valid else 0
+
+
+@numba.njit(inline="always", **SEQ)
+def tap_offset(i, j, sh, sw, dh, dw, hq, wq):
+    """Where tap (i, j) of the pixel at flat index 0 lies in the phase planes."""
+    a, b = i * dh, j * dw
+    return ((a % sh * sw + b % sw) * hq + a // sh) * wq + b // sw
