@@ -26,6 +26,7 @@ from codegen.kernels.epilogue import ONE_PASS, activate_block, epilogue_run, res
 from codegen.kernels.microkernel import MR, gemm_panels, gemm_panels_rows, half_panels, micro_gemm_half, panel_width
 from codegen.kernels.planes import gather_planes, plane_pitch, tap_offset
 from codegen.kernels.tasks import run_tasks
+from codegen.kernels.vectors import copy_run
 
 TILE_BYTES = 1 << 19  # a tile's im2col matrix (or input block of a 1x1 conv): about a core's L2
 WHOLE_IMAGE_BYTES = 1 << 21  # an im2col matrix up to this size is one tile
@@ -146,8 +147,7 @@ def _packed_task(t, xf, wf, of, rf, bias, dims, window, split, pointwise, planes
     if not pointwise and wq != ow:  # each channel's output rows side by side, as the output lies
         for r in range(r1 - r0):
             for y in range(1, p // ow):
-                for x in range(ow):
-                    acc[u(r * pp + y * ow + x)] = acc[u(r * pp + y * wq + x)]
+                copy_run(acc, r * pp + y * ow, acc, r * pp + y * wq, ow)
     blocked = act > ONE_PASS  # bias and activation over the whole block first (activate_block)
     if blocked:
         activate_block(acc, r1 - r0, pp, bias, g * og + r0, act, alpha, beta)

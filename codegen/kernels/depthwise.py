@@ -37,6 +37,7 @@ from codegen.kernels.common import SEQ, blocks, num_threads, u
 from codegen.kernels.epilogue import ONE_PASS, epilogue_run, residual_run
 from codegen.kernels.planes import gather_planes, plane_pitch, tap_offset
 from codegen.kernels.tasks import run_tasks
+from codegen.kernels.vectors import clamp_run, copy_run
 
 # a*b + c may compile to one fused multiply-add (the only fast-math flag: no reassociation)
 FMA = {**SEQ, "fastmath": {"contract"}}
@@ -167,11 +168,9 @@ def _depthwise_share(th, threads, xf, wf, of, rf, bias, dims, window, split, cla
         for r in range(nr):
             d = (job * oh + oy0 + r) * ow
             if clamp:
-                for ox in range(ow):
-                    of[u(d + ox)] = min(max(acc[u(r * wq + ox)] + bv, vmin), vmax)
+                clamp_run(of, d, acc, r * wq, ow, bv, vmin, vmax)
             elif rf.size == 0:
-                for ox in range(ow):
-                    of[u(d + ox)] = acc[u(r * wq + ox)]
+                copy_run(of, d, acc, r * wq, ow)
             else:
                 epilogue_run(of, d, ow, acc, r * wq, float(bv), rf, act, alpha, beta,
                              post, post_alpha, post_beta)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import numba
 
 from codegen.kernels.common import SEQ, u
-from codegen.kernels.vectors import split_pairs
+from codegen.kernels.vectors import copy_run, split_pairs
 
 
 @numba.njit(inline="always", **SEQ)
@@ -37,8 +37,7 @@ def gather_planes(xf, x0, h, w, iy0, sh, sw, pl, p, p0, hq, wq):
             src, d = x0 + iy * w, p0 + a * sw * plane + r * wq
             if sw == 1:
                 if valid:
-                    for c in range(w):
-                        p[u(d + pl + c)] = xf[u(src + c)]
+                    copy_run(p, d + pl, xf, src, w)
                 else:
                     for c in range(w):
                         p[u(d + pl + c)] = 0

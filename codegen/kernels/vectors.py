@@ -1,5 +1,6 @@
 """Vector building blocks that kernels share, written in LLVM IR where numba's loops fall short:
-the machine's vector width, and splitting a row into its even and odd elements.
+the machine's vector width, splitting a row into its even and odd elements, and copying (or
+clamping) short runs in whole vectors and one masked vector.
 
 The width is the one of the code being generated (8 floats for AVX2, 16 where AVX-512F is
 enabled), read from numba's target features when a kernel is compiled, so a kernel always agrees
@@ -87,3 +88,100 @@ def split_pairs(typingctx, src, s, n, even, e, odd, o):
         return whole
 
     return sig, codegen
+
+
+def _run_codegen(clamp: bool):
+    """LLVM IR of copy_run (clamp False) or clamp_run: whole vectors, then one masked vector."""
+    def codegen(context, builder, signature, args):
+        dst_, d_, src_, s_, n_ = args[:5]
+        d_, s_, n_ = (context.cast(builder, v, signature.args[i], types.int64) for v, i in ((d_, 1), (s_, 3), (n_, 4)))
+        dtype = signature.args[0].dtype
+        width = vector_width(context)
+        i32, i64 = ir.IntType(32), ir.IntType(64)
+        scalar = context.get_value_type(dtype)
+        vec, mask_t = ir.VectorType(scalar, width), ir.VectorType(ir.IntType(1), width)
+        align = 4 if dtype == types.float32 else 8
+        suffix = f"v{width}{'f32' if dtype == types.float32 else 'f64'}"
+        dst_ptr, src_ptr = (cgutils.create_struct_proxy(signature.args[i])(context, builder, value=args[i]).data
+                            for i in (0, 2))
+
+        def splat(value):
+            value = context.cast(builder, value, signature.args[args.index(value)], dtype)
+            lane0 = builder.insert_element(ir.Constant(vec, ir.Undefined), value, ir.Constant(i32, 0))
+            return builder.shuffle_vector(lane0, ir.Constant(vec, ir.Undefined), ir.Constant(ir.VectorType(i32, width),
+                                                                                              [0] * width))
+        if clamp:
+            bias, lo, hi = (splat(v) for v in args[5:8])
+
+        def apply(v):  # compare and select, NaN kept (as numba's max(v, lo)): one vmaxps, one vminps
+            if not clamp:
+                return v
+            v = builder.fadd(v, bias)
+            v = builder.select(builder.fcmp_ordered("<", v, lo), lo, v)
+            return builder.select(builder.fcmp_ordered(">", v, hi), hi, v)
+
+        def at(ptr, start, k):
+            return builder.bitcast(builder.gep(ptr, [builder.add(start, k)]), vec.as_pointer())
+
+        whole = builder.mul(builder.sdiv(n_, ir.Constant(i64, width)), ir.Constant(i64, width))
+        entry = builder.block
+        loop = builder.append_basic_block("run.loop")
+        rest = builder.append_basic_block("run.rest")
+        masked = builder.append_basic_block("run.masked")
+        done = builder.append_basic_block("run.done")
+        builder.cbranch(builder.icmp_signed(">", whole, ir.Constant(i64, 0)), loop, rest)
+        builder.position_at_end(loop)
+        k = builder.phi(i64)
+        builder.store(apply(builder.load(at(src_ptr, s_, k), align=align)), at(dst_ptr, d_, k), align=align)
+        k_next = builder.add(k, ir.Constant(i64, width))
+        k.add_incoming(ir.Constant(i64, 0), entry)
+        k.add_incoming(k_next, loop)
+        builder.cbranch(builder.icmp_signed("<", k_next, whole), loop, rest)
+        builder.position_at_end(rest)
+        left = builder.sub(n_, whole)
+        builder.cbranch(builder.icmp_signed(">", left, ir.Constant(i64, 0)), masked, done)
+        builder.position_at_end(masked)  # the last n % W elements: lanes below n - whole
+        lanes = ir.Constant(ir.VectorType(i64, width), list(range(width)))
+        limit = builder.shuffle_vector(builder.insert_element(ir.Constant(ir.VectorType(i64, width), ir.Undefined),
+                                                              left, ir.Constant(i32, 0)),
+                                       ir.Constant(ir.VectorType(i64, width), ir.Undefined),
+                                       ir.Constant(ir.VectorType(i32, width), [0] * width))
+        mask = builder.icmp_signed("<", lanes, limit)
+        ptr_t = vec.as_pointer()
+        load = cgutils.get_or_insert_function(builder.module, ir.FunctionType(vec, [ptr_t, i32, mask_t, vec]),
+                                              f"llvm.masked.load.{suffix}.p0")
+        store = cgutils.get_or_insert_function(
+            builder.module, ir.FunctionType(ir.VoidType(), [vec, ptr_t, i32, mask_t]), f"llvm.masked.store.{suffix}.p0")
+        value = builder.call(load, [at(src_ptr, s_, whole), ir.Constant(i32, align), mask,
+                                    ir.Constant(vec, ir.Undefined)])
+        builder.call(store, [apply(value), at(dst_ptr, d_, whole), ir.Constant(i32, align), mask])
+        builder.branch(done)
+        builder.position_at_end(done)
+        return context.get_dummy_value()
+
+    return codegen
+
+
+def _same_float_runs(dst, src) -> bool:
+    return _is_flat(dst) and _is_flat(src) and dst.dtype == src.dtype and dst.dtype in (types.float32, types.float64)
+
+
+@intrinsic
+def copy_run(typingctx, dst, d, src, s, n):
+    """dst[d:d + n] = src[s:s + n] in vectors, the last n % W elements in one masked vector: rows
+    of 7 to 60 floats (a conv's output rows) cost a vector step or a few, not n scalar ones (LLVM
+    vectorises numba's loop 4 vectors at a time and leaves shorter runs scalar). dst may be src
+    with d <= s (a compaction: each vector is loaded before anything at or past it is stored)."""
+    if not _same_float_runs(dst, src):
+        return None
+    return types.void(dst, d, src, s, n), _run_codegen(False)
+
+
+@intrinsic
+def clamp_run(typingctx, dst, d, src, s, n, bias, lo, hi):
+    """dst[d + i] = min(max(src[s + i] + bias, lo), hi) for i < n, as copy_run: a conv's bias and
+    ReLU / ReLU6 (lo, hi = -inf, inf for neither) on the way out of its accumulators. NaN stays
+    NaN, as torch's relu keeps it."""
+    if not _same_float_runs(dst, src):
+        return None
+    return types.void(dst, d, src, s, n, bias, lo, hi), _run_codegen(True)

@@ -1,5 +1,7 @@
 """codegen/kernels/vectors.py: split_pairs against numpy's strided slices, for both float dtypes, any
-count (a whole number of vectors done, the rest left to the caller) and any offsets."""
+count (a whole number of vectors done, the rest left to the caller) and any offsets; copy_run and
+clamp_run against numpy's slices and clip, at every length around the vector width, writing
+nothing outside the run."""
 
 from __future__ import annotations
 
@@ -7,7 +9,7 @@ import numba
 import numpy as np
 import pytest
 
-from codegen.kernels.vectors import split_pairs, vector_floats
+from codegen.kernels.vectors import clamp_run, copy_run, split_pairs, vector_floats
 
 
 @numba.njit
@@ -41,3 +43,39 @@ def test_split_pairs_into_one_array():
     done = _split(src, 0, 32, both, 0, both, 40)
     np.testing.assert_array_equal(both[:done], src[0:2 * done:2])
     np.testing.assert_array_equal(both[40:40 + done], src[1:2 * done:2])
+
+
+@numba.njit
+def _copy(dst, d, src, s, n):
+    copy_run(dst, d, src, s, n)
+
+
+@numba.njit
+def _clamp(dst, d, src, s, n, bias, lo, hi):
+    clamp_run(dst, d, src, s, n, bias, lo, hi)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_copy_and_clamp_runs_of_every_length(dtype):
+    width = numba.njit(lambda: vector_floats())()
+    src = np.linspace(-9.0, 9.0, 5 * width).astype(dtype)
+    src[3] = np.nan  # stays NaN through a copy and a clamp (torch's relu and hardtanh keep it)
+    for n in range(3 * width + 2):
+        for d, s in ((0, 0), (3, 5), (1, 2)):
+            dst = np.full(n + d + width, -7.0, dtype)
+            _copy(dst, d, src, s, n)
+            np.testing.assert_array_equal(dst[d:d + n], src[s:s + n])
+            assert np.all(dst[:d] == -7.0) and np.all(dst[d + n:] == -7.0), (n, d, s)
+            dst = np.full(n + d + width, -7.0, dtype)
+            _clamp(dst, d, src, s, n, dtype(0.5), dtype(0.0), dtype(6.0))
+            expected = np.clip(src[s:s + n] + dtype(0.5), 0.0, 6.0)
+            np.testing.assert_array_equal(dst[d:d + n], expected)
+            assert np.all(dst[:d] == -7.0) and np.all(dst[d + n:] == -7.0), (n, d, s)
+
+
+def test_copy_run_compacts_in_place():
+    """conv2d_packed drops the columns past each output row by copying rows down within one array."""
+    a = np.arange(100, dtype=np.float32)
+    _copy(a, 2, a, 10, 50)
+    np.testing.assert_array_equal(a[2:52], np.arange(10, 60, dtype=np.float32))
+    np.testing.assert_array_equal(a[52:], np.arange(52, 100, dtype=np.float32))
