@@ -6,7 +6,7 @@ import math
 
 from codegen.emit import Emit, const_args, emits, lit
 from codegen.kernels.epilogue import ACTIVATION_CODES
-from codegen.kernels.gemm import linear, matmul, matmul_loops
+from codegen.kernels.gemm import GEMV_MAX_ROWS, linear, linear_packed, matmul, matmul_loops, transpose_padded
 from ir.errors import CodegenUnsupportedError
 
 
@@ -40,12 +40,19 @@ def _emit_linear(e: Emit) -> list[str]:
 def linear_call(e: Emit, rows: int, k: int, features: int, weight: str, act: str) -> str:
     """The call of the linear kernel for node e: its input and output (and residual) as (rows, k)
     and (rows, features) matrices, `weight` an (features, k) expression; bias and residual from
-    e's arguments 2 and 3 where it has them. Also conv2d's rule, for 1x1 convs on 1x1 images."""
+    e's arguments 2 and 3 where it has them. Also conv2d's rule, for 1x1 convs on 1x1 images.
+    A float32 weight known at compile time, times more than GEMV_MAX_ROWS rows, runs on the
+    microkernel (linear_packed) with the weight transposed into panels now."""
     out_rows = lit((rows, features))
     bias = e.args[2] if len(e.args) > 2 else "None"
     out = f"{e.outs[0]}.reshape({out_rows})"
     residual = f"{e.args[3]}.reshape({out_rows})" if len(e.args) > 3 else no_residual(out)
-    return f"{e.call(linear)}({e.args[0]}.reshape({lit((rows, k))}), {weight}, {bias}, {residual}, {out}, {act})"
+    x, w = e.node.inputs[0], e.node.inputs[1]
+    kernel = linear
+    if w.is_constant and w.dtype == x.dtype == "float32" and rows > GEMV_MAX_ROWS:
+        kernel = linear_packed
+        weight = e.prepack(1, "panels", lambda data: transpose_padded(data.reshape(features, k)))
+    return f"{e.call(kernel)}({e.args[0]}.reshape({lit((rows, k))}), {weight}, {bias}, {residual}, {out}, {act})"
 
 
 def _batch_plan(a_batch: tuple, b_batch: tuple, batch: tuple) -> tuple[tuple, tuple, tuple]:

@@ -103,11 +103,12 @@ FUSED_SHAPES = [  # one of each kernel path: im2col, direct 1x1, depthwise, 3x3 
 @pytest.mark.parametrize("weights", [(1, 2), ()])
 @pytest.mark.parametrize("stride", [(1, 1), (2, 2)])
 def test_1x1_conv_on_1x1_images_is_a_linear_layer(n, weights, stride):
-    """The squeeze-and-excitation convs: the linear kernel (dot products at batch 1, BLAS above),
-    with weights known at compile time or computed."""
+    """The squeeze-and-excitation convs: the linear kernel (dot products at batch 1; above, the
+    microkernel with weights known at compile time, BLAS with computed ones)."""
     attrs = conv_attrs((1, 1), stride, (0, 0, 0, 0), (1, 1), 1)
     lines = check("conv2d", conv_arrays(n, 48, 1, 1, 20, (1, 1), 1), attrs, weights=weights)
-    assert "gemm_linear(" in lines[0], lines[0]
+    # (weights known at compile time and more than 2 rows: on the microkernel, linear_packed)
+    assert ("gemm_linear_packed(" if weights and n > 2 else "gemm_linear(") in lines[0], lines[0]
 
 
 @pytest.mark.parametrize("act", EPILOGUE_ACTIVATIONS)
@@ -227,11 +228,27 @@ def test_linear(x_shape, bias):
 @pytest.mark.parametrize("rows, k, o", [(1, 1280, 1000), (2, 300, 70), (3, 300, 70), (1, 5, 3), (2, 2048, 600)])
 @pytest.mark.parametrize("act, residual", [("none", False), ("relu", True), ("gelu", False)])
 def test_linear_few_rows(rows, k, o, act, residual):
-    """Products of one or two rows (dot products per feature, in blocks) and of three (BLAS), small
-    and large enough to run in parallel, against float64."""
+    """Products of one or two rows (dot products per feature, in blocks) and of three (the
+    microkernel, linear_packed), small and large enough to run in parallel, against float64."""
     arrays = [rand(rows, k), rand(o, k, scale=k ** -0.5), rand(o)] + ([rand(rows, o)] if residual else [])
     check("fused_linear", arrays, epilogue_attrs(act, "clamp" if residual else "none"), weights=(1, 2),
           rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("rows, k, o", [
+    (3, 9, 5),  # one group of rows, padded from 3 to MR; one half panel of features
+    (49, 3072, 70),  # ConvNeXt's last stage: 9 groups (the last of 1 row), 24 reduction chunks
+    (200, 96, 385),  # 3 tasks of rows (PACKED_ROWS), features past whole panels (385 = 12 * 32 + 1)
+    (13, 40, 48),  # 48 features: a whole panel and a half one on AVX-512
+])
+@pytest.mark.parametrize("act, residual", [("none", False), ("relu", True), ("gelu", False)])
+def test_linear_on_the_microkernel(rows, k, o, act, residual):
+    """A float32 linear with its weight known at compile time and more than two rows runs on
+    linear_packed (the microkernel, the weight in panels), and matches float64."""
+    arrays = [rand(rows, k), rand(o, k, scale=k ** -0.5), rand(o)] + ([rand(rows, o)] if residual else [])
+    lines = check("fused_linear", arrays, epilogue_attrs(act, "clamp" if residual else "none"), weights=(1, 2),
+                  rtol=1e-5, atol=1e-5)
+    assert "gemm_linear_packed(" in lines[0], lines[0]
 
 
 @pytest.mark.parametrize("act", EPILOGUE_ACTIVATIONS)
