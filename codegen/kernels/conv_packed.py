@@ -5,15 +5,15 @@ model is compiled (microkernel.pack_weights), so no run repacks them.
 The output of each image and group is cut into tiles of pixels (whole output rows, or
 any pixels for a 1x1 stride-1 conv), times blocks of MR-channel panels when there are
 too few tiles to keep every thread busy. Each task of one parallel loop
-  1. copies its tile's input windows into a (C*KH*KW, pixels) matrix (im2col), its rows
-     padded to a multiple of NR / 2 pixels; a 1x1 stride-1 conv reads its input where it lies
-     (only a last partial half panel of pixels is copied, padded with zeros);
-  2. runs the microkernel over (reduction chunk, panel of channels, panel of pixels),
-     the chunk outermost so that the chunk of the tile stays in L2 across the channel
-     panels and one channel panel's weights stay in L1 across the pixel panels, into an
-     accumulator block of its own;
-  3. applies the epilogue (bias, activation, residual) on the way from that block to the
-     output, while the block is still in cache.
+  1. gathers its tile's input into zero-padded phase planes (planes.py): the microkernel
+     reads reduction step (channel, tap) at that tap's offset in them (micro_gemm_rows),
+     computing the wq - ow columns past each output row too; a 1x1 stride-1 conv reads its
+     input where it lies (only a last partial half panel of pixels is copied, zero-padded);
+  2. for each panel of MR channels, runs the microkernel over the whole reduction (in
+     chunks whose weights stay in L1) and the tile's panels of pixels (the tile, sized to
+     TILE_BYTES, stays in L2 across the channel panels), into an MR-row block;
+  3. drops the columns past each row, and applies the epilogue (bias, activation, residual)
+     on the way from that block to the output, while the block is still in L1.
 """
 
 from __future__ import annotations
@@ -131,29 +131,28 @@ def _packed_task(t, xf, wf, of, rf, bias, dims, window, split, pointwise, planes
         b = np.zeros(cg * size + pp + wq, xf.dtype)
         for c in range(cg):
             gather_planes(xf, x0 + c * h * w, h, w, p0 // ow * sh - pt, sh, sw, pl, b, c * size, hq, wq)
-    acc = np.empty((mb1 - mb0) * MR * pp, xf.dtype)
-    for kb in range(0, k, K_CHUNK):
-        kc = min(K_CHUNK, k - kb)
-        for mb in range(mb0, mb1):
+    acc = np.empty(MR * pp, xf.dtype)
+    blocked = act > ONE_PASS  # bias and activation over the whole panel first (activate_block)
+    for mb in range(mb0, mb1):  # each panel of channels through the whole reduction, then out
+        for kb in range(0, k, K_CHUNK):
+            kc = min(K_CHUNK, k - kb)
             a0 = ((g * n_mb + mb) * k + kb) * MR
-            c0 = (mb - mb0) * MR * pp
             if pointwise:
-                gemm_panels(kc, wf, a0, xf, x0 + p0 + kb * h * w, h * w, acc, c0, pp, full, kb > 0)
+                gemm_panels(kc, wf, a0, xf, x0 + p0 + kb * h * w, h * w, acc, 0, pp, full, kb > 0)
                 if full < pp:
-                    micro_gemm_half(kc, wf, a0, tail, kb * half, half, acc, c0 + full, pp, kb > 0)
+                    micro_gemm_half(kc, wf, a0, tail, kb * half, half, acc, full, pp, kb > 0)
             else:
-                gemm_panels_rows(kc, wf, a0, b, 0, taps, kb, acc, c0, pp, pp, kb > 0)
-    r0, r1 = mb0 * MR, min(og, mb1 * MR)
-    if not pointwise and wq != ow:  # each channel's output rows side by side, as the output lies
-        for r in range(r1 - r0):
-            for y in range(1, p // ow):
-                copy_run(acc, r * pp + y * ow, acc, r * pp + y * wq, ow)
-    blocked = act > ONE_PASS  # bias and activation over the whole block first (activate_block)
-    if blocked:
-        activate_block(acc, r1 - r0, pp, bias, g * og + r0, act, alpha, beta)
-    for r in range(r0, r1):  # the epilogue, from the block into the output
-        o = g * og + r
-        d = (n * o_n + o) * p_n + p0
-        s = (r - r0) * pp
-        bv = 0.0 if bias is None or blocked else bias[o]
-        epilogue_run(of, d, p, acc, s, bv, rf, 0 if blocked else act, alpha, beta, post, post_alpha, post_beta)
+                gemm_panels_rows(kc, wf, a0, b, 0, taps, kb, acc, 0, pp, pp, kb > 0)
+        r0, r1 = mb * MR, min(og, mb * MR + MR)
+        if not pointwise and wq != ow:  # each channel's output rows side by side, as the output lies
+            for r in range(r1 - r0):
+                for y in range(1, p // ow):
+                    copy_run(acc, r * pp + y * ow, acc, r * pp + y * wq, ow)
+        if blocked:
+            activate_block(acc, r1 - r0, pp, bias, g * og + r0, act, alpha, beta)
+        for r in range(r0, r1):  # the epilogue, from the panel's block into the output
+            o = g * og + r
+            d = (n * o_n + o) * p_n + p0
+            s = (r - r0) * pp
+            bv = 0.0 if bias is None or blocked else bias[o]
+            epilogue_run(of, d, p, acc, s, bv, rf, 0 if blocked else act, alpha, beta, post, post_alpha, post_beta)
