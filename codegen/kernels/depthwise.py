@@ -4,7 +4,7 @@ Output channel o reads input channel o // (O / C) only, so there is no GEMM to h
 BLAS. The work is cut into tasks of one (image, channel, block of output rows), shared
 out over the threads; each thread has one scratch, and for each task it
   1. copies the input rows of its block into the scratch, zero-padded and split into
-     stride_h * stride_w phase planes: plane (a, b) holds the padded input's rows
+     stride_h * stride_w phase planes (planes.py): plane (a, b) holds the padded input's rows
      a, a + sh, ... and columns b, b + sw, ... Every tap (i, j) of output pixel (y, x)
      then reads plane (i*dh % sh, j*dw % sw) at row y + i*dh // sh, column x + j*dw // sw:
      at a fixed offset from the pixel's own flat index y * WQ + x in the planes' row pitch
@@ -18,8 +18,9 @@ out over the threads; each thread has one scratch, and for each task it
      of vectors, and copies the rows out (a residual, rare here, is added row by row).
 The blocks are sized so the scratch stays in L1.
 
-Small output planes (at most CHANNEL_BLOCK_PIXELS: the 14 x 14 and 7 x 7 stages of MobileNets
-and EfficientNets, up to 1152 channels) have rows too short for those loops: there a task
+Small output planes (at most CHANNEL_BLOCK_PIXELS, CHANNEL_BLOCK_PIXELS_3X3 for 3x3 kernels:
+the 7 x 7 stages of MobileNets and EfficientNets and their 14 x 14 5x5 layers, up to 1152
+channels) have rows too short for those loops: there a task
 takes CB channels at once, lays their padded planes out channel-minor, and sums each output
 pixel's taps across the CB channels in vector registers (`_pixel_taps`, LLVM IR): 2-3x faster
 on EfficientNet-B0's 7 x 7 and 14 x 14 layers (AMD EPYC, AVX2).
@@ -45,7 +46,8 @@ SCRATCH_FLOATS = 6144  # phase planes plus sums of one block: 24 KiB in float32,
 MIN_ROWS = 4  # output rows per block, at least, when cutting rows only to share out the work
 VEC = 16  # the flat loop runs a whole number of float32 vectors (AVX-512: 16, AVX2: 2 x 8): no scalar tail
 CB = 16  # channels per task of the small-plane path: one AVX-512 vector of float32, two AVX2 ones
-CHANNEL_BLOCK_PIXELS = 256  # output planes up to 16 x 16 take it (at 28 x 28 the row blocks below win)
+CHANNEL_BLOCK_PIXELS = 256  # output planes up to 16 x 16 take it for kernels over 3x3 (at 28 x 28 the row blocks win)
+CHANNEL_BLOCK_PIXELS_3X3 = 64  # and up to 8 x 8 for 3x3: at 14 x 14 the row blocks are 10-30% faster (AVX-512 EPYC)
 CHANNEL_BLOCK_FLOATS = 1 << 14  # and CB padded input planes fit in 64 KiB
 
 
@@ -122,7 +124,8 @@ def conv_depthwise(x, weight, bias, residual, out, sh, sw, pt, pl, dh, dw,
     vmin = typed(-np.inf if act == 0 else (0.0 if act == 1 else alpha))
     vmax = typed(np.inf if act <= 1 else beta)
     hp, wp = (oh - 1) * sh + (kh - 1) * dh + 1, (ow - 1) * sw + (kw - 1) * dw + 1  # the padded input the windows read
-    if oh * ow <= CHANNEL_BLOCK_PIXELS and hp * wp * CB <= CHANNEL_BLOCK_FLOATS:  # small planes: CB channels
+    small = CHANNEL_BLOCK_PIXELS if kh * kw > 9 else CHANNEL_BLOCK_PIXELS_3X3
+    if oh * ow <= small and hp * wp * CB <= CHANNEL_BLOCK_FLOATS:  # small planes: CB channels
         # per task, vectorised across them (the rows of a 14 x 14 plane are too short for the loops below)
         threads = min(num_threads(), n_n * -(-o_n // CB))
         run_tasks(_channel_blocks, threads,
