@@ -38,7 +38,7 @@ from codegen.kernels.common import SEQ, blocks, num_threads, u
 from codegen.kernels.epilogue import ONE_PASS, epilogue_run, residual_run
 from codegen.kernels.planes import gather_planes, plane_pitch, tap_offset
 from codegen.kernels.tasks import run_tasks
-from codegen.kernels.vectors import clamp_run, copy_run
+from codegen.kernels.vectors import clamp_run, copy_run, enter_loop
 
 # a*b + c may compile to one fused multiply-add (the only fast-math flag: no reassociation)
 FMA = {**SEQ, "fastmath": {"contract"}}
@@ -206,11 +206,7 @@ def _pixel_taps(typingctx, p, base, wt, offsets, out, at):
         p_ptr, wt_ptr, off_ptr, out_ptr = data
         taps = cgutils.create_struct_proxy(signature.args[3])(context, builder, value=offsets_).nitems
         zero = ir.Constant(vec, [0.0] * CB)
-        entry = builder.block
-        loop = builder.append_basic_block("taps.loop")
-        done = builder.append_basic_block("taps.done")
-        builder.cbranch(builder.icmp_signed(">", taps, ir.Constant(i64, 0)), loop, done)
-        builder.position_at_end(loop)
+        entry, loop, done = enter_loop(builder, "taps", taps)
         t = builder.phi(i64)
         acc = builder.phi(vec)
         offset = builder.load(builder.gep(off_ptr, [t]))

@@ -25,7 +25,7 @@ from numba.core import cgutils, types
 from numba.extending import intrinsic
 
 from codegen.kernels.common import SEQ
-from codegen.kernels.vectors import vector_width
+from codegen.kernels.vectors import enter_loop, vector_width
 
 MR = 6  # output channels per microkernel call: rows of the accumulator block
 VECTORS_PER_ROW = 2  # NR = 2 vectors: 2 * MR accumulators + 2 loads + 1 broadcast fit in 16 registers
@@ -80,12 +80,8 @@ def _micro_gemm_codegen(vectors: int, indirect: bool = False, a_rows: bool = Fal
         def vector_at(pointer, index):
             return builder.bitcast(builder.gep(pointer, [index]), vec.as_pointer())
 
-        entry = builder.block
-        loop = builder.append_basic_block("micro.loop")
-        done = builder.append_basic_block("micro.done")
-        builder.cbranch(builder.icmp_signed(">", kc_, ir.Constant(i64, 0)), loop, done)
-
-        builder.position_at_end(loop)  # one reduction step: MR broadcasts, `vectors` loads, MR * vectors FMAs
+        entry, loop, done = enter_loop(builder, "micro", kc_)
+        # one reduction step: MR broadcasts, `vectors` loads, MR * vectors FMAs
         p = builder.phi(i64)
         acc = [builder.phi(vec) for _ in range(n_acc)]
         b_row = builder.gep(b_ptr, [builder.load(builder.gep(rows_ptr, [p])) if indirect else builder.mul(p, ldb_)])

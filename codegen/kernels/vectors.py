@@ -41,6 +41,19 @@ def _is_flat(array) -> bool:
     return isinstance(array, types.Array) and array.ndim == 1 and array.layout == "C"
 
 
+def enter_loop(builder, name: str, count):
+    """Start a loop in LLVM IR over an index below `count` (an i64), if count > 0: append blocks
+    `name.loop` and `name.exit`, branch to the first or, for no steps, to the second, and leave the
+    builder at the loop's start. Returns (entry, loop, exit): the block it branched from (the
+    phis' first incoming edge), the loop, and the block after it."""
+    entry = builder.block
+    loop = builder.append_basic_block(f"{name}.loop")
+    after = builder.append_basic_block(f"{name}.exit")
+    builder.cbranch(builder.icmp_signed(">", count, ir.Constant(count.type, 0)), loop, after)
+    builder.position_at_end(loop)
+    return entry, loop, after
+
+
 @intrinsic
 def split_pairs(typingctx, src, s, n, even, e, odd, o):
     """even[e + k] = src[s + 2k] and odd[o + k] = src[s + 2k + 1] for k < m, returning m: the
@@ -66,11 +79,7 @@ def split_pairs(typingctx, src, s, n, even, e, odd, o):
         src_ptr, even_ptr, odd_ptr = (
             cgutils.create_struct_proxy(signature.args[i])(context, builder, value=args[i]).data for i in (0, 3, 5))
         whole = builder.mul(builder.sdiv(n_, ir.Constant(i64, width)), ir.Constant(i64, width))
-        entry = builder.block
-        loop = builder.append_basic_block("pairs.loop")
-        done = builder.append_basic_block("pairs.done")
-        builder.cbranch(builder.icmp_signed(">", whole, ir.Constant(i64, 0)), loop, done)
-        builder.position_at_end(loop)
+        entry, loop, done = enter_loop(builder, "pairs", whole)
         k = builder.phi(i64)
         at = builder.gep(src_ptr, [builder.add(s_, builder.add(k, k))])
         both = builder.load(builder.bitcast(at, pair.as_pointer()), align=align)
@@ -124,13 +133,9 @@ def _run_codegen(clamp: bool):
             return builder.bitcast(builder.gep(ptr, [builder.add(start, k)]), vec.as_pointer())
 
         whole = builder.mul(builder.sdiv(n_, ir.Constant(i64, width)), ir.Constant(i64, width))
-        entry = builder.block
-        loop = builder.append_basic_block("run.loop")
-        rest = builder.append_basic_block("run.rest")
+        entry, loop, rest = enter_loop(builder, "run", whole)
         masked = builder.append_basic_block("run.masked")
         done = builder.append_basic_block("run.done")
-        builder.cbranch(builder.icmp_signed(">", whole, ir.Constant(i64, 0)), loop, rest)
-        builder.position_at_end(loop)
         k = builder.phi(i64)
         builder.store(apply(builder.load(at(src_ptr, s_, k), align=align)), at(dst_ptr, d_, k), align=align)
         k_next = builder.add(k, ir.Constant(i64, width))
