@@ -2,8 +2,9 @@
 
 Every entry builds an eval-mode ``torch.nn.Module`` whose weights depend only on
 the entry's seed. BatchNorm layers get non-trivial statistics: running stats are
-first calibrated on one seeded random batch (so activations stay O(1) even in
-deep nets) and then perturbed per channel, and the affine weight/bias of every
+first calibrated on one seeded random batch, in float64 so that they do not depend
+on the machine's float32 kernels (so activations stay O(1) even in deep nets), and
+then perturbed per channel, and the affine weight/bias of every
 BatchNorm/LayerNorm is randomised, so a wrong BatchNorm folding shows up in the
 numbers. (EfficientNet-B0 calibrates each BatchNorm on its input in the already
 perturbed network, ``_randomize_norms_sequentially``: otherwise the perturbations
@@ -823,7 +824,10 @@ def _builder(factory: Callable[[], nn.Module], input_shape, input_kind: str, see
             torch.manual_seed(seed)
             model = factory()
             x = torch.from_numpy(_sample(input_shape, input_kind, 1, seed + 1))
-            randomize(model, x, seed)
+            # calibrated in float64, then rounded: the statistics (the model's weights) must not
+            # depend on the machine's float32 conv kernels (oneDNN's ISA changes their last bits)
+            randomize(model.double(), x.double(), seed)
+            model.float()
         return model.eval()
 
     return build

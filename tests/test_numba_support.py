@@ -102,7 +102,7 @@ import json, re, warnings
 with warnings.catch_warnings(record=True) as numpy_warnings:
     warnings.simplefilter("always")
     import numpy
-    from numpy._core._multiarray_umath import __cpu_features__
+    from numpy._core._multiarray_umath import __cpu_dispatch__, __cpu_features__
 import llvmlite.binding as llvm
 import numba
 import threadpoolctl
@@ -128,7 +128,8 @@ print(json.dumps({
     "torch": torch.backends.cpu.get_cpu_capability(),
     "openblas": [lib.get("architecture") for lib in threadpoolctl.threadpool_info()
                  if lib["internal_api"] == "openblas"],
-    "numpy_avx512": sorted(f for f, on in __cpu_features__.items() if on and ("512" in f or f == "X86_V4")),
+    # the dispatch targets numpy would run (its individual AVX512F ... flags stay detected when disabled)
+    "numpy_avx512": sorted(t for t in __cpu_dispatch__ if __cpu_features__.get(t) and ("512" in t or t == "X86_V4")),
     "numpy_warnings": [str(w.message) for w in numpy_warnings if "NPY_" in str(w.message)],
 }))
 """
