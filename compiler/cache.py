@@ -149,8 +149,15 @@ class DigestMemo:
 def _cpu_signature() -> str:
     """The machine numba compiles for, as numba keys its own cache: target triple, CPU name and
     features of its codegen, which honours NUMBA_CPU_NAME and NUMBA_CPU_FEATURES (CI compiles for
-    haswell on any host) and asks LLVM for the host's only when they are unset."""
+    haswell on any host) and asks LLVM for the host's only when they are unset.
+
+    codegen.runtime comes first: it sets numba's target features (512-bit vectors where the host
+    has AVX-512F) before anything builds numba's target, and building it here would fix the
+    features for the whole process: the key (and the kernels) would then depend on whether this
+    process imported codegen before its first compile()."""
     from numba.core.registry import cpu_target
+
+    import codegen.runtime  # noqa: F401 - numba's target features, before the target is built
 
     triple, name, features = cpu_target.target_context.codegen().magic_tuple()
     return f"{triple}|{name}|{features}"

@@ -386,3 +386,26 @@ def test_key_uses_the_cpu_numba_compiles_for_not_the_host():
     assert pinned["cpu"] != haswell["cpu"]  # features count, not only the name
     if host["host"] != "haswell":
         assert haswell["cpu"] != host["cpu"]
+
+
+ORDER_SCRIPT = """
+import json, sys
+if sys.argv[1] == "codegen first":
+    import codegen.runtime
+import compiler.cache
+print(json.dumps({"cpu": compiler.cache._cpu_signature()}))
+"""
+
+
+def test_the_key_does_not_depend_on_what_the_process_imported_first():
+    """A process whose first compile() computes the key before anything imported codegen gets the
+    same CPU signature (numba's target features, 512-bit vectors on AVX-512 hosts included) as one
+    that imported codegen first: a fresh process must hit the entry that another one wrote."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    seen = []
+    for order in ("compiler first", "codegen first"):
+        out = subprocess.run([sys.executable, "-c", ORDER_SCRIPT, order], env=env, capture_output=True, text=True,
+                             timeout=120)
+        assert out.returncode == 0, out.stderr
+        seen.append(json.loads(out.stdout.strip().splitlines()[-1])["cpu"])
+    assert seen[0] == seen[1]
