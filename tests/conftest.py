@@ -17,6 +17,11 @@ os.environ.setdefault("PNNX_JIT_COMPILE_PROCESSES", "1")
 torch.manual_seed(0)
 torch.set_num_threads(2)
 
+# numba's target features (512-bit vectors on AVX-512 hosts, codegen/runtime.py) are fixed when the
+# process first builds numba's target: set them now, before any test jit-compiles a function of its
+# own, so that this process compiles (and keys its cache entries) as a fresh `compile()` process does
+import codegen.runtime  # noqa: E402, F401
+
 
 def pytest_report_header(config):
     """The CPU that numba compiles for and torch's kernel ISA: .ci/run's second run emulates a baseline CPU."""
