@@ -114,6 +114,67 @@ def linear(x, weight, bias, residual, out, act, alpha, beta, post, post_alpha, p
 
 
 @numba.njit(**SEQ)
+def linear_packed(x, wt, bias, residual, out, act, alpha, beta, post, post_alpha, post_beta):
+    """out (M, O) = epilogue(x (M, K) @ W.T + bias) for float32, wt = transpose_padded(W) made at
+    compile time: on our microkernel (micro_gemm_a_rows), MR rows of x read where they lie times
+    panels of wt's features, in tasks of (up to PACKED_ROWS rows, a block of panels) that share out
+    evenly over the threads. OpenBLAS, called per block, packed the whole weight on every call
+    (9 MB for ConvNeXt's 3072 x 768 layers); here it was laid out once, when the model compiled."""
+    m_n, o_n = out.shape
+    nr = panel_width()
+    m_tiles = -(-m_n // PACKED_ROWS)
+    n_c, cpt = blocks(m_tiles, -(-o_n // nr), 1)  # blocks of cpt panels of features
+    rf = residual_run(residual, out)
+    acts, params = (act, post), (alpha, beta, post_alpha, post_beta)
+    if m_n * o_n * x.shape[1] < PARALLEL_MIN_MACS:
+        for t in range(m_tiles * n_c):
+            _linear_packed_task(t, n_c, cpt, x, wt, bias, rf, out, acts, params)
+    else:
+        run_tasks(_linear_packed_task, m_tiles * n_c, (n_c, cpt, x, wt, bias, rf, out, acts, params))
+
+
+@numba.njit(**SEQ)
+def _linear_packed_task(t, n_c, cpt, x, wt, bias, rf, out, acts, params):
+    """Task t of linear_packed: rows [m0, m1) times features [c0, c1), into a block of its own,
+    then bias and epilogue on the way to out. A last group of fewer than MR rows is copied into
+    zero-padded rows first (the microkernel always reads MR)."""
+    act, post = acts
+    alpha, beta, post_alpha, post_beta = params
+    m_n, o_n = out.shape
+    k = x.shape[1]
+    nr = panel_width()
+    m0, c0 = t // n_c * PACKED_ROWS, t % n_c * cpt * nr
+    m1, c1 = min(m_n, m0 + PACKED_ROWS), min(o_n, c0 + cpt * nr)
+    width = half_panels(c1 - c0)  # the block's columns: whole panels, then maybe a half one
+    groups = -(-(m1 - m0) // MR)
+    xf, wf, of = x.reshape(-1), wt.reshape(-1), out.reshape(-1)
+    partial = (m1 - m0) % MR != 0
+    last = np.zeros(MR * k if partial else 0, np.float32)  # the last group's rows, zero-padded to MR
+    if partial:
+        full = m0 + (groups - 1) * MR
+        for i in range((m1 - full) * k):
+            last[i] = xf[u(full * k + i)]
+    acc = np.empty(groups * MR * width, np.float32)
+    for kb in range(0, k, PACKED_K_CHUNK):
+        kc = min(PACKED_K_CHUNK, k - kb)
+        for j in range(0, width, nr):
+            c = c0 + j
+            b0 = (c // TRANSPOSED_PAD * k + kb) * TRANSPOSED_PAD + c % TRANSPOSED_PAD
+            for g in range(groups):
+                a, a0 = (last, kb) if partial and g == groups - 1 else (xf, (m0 + g * MR) * k + kb)
+                if j + nr <= width:
+                    micro_gemm_a_rows(kc, a, a0, k, wf, b0, TRANSPOSED_PAD, acc, g * MR * width + j, width, kb > 0)
+                else:
+                    micro_gemm_a_rows_half(kc, a, a0, k, wf, b0, TRANSPOSED_PAD, acc, g * MR * width + j, width, kb > 0)
+    for r in range(m1 - m0):
+        s = r * width
+        if bias is not None:
+            for i in range(c1 - c0):
+                acc[u(s + i)] += bias[u(c0 + i)]
+        epilogue_run(of, (m0 + r) * o_n + c0, c1 - c0, acc, s, 0.0, rf, act, alpha, beta, post, post_alpha, post_beta)
+
+
+@numba.njit(**SEQ)
 def matmul(a, b, out, batch, a_step, b_step):
     """out[i] = a[ia] @ b[ib] over the flat batch index i of out (B, M, N), in blocks of rows.
 
@@ -165,66 +226,3 @@ def _matmul_row(t, a, b, out, batch, a_step, b_step):
         av = a[ia, m, k]
         for j in range(n_n):
             row[j] += av * b[ib, k, j]
-
-
-# -- emit rules ------------------------------------------------------------------------------
-
-
-@numba.njit(**SEQ)
-def linear_packed(x, wt, bias, residual, out, act, alpha, beta, post, post_alpha, post_beta):
-    """out (M, O) = epilogue(x (M, K) @ W.T + bias) for float32, wt = transpose_padded(W) made at
-    compile time: on our microkernel (micro_gemm_a_rows), MR rows of x read where they lie times
-    panels of wt's features, in tasks of (up to PACKED_ROWS rows, a block of panels) that share out
-    evenly over the threads. OpenBLAS, called per block, packed the whole weight on every call
-    (9 MB for ConvNeXt's 3072 x 768 layers); here it was laid out once, when the model compiled."""
-    m_n, o_n = out.shape
-    nr = panel_width()
-    m_tiles = -(-m_n // PACKED_ROWS)
-    n_c, cpt = blocks(m_tiles, -(-o_n // nr), 1)  # blocks of cpt panels of features
-    rf = residual_run(residual, out)
-    acts, params = (act, post), (alpha, beta, post_alpha, post_beta)
-    if m_n * o_n * x.shape[1] < PARALLEL_MIN_MACS:
-        for t in range(m_tiles * n_c):
-            _linear_packed_task(t, n_c, cpt, x, wt, bias, rf, out, acts, params)
-    else:
-        run_tasks(_linear_packed_task, m_tiles * n_c, (n_c, cpt, x, wt, bias, rf, out, acts, params))
-
-
-@numba.njit(**SEQ)
-def _linear_packed_task(t, n_c, cpt, x, wt, bias, rf, out, acts, params):
-    """Task t of linear_packed: rows [m0, m1) times features [c0, c1), into a block of its own,
-    then bias and epilogue on the way to out. A last group of fewer than MR rows is copied into
-    zero-padded rows first (the microkernel always reads MR)."""
-    act, post = acts
-    alpha, beta, post_alpha, post_beta = params
-    m_n, o_n = out.shape
-    k = x.shape[1]
-    nr = panel_width()
-    m0, c0 = t // n_c * PACKED_ROWS, t % n_c * cpt * nr
-    m1, c1 = min(m_n, m0 + PACKED_ROWS), min(o_n, c0 + cpt * nr)
-    width = half_panels(c1 - c0)  # the block's columns: whole panels, then maybe a half one
-    groups = -(-(m1 - m0) // MR)
-    xf, wf, of = x.reshape(-1), wt.reshape(-1), out.reshape(-1)
-    last = np.zeros(MR * k, np.float32)  # the last group's rows, zero-padded to MR
-    if (m1 - m0) % MR:
-        full = m0 + (groups - 1) * MR
-        for i in range((m1 - full) * k):
-            last[i] = xf[u(full * k + i)]
-    acc = np.empty(groups * MR * width, np.float32)
-    for kb in range(0, k, PACKED_K_CHUNK):
-        kc = min(PACKED_K_CHUNK, k - kb)
-        for j in range(0, width, nr):
-            c = c0 + j
-            b0 = (c // TRANSPOSED_PAD * k + kb) * TRANSPOSED_PAD + c % TRANSPOSED_PAD
-            for g in range(groups):
-                a, a0 = (last, kb) if (m1 - m0) % MR and g == groups - 1 else (xf, (m0 + g * MR) * k + kb)
-                if j + nr <= width:
-                    micro_gemm_a_rows(kc, a, a0, k, wf, b0, TRANSPOSED_PAD, acc, g * MR * width + j, width, kb > 0)
-                else:
-                    micro_gemm_a_rows_half(kc, a, a0, k, wf, b0, TRANSPOSED_PAD, acc, g * MR * width + j, width, kb > 0)
-    for r in range(m1 - m0):
-        s = r * width
-        if bias is not None:
-            for i in range(c1 - c0):
-                acc[u(s + i)] += bias[u(c0 + i)]
-        epilogue_run(of, (m0 + r) * o_n + c0, c1 - c0, acc, s, 0.0, rf, act, alpha, beta, post, post_alpha, post_beta)

@@ -114,13 +114,13 @@ def _run_codegen(clamp: bool):
         dst_ptr, src_ptr = (cgutils.create_struct_proxy(signature.args[i])(context, builder, value=args[i]).data
                             for i in (0, 2))
 
-        def splat(value):
-            value = context.cast(builder, value, signature.args[args.index(value)], dtype)
+        def splat(i):  # argument i, cast to the arrays' dtype, in every lane
+            value = context.cast(builder, args[i], signature.args[i], dtype)
             lane0 = builder.insert_element(ir.Constant(vec, ir.Undefined), value, ir.Constant(i32, 0))
             return builder.shuffle_vector(lane0, ir.Constant(vec, ir.Undefined), ir.Constant(ir.VectorType(i32, width),
                                                                                               [0] * width))
         if clamp:
-            bias, lo, hi = (splat(v) for v in args[5:8])
+            bias, lo, hi = (splat(i) for i in (5, 6, 7))
 
         def apply(v):  # compare and select, NaN kept (as numba's max(v, lo)): one vmaxps, one vminps
             if not clamp:
