@@ -28,36 +28,66 @@ def plane_pitch(ow, w, kw, sw, dw, pl):
 def gather_planes(xf, x0, h, w, iy0, sh, sw, pl, p, p0, hq, wq):
     """Phase plane (a, b) of p, hq rows of pitch wq from p[p0 + (a*sw + b)*hq*wq], gets
     x[iy0 + r*sh + a, c*sw + b - pl] at (r, c) for the columns inside the image (the padding
-    columns of p are never written: p starts zeroed), zeros for rows outside the image."""
+    columns of p are never written: p starts zeroed), zeros for rows outside the image.
+
+    One loop per common stride: a loop that branches on the stride per row ran 3x slower
+    than the same copies alone (a 14 x 14 plane: 180 against 50 ns, AVX-512 EPYC)."""
+    if sh == 1 and sw == 1:
+        _gather_rows(xf, x0, h, w, iy0, pl, p, p0, hq, wq)
+    elif sw == 2:
+        _gather_split_rows(xf, x0, h, w, iy0, sh, pl, p, p0, hq, wq)
+    else:
+        _gather_any(xf, x0, h, w, iy0, sh, sw, pl, p, p0, hq, wq)
+
+
+@numba.njit(**SEQ)
+def _gather_rows(xf, x0, h, w, iy0, pl, p, p0, hq, wq):
+    """gather_planes for stride 1: one plane, the padded input itself."""
+    for r in range(hq):
+        iy, d = iy0 + r, p0 + r * wq + pl
+        if iy >= 0 and iy < h:
+            copy_run(p, d, xf, x0 + iy * w, w)
+        else:
+            for c in range(w):
+                p[u(d + c)] = 0
+
+
+@numba.njit(**SEQ)
+def _gather_split_rows(xf, x0, h, w, iy0, sh, pl, p, p0, hq, wq):
+    """gather_planes for column stride 2: one pass splits each row, x[2k] to phase pl % 2,
+    x[2k + 1] to the other."""
+    plane = hq * wq
+    for r in range(hq):
+        for a in range(sh):
+            iy = iy0 + r * sh + a
+            d = p0 + a * 2 * plane + r * wq
+            e = d + pl % 2 * plane + pl // 2
+            f = d + (1 - pl % 2) * plane + (pl + 1) // 2
+            if iy >= 0 and iy < h:
+                src = x0 + iy * w
+                for k in range(split_pairs(xf, src, w // 2, p, e, p, f), w // 2):  # the pairs past whole vectors
+                    p[u(e + k)] = xf[u(src + 2 * k)]
+                    p[u(f + k)] = xf[u(src + 2 * k + 1)]
+                if w % 2:
+                    p[u(e + w // 2)] = xf[u(src + w - 1)]
+            else:
+                for k in range((w + 1) // 2):
+                    p[u(e + k)] = 0
+                for k in range(w // 2):
+                    p[u(f + k)] = 0
+
+
+@numba.njit(**SEQ)
+def _gather_any(xf, x0, h, w, iy0, sh, sw, pl, p, p0, hq, wq):
+    """gather_planes for any stride, one element at a time."""
     plane = hq * wq
     for r in range(hq):
         for a in range(sh):
             iy = iy0 + r * sh + a
             valid = iy >= 0 and iy < h
             src, d = x0 + iy * w, p0 + a * sw * plane + r * wq
-            if sw == 1:
-                if valid:
-                    copy_run(p, d + pl, xf, src, w)
-                else:
-                    for c in range(w):
-                        p[u(d + pl + c)] = 0
-            elif sw == 2:  # one pass splits the row: x[2k] to phase pl % 2, x[2k + 1] to the other
-                e = d + pl % 2 * plane + pl // 2
-                f = d + (1 - pl % 2) * plane + (pl + 1) // 2
-                if valid:
-                    for k in range(split_pairs(xf, src, w // 2, p, e, p, f), w // 2):  # the pairs past whole vectors
-                        p[u(e + k)] = xf[u(src + 2 * k)]
-                        p[u(f + k)] = xf[u(src + 2 * k + 1)]
-                    if w % 2:
-                        p[u(e + w // 2)] = xf[u(src + w - 1)]
-                else:
-                    for k in range((w + 1) // 2):
-                        p[u(e + k)] = 0
-                    for k in range(w // 2):
-                        p[u(f + k)] = 0
-            else:
-                for c in range(w):
-                    p[u(d + (c + pl) % sw * plane + (c + pl) // sw)] = xf[u(src + c)] if valid else 0
+            for c in range(w):
+                p[u(d + (c + pl) % sw * plane + (c + pl) // sw)] = xf[u(src + c)] if valid else 0
 
 
 @numba.njit(inline="always", **SEQ)
