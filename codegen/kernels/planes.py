@@ -65,9 +65,7 @@ def _gather_split_rows(xf, x0, h, w, iy0, sh, pl, p, p0, hq, wq):
             f = d + (1 - pl % 2) * plane + (pl + 1) // 2
             if iy >= 0 and iy < h:
                 src = x0 + iy * w
-                for k in range(split_pairs(xf, src, w // 2, p, e, p, f), w // 2):  # the pairs past whole vectors
-                    p[u(e + k)] = xf[u(src + 2 * k)]
-                    p[u(f + k)] = xf[u(src + 2 * k + 1)]
+                split_pairs(xf, src, w // 2, p, e, p, f)
                 if w % 2:
                     p[u(e + w // 2)] = xf[u(src + w - 1)]
             else:
