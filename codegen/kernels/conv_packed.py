@@ -75,13 +75,18 @@ def conv2d_packed(x, wp, bias, residual, out, kernel, stride, padding, dilation,
     # of its accumulator block, whichever is larger (few inputs and many outputs: an expansion)
     per_pixel = x.itemsize * max(k if pointwise else cg * sh * sw, og)
     whole = WHOLE_POINTWISE_BYTES if pointwise else WHOLE_IMAGE_BYTES
-    if pointwise and per_pixel * p_n > whole:  # tiles of any whole panels of pixels: the microkernel
-        tile = min(p_n, max(nr, TILE_BYTES // per_pixel // nr * nr))  # reads the input where it lies
-    elif per_pixel * p_n <= whole:  # small images: split the channels between tasks
+    # fewer channel panels than the threads need blocks of: the images are cut between them instead
+    # (UNet's 16-channel convs on 64 x 64 ran on one thread)
+    few_panels = n_n * groups * n_mb < MIN_PANELS * num_threads()
+    if pointwise and (per_pixel * p_n > whole or few_panels):  # tiles of any whole panels of pixels:
+        tile = min(p_n, max(nr, TILE_BYTES // per_pixel // nr * nr))  # the input is read where it lies
+    elif per_pixel * p_n <= whole and not few_panels:  # small images: split the channels between tasks
         tile = p_n  # (7 rows cut into tiles of 4 and 3 keep one thread idle 1/7 of the time)
     else:  # tiles of whole output rows
         tile = max(1, min(oh, TILE_BYTES // (per_pixel * ow))) * ow
     n_p = -(-p_n // tile)
+    if few_panels:  # a tile per thread at least, as far as there are panels (or rows) of pixels
+        n_p = max(n_p, min(-(-p_n // nr) if pointwise else oh, -(-num_threads() // (n_n * groups))))
     if n_p > 1:  # as many tiles as share out evenly over the threads: 4 tiles, not 3.5, for 2 threads
         n_p = _even_count(n_n * groups, n_p)
         unit = nr if pointwise else ow  # tiles of whole panels, or of whole rows
