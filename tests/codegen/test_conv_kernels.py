@@ -137,13 +137,13 @@ def test_fused_conv2d_post_activation(post):
 
 
 WINOGRAD_CONVS = [  # (n, c, h, w), o, padding (t, l, b, r)
-    ((1, 16, 12, 12), 16, (1, 1, 1, 1)),
-    ((2, 16, 13, 15), 24, (1, 1, 1, 1)),  # odd sizes: the last tiles hang over
-    ((1, 24, 14, 17), 16, (0, 0, 0, 0)),  # valid conv
-    ((1, 16, 15, 13), 20, (2, 0, 1, 2)),  # asymmetric padding
+    ((1, 32, 12, 12), 32, (1, 1, 1, 1)),
+    ((2, 32, 13, 15), 40, (1, 1, 1, 1)),  # odd sizes: the last tiles hang over
+    ((1, 40, 14, 17), 32, (0, 0, 0, 0)),  # valid conv
+    ((1, 32, 15, 13), 36, (2, 0, 1, 2)),  # asymmetric padding
     ((3, 32, 12, 16), 48, (1, 1, 1, 1)),
-    ((7, 64, 40, 40), 16, (1, 1, 1, 1)),  # images run 5 at a time (RUN_BYTES), then the last 2
-    ((1, 256, 64, 63), 16, (1, 1, 1, 1)),  # an image in runs of tile rows
+    ((7, 64, 40, 40), 32, (1, 1, 1, 1)),  # images run 5 at a time (RUN_BYTES), then the last 2
+    ((1, 256, 64, 63), 32, (1, 1, 1, 1)),  # an image in runs of tile rows
 ]
 
 
@@ -162,12 +162,12 @@ def test_winograd_conv2d(shape, o, padding, act, residual):
 
 
 @pytest.mark.parametrize("shape, o, kernel, stride, dilation, groups, mode", [
-    ((1, 16, 12, 12), 16, (3, 3), (1, 1), (1, 1), 1, "reflect"),  # padding mode
-    ((1, 16, 12, 12), 16, (3, 3), (2, 2), (1, 1), 1, "zeros"),  # stride
-    ((1, 16, 14, 14), 16, (3, 3), (1, 1), (2, 2), 1, "zeros"),  # dilation
-    ((1, 16, 12, 12), 16, (3, 3), (1, 1), (1, 1), 2, "zeros"),  # groups
-    ((1, 8, 12, 12), 16, (3, 3), (1, 1), (1, 1), 1, "zeros"),  # too few channels to gain
-    ((1, 16, 6, 6), 16, (3, 3), (1, 1), (1, 1), 1, "zeros"),  # too few pixels to gain
+    ((1, 32, 12, 12), 32, (3, 3), (1, 1), (1, 1), 1, "reflect"),  # padding mode
+    ((1, 32, 12, 12), 32, (3, 3), (2, 2), (1, 1), 1, "zeros"),  # stride
+    ((1, 32, 14, 14), 32, (3, 3), (1, 1), (2, 2), 1, "zeros"),  # dilation
+    ((1, 32, 12, 12), 32, (3, 3), (1, 1), (1, 1), 2, "zeros"),  # groups
+    ((1, 16, 12, 12), 32, (3, 3), (1, 1), (1, 1), 1, "zeros"),  # too few channels to gain
+    ((1, 32, 6, 6), 32, (3, 3), (1, 1), (1, 1), 1, "zeros"),  # too few pixels to gain
 ])
 def test_convs_winograd_does_not_take(shape, o, kernel, stride, dilation, groups, mode):
     lines = check("conv2d", conv_arrays(*shape, o, kernel, groups), conv_attrs(kernel, stride, (1, 1, 1, 1), dilation,
@@ -176,7 +176,7 @@ def test_convs_winograd_does_not_take(shape, o, kernel, stride, dilation, groups
 
 
 def test_winograd_needs_constant_weights():
-    arrays = conv_arrays(1, 16, 12, 12, 16, (3, 3), 1)
+    arrays = conv_arrays(1, 32, 12, 12, 32, (3, 3), 1)
     lines = check("conv2d", arrays, conv_attrs((3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 1), weights=(2,))
     assert "winograd" not in lines[0]
 
