@@ -61,6 +61,39 @@ def test_the_threads_option_holds_in_other_calling_threads(two_inputs, tmp_path)
     assert seen[0][0] == 1 and seen[0][1] < 1e-5
 
 
+def test_the_arena_is_kept_between_calls_and_outputs_never_live_in_it(tmp_path):
+    """A call takes the model's arena and gives it back: the next call reuses it (no fresh pages),
+    and what a call returned is not overwritten by the next one."""
+    m = compiler.compile(SHIPPED, cache_dir=tmp_path)
+    assert m.memory_plan.arena_bytes > 0
+    rng = np.random.default_rng(0)
+    shape = m.graph.inputs[0].shape
+    x1, x2 = rng.standard_normal(shape).astype(np.float32), rng.standard_normal(shape).astype(np.float32)
+    reference = compiler.compile(SHIPPED, backend="interpreter")
+    first = m(x1)
+    arena = m.arenas._free[0]
+    second = m(x2)
+    assert m.arenas._free == [arena]  # one arena, the same one, back in the pool
+    np.testing.assert_allclose(first, reference(x1), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(second, reference(x2), rtol=1e-5, atol=1e-5)
+
+
+def test_calls_from_several_threads_at_once_each_get_an_arena(tmp_path):
+    from concurrent.futures import ThreadPoolExecutor
+
+    m = compiler.compile(SHIPPED, cache_dir=tmp_path, threads=1)
+    reference = compiler.compile(SHIPPED, backend="interpreter")
+    rng = np.random.default_rng(1)
+    inputs = [rng.standard_normal(m.graph.inputs[0].shape).astype(np.float32) for _ in range(4)]
+    expected = [reference(x) for x in inputs]
+    with ThreadPoolExecutor(4) as pool:
+        results = list(pool.map(lambda i: [m(inputs[i % 4]) for _ in range(20)], range(4)))
+    for i, outs in enumerate(results):
+        for out in outs:
+            np.testing.assert_allclose(out, expected[i], rtol=1e-5, atol=1e-5)
+    assert 1 <= len(m.arenas._free) <= 4  # one per call that ran at once, all given back
+
+
 def test_profile_times_every_node(two_inputs, tmp_path):  # noqa: F811
     param, x, y, _ = two_inputs
     m = compiler.compile(param, cache_dir=tmp_path, profile=True)
