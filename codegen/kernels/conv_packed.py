@@ -23,6 +23,7 @@ import numpy as np
 
 from codegen.kernels.common import SEQ, blocks, num_threads, u
 from codegen.kernels.epilogue import ONE_PASS, activate_block, epilogue_run, residual_run
+from codegen.kernels.gemm import PACKED_ROWS, PARALLEL_MIN_MACS, gemm_row_groups
 from codegen.kernels.microkernel import MR, gemm_panels, gemm_panels_rows, half_panels, micro_gemm_half, panel_width
 from codegen.kernels.planes import gather_planes, plane_pitch, tap_offset
 from codegen.kernels.tasks import run_tasks
@@ -166,3 +167,61 @@ def _packed_task(t, xf, wf, of, rf, bias, dims, window, split, pointwise, planes
             s = (r - r0) * pp
             bv = 0.0 if bias is None or blocked else bias[o]
             epilogue_run(of, d, p, acc, s, bv, rf, 0 if blocked else act, alpha, beta, post, post_alpha, post_beta)
+
+
+@numba.njit(**SEQ)
+def conv1x1_by_channels(x, wt, bias, residual, out, act, alpha, beta, post, post_alpha, post_beta):
+    """out = post(act(conv1x1(x, W) + bias) + residual) for a 1x1 stride-1 unpadded float32 conv,
+    wt = gemm.transpose_padded(W as (O, C)) made at compile time: the output channels in the
+    vectors, MR pixels a microkernel call (linear_packed's orientation, the pixels read where they
+    lie: a channel's pixels side by side). For small images, where conv2d_packed pads the pixels
+    to whole half panels: a 7 x 7 image's 49 pixels fill 64 columns on AVX-512, 54 rows here.
+    Tasks: (image, tile of up to PACKED_ROWS pixels, block of channel panels), shared out evenly."""
+    n_n, k, h, w = x.shape
+    o_n, hw = out.shape[1], h * w
+    n_p = -(-hw // PACKED_ROWS)
+    n_c, cpt = blocks(n_n * n_p, -(-o_n // panel_width()), MIN_PANELS)
+    rf = residual_run(residual, out)
+    data = (x.reshape(-1), wt.reshape(-1), bias, rf, out.reshape(-1), (n_n, k, hw, o_n), (act, post),
+            (alpha, beta, post_alpha, post_beta))
+    if n_n * hw * o_n * k < PARALLEL_MIN_MACS:
+        for t in range(n_n * n_p * n_c):
+            _by_channels_task(t, n_p, n_c, cpt, *data)
+    else:
+        run_tasks(_by_channels_task, n_n * n_p * n_c, (n_p, n_c, cpt, *data))
+
+
+@numba.njit(**SEQ)
+def _by_channels_task(t, n_p, n_c, cpt, xf, wf, bias, rf, of, dims, acts, params):
+    """Task t of conv1x1_by_channels: pixels [p0, p0 + p) of image n times channels [c0, c1), into
+    a (pixel, channel) block (gemm_row_groups), then out channel by channel through the epilogue."""
+    n_n, k, hw, o_n = dims
+    act, post = acts
+    alpha, beta, post_alpha, post_beta = params
+    nr = panel_width()
+    ci, pi, n = t % n_c, (t // n_c) % n_p, t // (n_c * n_p)
+    p0 = pi * PACKED_ROWS
+    p = min(PACKED_ROWS, hw - p0)
+    c0 = ci * cpt * nr
+    c1 = min(o_n, c0 + cpt * nr)
+    width = half_panels(c1 - c0)
+    groups = -(-p // MR)
+    x0 = n * k * hw + p0
+    partial = p % MR != 0
+    last = np.zeros(k * MR if partial else 0, np.float32)  # the last pixels, zero-padded to MR: [c][i]
+    if partial:
+        full = (groups - 1) * MR
+        for c in range(k):
+            for i in range(p - full):
+                last[u(c * MR + i)] = xf[u(x0 + c * hw + full + i)]
+    acc = np.empty(groups * MR * width, np.float32)
+    gemm_row_groups(xf, x0, 1, hw, groups, last, 1, MR, wf, k, c0, width, acc)
+    cols = c1 - c0
+    by_channel = np.empty(cols * p, np.float32)  # the block transposed: each channel's pixels end to end
+    for r in range(p):
+        for j in range(cols):
+            by_channel[u(j * p + r)] = acc[u(r * width + j)]
+    for j in range(cols):
+        bv = 0.0 if bias is None else bias[c0 + j]
+        epilogue_run(of, (n * o_n + c0 + j) * hw + p0, p, by_channel, j * p, bv, rf, act, alpha, beta,
+                     post, post_alpha, post_beta)

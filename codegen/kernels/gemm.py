@@ -155,23 +155,40 @@ def _linear_packed_task(t, n_c, cpt, x, wt, bias, rf, out, acts, params):
         for i in range((m1 - full) * k):
             last[i] = xf[u(full * k + i)]
     acc = np.empty(groups * MR * width, np.float32)
-    for kb in range(0, k, PACKED_K_CHUNK):
-        kc = min(PACKED_K_CHUNK, k - kb)
-        for j in range(0, width, nr):
-            c = c0 + j
-            b0 = (c // TRANSPOSED_PAD * k + kb) * TRANSPOSED_PAD + c % TRANSPOSED_PAD
-            for g in range(groups):
-                a, a0 = (last, kb) if partial and g == groups - 1 else (xf, (m0 + g * MR) * k + kb)
-                if j + nr <= width:
-                    micro_gemm_a_rows(kc, a, a0, k, wf, b0, TRANSPOSED_PAD, acc, g * MR * width + j, width, kb > 0)
-                else:
-                    micro_gemm_a_rows_half(kc, a, a0, k, wf, b0, TRANSPOSED_PAD, acc, g * MR * width + j, width, kb > 0)
+    gemm_row_groups(xf, m0 * k, k, 1, groups, last, k, 1, wf, k, c0, width, acc)
     for r in range(m1 - m0):
         s = r * width
         if bias is not None:
             for i in range(c1 - c0):
                 acc[u(s + i)] += bias[u(c0 + i)]
         epilogue_run(of, (m0 + r) * o_n + c0, c1 - c0, acc, s, 0.0, rf, act, alpha, beta, post, post_alpha, post_beta)
+
+
+@numba.njit(**SEQ)
+def gemm_row_groups(a, a0, lda, lds, groups, last, last_lda, last_lds, wf, k, c0, width, acc):
+    """acc[r * width + j] = sum_p A[r, p] * W[c0 + j, p] for r < groups * MR, j < width (a whole
+    number of half panels), wf = transpose_padded(W) flattened: A's row r, reduction step p at
+    a[a0 + r*lda + p*lds], except the last group's when `last` is not empty: its MR rows at
+    last[i*last_lda + p*last_lds] (copied, zero-padded: the microkernel always reads MR rows).
+    Rows of a linear layer (lda = K, lds = 1) or pixels of a 1x1 conv (lda = 1, lds = H*W), in
+    reduction chunks whose weight panel (PACKED_K_CHUNK x NR) stays in L1 across the row groups."""
+    nr = panel_width()
+    for kb in range(0, k, PACKED_K_CHUNK):
+        kc = min(PACKED_K_CHUNK, k - kb)
+        for j in range(0, width, nr):
+            c = c0 + j
+            b0 = (c // TRANSPOSED_PAD * k + kb) * TRANSPOSED_PAD + c % TRANSPOSED_PAD
+            for g in range(groups):
+                if last.size != 0 and g == groups - 1:
+                    src, s0, l_row, l_step = last, kb * last_lds, last_lda, last_lds
+                else:
+                    src, s0, l_row, l_step = a, a0 + g * MR * lda + kb * lds, lda, lds
+                if j + nr <= width:
+                    micro_gemm_a_rows(kc, src, s0, l_row, l_step, wf, b0, TRANSPOSED_PAD, acc, g * MR * width + j,
+                                      width, kb > 0)
+                else:
+                    micro_gemm_a_rows_half(kc, src, s0, l_row, l_step, wf, b0, TRANSPOSED_PAD, acc,
+                                           g * MR * width + j, width, kb > 0)
 
 
 @numba.njit(**SEQ)

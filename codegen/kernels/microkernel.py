@@ -48,13 +48,13 @@ def _data_pointer(context, builder, array_type, value, offset):
 def _micro_gemm_codegen(vectors: int, indirect: bool = False, a_rows: bool = False):
     """LLVM IR of micro_gemm with `vectors` vectors per accumulator row (NR = vectors * width);
     indirect: micro_gemm_rows, b's rows at b0 + rows[r0 + p] instead of b0 + p * ldb; a_rows:
-    micro_gemm_a_rows, a's element (i, p) at a0 + i * lda + p instead of a0 + p * MR + i."""
+    micro_gemm_a_rows, a's element (i, p) at a0 + i * lda + p * lds instead of a0 + p * MR + i."""
     def codegen(context, builder, signature, args):
-        lda_ = None
-        if a_rows:  # (kc, a, a0, lda, b, ...): take lda out, the rest as micro_gemm's
-            lda_ = context.cast(builder, args[3], signature.args[3], types.int64)
-            args = (*args[:3], *args[4:])
-            signature = types.void(*signature.args[:3], *signature.args[4:])
+        lda_ = lds_ = None
+        if a_rows:  # (kc, a, a0, lda, lds, b, ...): take lda and lds out, the rest as micro_gemm's
+            lda_, lds_ = (context.cast(builder, args[i], signature.args[i], types.int64) for i in (3, 4))
+            args = (*args[:3], *args[5:])
+            signature = types.void(*signature.args[:3], *signature.args[5:])
         if indirect:
             kc_, a_, a0_, b_, b0_, rows_, r0_, c_, c0_, ldc_, acc_ = args
             rows_ptr = _data_pointer(context, builder, signature.args[5], rows_,
@@ -86,7 +86,7 @@ def _micro_gemm_codegen(vectors: int, indirect: bool = False, a_rows: bool = Fal
         acc = [builder.phi(vec) for _ in range(n_acc)]
         b_row = builder.gep(b_ptr, [builder.load(builder.gep(rows_ptr, [p])) if indirect else builder.mul(p, ldb_)])
         b_vecs = [builder.load(vector_at(b_row, ir.Constant(i64, j * width)), align=4) for j in range(vectors)]
-        a_step = builder.gep(a_ptr, [p if a_rows else builder.mul(p, ir.Constant(i64, MR))])
+        a_step = builder.gep(a_ptr, [builder.mul(p, lds_ if a_rows else ir.Constant(i64, MR))])
         new = []
         for i in range(MR):
             a_at = builder.mul(ir.Constant(i64, i), lda_) if a_rows else ir.Constant(i64, i)
@@ -163,21 +163,22 @@ def micro_gemm_rows_half(typingctx, kc, a, a0, b, b0, rows, r0, c, c0, ldc, accu
 
 
 @intrinsic
-def micro_gemm_a_rows(typingctx, kc, a, a0, lda, b, b0, ldb, c, c0, ldc, accumulate):
-    """micro_gemm with a's MR rows where they lie, lda apart (a[a0 + i*lda + p]): a linear layer's
-    input rows, unpacked, times its transposed weight (b: K rows of the output features)."""
+def micro_gemm_a_rows(typingctx, kc, a, a0, lda, lds, b, b0, ldb, c, c0, ldc, accumulate):
+    """micro_gemm with a's MR rows where they lie: a[a0 + i*lda + p*lds] for row i, reduction step
+    p. A linear layer's input rows (lda = K, lds = 1), or a 1x1 conv's pixels (lda = 1, lds = H*W:
+    the pixels of one channel side by side), times a transposed weight (b: K rows of the outputs)."""
     if not _is_f32(a, b, c):
         return None
-    return types.void(kc, a, a0, lda, b, b0, ldb, c, c0, ldc, accumulate), _micro_gemm_codegen(VECTORS_PER_ROW,
-                                                                                              a_rows=True)
+    return (types.void(kc, a, a0, lda, lds, b, b0, ldb, c, c0, ldc, accumulate),
+            _micro_gemm_codegen(VECTORS_PER_ROW, a_rows=True))
 
 
 @intrinsic
-def micro_gemm_a_rows_half(typingctx, kc, a, a0, lda, b, b0, ldb, c, c0, ldc, accumulate):
+def micro_gemm_a_rows_half(typingctx, kc, a, a0, lda, lds, b, b0, ldb, c, c0, ldc, accumulate):
     """micro_gemm_a_rows on a half panel (micro_gemm_half)."""
     if not _is_f32(a, b, c):
         return None
-    return types.void(kc, a, a0, lda, b, b0, ldb, c, c0, ldc, accumulate), _micro_gemm_codegen(1, a_rows=True)
+    return types.void(kc, a, a0, lda, lds, b, b0, ldb, c, c0, ldc, accumulate), _micro_gemm_codegen(1, a_rows=True)
 
 
 @numba.njit(**SEQ)

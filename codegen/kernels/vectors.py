@@ -28,6 +28,14 @@ def vector_width(context) -> int:
     return 16 if "+avx512f" in features.split(",") else 8
 
 
+def target_vector_floats() -> int:
+    """vector_width() of the code numba compiles in this process: what vector_floats() returns in a
+    kernel, for the code generator's choices between kernels."""
+    from numba.core.registry import cpu_target
+
+    return vector_width(cpu_target.target_context)
+
+
 @intrinsic
 def vector_floats(typingctx):
     """The floats per vector of the code this is compiled into: vector_width(), as a kernel sees it."""

@@ -253,6 +253,57 @@ def test_linear_on_the_microkernel(rows, k, o, act, residual):
     assert "gemm_linear_packed(" in lines[0], lines[0]
 
 
+@pytest.mark.parametrize("n, c, o, h, w", [
+    (1, 320, 70, 7, 7),  # 49 pixels: 8 groups of MR and a partial one; channels past whole panels
+    (3, 7, 13, 5, 3),  # batch, a half panel of channels, one partial group per image
+    (2, 40, 48, 10, 11),  # 110 pixels: two tiles (PACKED_ROWS), the second of 14
+    (1, 300, 33, 6, 6),  # 300 input channels: 3 reduction chunks (PACKED_K_CHUNK)
+])
+@pytest.mark.parametrize("act, residual, bias", [("none", False, True), ("clamp", True, False), ("silu", True, True)])
+def test_1x1_conv_by_channels_matches_float64(n, c, o, h, w, act, residual, bias):
+    """conv1x1_by_channels (the output channels in the vectors), called directly whatever this
+    machine's choice between it and conv2d_packed, against a float64 product."""
+    import codegen.runtime  # noqa: F401 - numba's target before the kernels compile
+    from codegen.kernels.conv import conv1x1_by_channels
+    from codegen.kernels.epilogue import ACTIVATION_CODES
+    from codegen.kernels.gemm import transpose_padded
+
+    x, weight, b = rand(n, c, h, w), rand(o, c, scale=c ** -0.5), rand(o)
+    res = rand(n, o, h, w) if residual else np.empty(0, np.float32)
+    alpha, beta = (-0.5, 0.75) if act == "clamp" else (0.0, 0.0)
+    out = np.full((n, o, h, w), np.nan, np.float32)
+    conv1x1_by_channels(x, transpose_padded(weight), b if bias else None, res, out, ACTIVATION_CODES[act],
+                        alpha, beta, 0, 0.0, 0.0)
+    ref = np.einsum("oc,nchw->nohw", weight.astype(np.float64), x.astype(np.float64))
+    ref = ref + (b[:, None, None] if bias else 0)
+    ref = {"none": ref, "clamp": np.clip(ref, alpha, beta), "silu": ref / (1 + np.exp(-ref))}[act]
+    np.testing.assert_allclose(out, ref + (res if residual else 0), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("hw, width, expected", [(7, 16, True), (7, 8, False), (14, 16, False), (3, 16, True),
+                                                  (4, 16, False)])
+def test_1x1_convs_take_the_channel_vectors_where_pixels_pad_less(hw, width, expected):
+    """7 x 7 images pad to 64 columns of AVX-512 half panels but 54 MR-pixel rows: those (and 3 x 3)
+    take conv1x1_by_channels; on AVX2 (8-float vectors: 56 columns), or at 14 x 14, they do not."""
+    from codegen.emit.conv import uses_channel_vectors
+    from ir.graph import Node, Value
+
+    x, y = Value("x", TensorType((1, 32, hw, hw))), Value("y", TensorType((1, 48, hw, hw)))
+    weight = rand(48, 32, 1, 1)
+    node = Node("conv2d", "conv", [x, Value("w", TensorType(weight.shape), weight)], [y],
+                conv_attrs((1, 1), (1, 1), (0, 0, 0, 0), (1, 1), 1))
+    assert uses_channel_vectors(node, width) == expected
+
+
+def test_the_emitted_1x1_conv_on_7x7_images_matches_the_reference():
+    from codegen.kernels.vectors import target_vector_floats
+
+    arrays = conv_arrays(2, 64, 7, 7, 40, (1, 1), 1) + [rand(2, 40, 7, 7)]
+    lines = check("fused_conv2d", arrays, {**conv_attrs((1, 1), (1, 1), (0, 0, 0, 0), (1, 1), 1),
+                                           **epilogue_attrs("relu", "relu")}, weights=(1, 2), rtol=1e-5, atol=1e-5)
+    assert ("conv1x1_by_channels(" in lines[0]) == (target_vector_floats() == 16), lines[0]
+
+
 @pytest.mark.parametrize("act", EPILOGUE_ACTIVATIONS)
 @pytest.mark.parametrize("residual", [False, True])
 def test_fused_linear(act, residual):
