@@ -354,7 +354,7 @@ def test_emitted_lines_compile_in_njit(op, arrays, attrs, weights):
 PACKED_CONVS = [
     ((1, 3, 17, 19), 7, (3, 3), (1, 1), (1, 1, 1, 1), 1),
     ((2, 40, 9, 9), 13, (3, 3), (2, 2), (1, 1, 1, 1), 1),  # k = 360: two reduction chunks
-    ((1, 300, 5, 7), 50, (1, 1), (1, 1), (0, 0, 0, 0), 1),  # 1x1 read in place, 35 pixels: a tail panel
+    ((1, 300, 10, 11), 50, (1, 1), (1, 1), (0, 0, 0, 0), 1),  # 1x1 read in place, 110 pixels: a tail panel
     ((3, 24, 11, 13), 37, (1, 1), (1, 1), (0, 0, 0, 0), 1),
     ((1, 8, 70, 66), 12, (3, 3), (1, 1), (1, 1, 1, 1), 1),
     ((1, 64, 121, 119), 16, (3, 3), (2, 2), (1, 0, 2, 1), 1),  # several row tiles of phase planes, the last short
