@@ -3,8 +3,9 @@ reference of fused_conv2d: every path of its scratch copy (stride 1, 2, other; e
 parity of the left padding; odd widths; rows and columns in the padding; unread columns),
 of its sums (3x3 in registers, Kx5 a kernel row at a time, any other kernel tap by tap), of its
 epilogue (the clamp written in place, the rest through epilogue_run over the block or, with a
-residual, row by row), row blocks, float64; and the same geometries on the small-plane path
-(channels vectorised in blocks of CB, with a partial last block)."""
+residual, row by row), row blocks, float64; and the same geometries on the small-plane paths:
+stride-1 convs whose output is the input's size read their taps straight from the input under
+masks (_plane_taps), the others vectorise channels in blocks of CB, with a partial last block."""
 
 from __future__ import annotations
 
@@ -70,6 +71,9 @@ GEOMETRIES = {
     "1x1": ((2, 5, 6, 7), 1, (1, 1), (1, 1), (0, 0, 0, 0), (1, 1)),
     "channel_blocks_and_a_tail": ((2, 40, 7, 7), 1, (5, 5), (1, 1), (2, 2, 2, 2), (1, 1)),
     "channel_blocks_multiplier_2": ((1, 20, 9, 8), 2, (3, 3), (2, 1), (1, 0, 2, 1), (1, 1)),
+    "channel_blocks_valid": ((2, 40, 9, 9), 1, (3, 3), (1, 1), (0, 0, 0, 0), (1, 1)),  # 7 x 7 out of 9 x 9
+    "flat_asymmetric_same_size": ((1, 5, 9, 10), 1, (3, 3), (1, 1), (0, 0, 2, 2), (1, 1)),
+    "flat_16x16_vectors_exactly": ((1, 3, 16, 16), 1, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1)),
 }
 
 
@@ -107,8 +111,9 @@ EPILOGUES = {  # activation, post-activation, residual, bias
 }
 
 
-@pytest.mark.parametrize("row_blocks", [False, True], ids=["channel_blocks", "row_blocks"])
-@pytest.mark.parametrize("geometry", ["3x3_s1", "3x3_s2", "5x5_s1", "channel_blocks_and_a_tail"])
+@pytest.mark.parametrize("row_blocks", [False, True], ids=["small_planes", "row_blocks"])
+@pytest.mark.parametrize("geometry", ["3x3_s1", "3x3_s2", "5x5_s1", "channel_blocks_and_a_tail",
+                                      "channel_blocks_valid"])
 @pytest.mark.parametrize("epilogue", EPILOGUES.values(), ids=EPILOGUES.keys())
 def test_depthwise_epilogue(geometry, epilogue, row_blocks):
     act, post, residual, bias = epilogue
@@ -117,7 +122,7 @@ def test_depthwise_epilogue(geometry, epilogue, row_blocks):
     np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("row_blocks", [False, True], ids=["channel_blocks", "row_blocks"])
+@pytest.mark.parametrize("row_blocks", [False, True], ids=["small_planes", "row_blocks"])
 @pytest.mark.parametrize("geometry", ["3x3_s1", "3x3_s2_odd", "3x3_s3", "5x3_everything", "channel_blocks_and_a_tail"])
 def test_depthwise_float64(geometry, row_blocks):
     shape = _row_blocks(GEOMETRIES[geometry]) if row_blocks else GEOMETRIES[geometry]
