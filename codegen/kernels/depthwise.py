@@ -192,6 +192,29 @@ def _depthwise_share(th, threads, xf, wf, of, rf, bias, dims, window, split, cla
                              post, post_alpha, post_beta)
 
 
+def _tap_sum(builder, taps, vec, fma, tap):
+    """LLVM IR summing fma(*tap(t)) over t < taps (an i64) in one vector register, from the builder's
+    position; returns the sum (zeros for no taps) with the builder after the loop."""
+    i64 = ir.IntType(64)
+    zero = ir.Constant(vec, [0.0] * vec.count)
+    entry, loop, done = enter_loop(builder, "taps", taps)
+    t = builder.phi(i64)
+    acc = builder.phi(vec)
+    new = builder.call(fma, [*tap(t), acc])
+    t_next = builder.add(t, ir.Constant(i64, 1))
+    tail = builder.block
+    t.add_incoming(ir.Constant(i64, 0), entry)
+    t.add_incoming(t_next, tail)
+    acc.add_incoming(zero, entry)
+    acc.add_incoming(new, tail)
+    builder.cbranch(builder.icmp_signed("<", t_next, taps), loop, done)
+    builder.position_at_end(done)
+    total = builder.phi(vec)
+    total.add_incoming(zero, entry)
+    total.add_incoming(new, tail)
+    return total
+
+
 @intrinsic
 def _pixel_taps(typingctx, p, base, wt, offsets, out, at):
     """out[at:at + CB] = sum over taps t of wt[t * CB:][:CB] * p[base + offsets[t]:][:CB]: one output
@@ -218,26 +241,15 @@ def _pixel_taps(typingctx, p, base, wt, offsets, out, at):
                                 (p_, wt_, offsets_, out_))]
         p_ptr, wt_ptr, off_ptr, out_ptr = data
         taps = cgutils.create_struct_proxy(signature.args[3])(context, builder, value=offsets_).nitems
-        zero = ir.Constant(vec, [0.0] * CB)
-        entry, loop, done = enter_loop(builder, "taps", taps)
-        t = builder.phi(i64)
-        acc = builder.phi(vec)
-        offset = builder.load(builder.gep(off_ptr, [t]))
-        x = builder.load(builder.bitcast(builder.gep(p_ptr, [builder.add(base_, offset)]), vec.as_pointer()),
-                         align=itemsize)  # the lanes lie at any element, not at a vector's alignment
-        w = builder.load(builder.bitcast(builder.gep(wt_ptr, [builder.mul(t, ir.Constant(i64, CB))]),
-                                         vec.as_pointer()), align=itemsize)
-        new = builder.call(fma, [w, x, acc])
-        t_next = builder.add(t, ir.Constant(i64, 1))
-        t.add_incoming(ir.Constant(i64, 0), entry)
-        t.add_incoming(t_next, loop)
-        acc.add_incoming(zero, entry)
-        acc.add_incoming(new, loop)
-        builder.cbranch(builder.icmp_signed("<", t_next, taps), loop, done)
-        builder.position_at_end(done)
-        total = builder.phi(vec)
-        total.add_incoming(zero, entry)
-        total.add_incoming(new, loop)
+        def tap(t):
+            offset = builder.load(builder.gep(off_ptr, [t]))
+            x = builder.load(builder.bitcast(builder.gep(p_ptr, [builder.add(base_, offset)]), vec.as_pointer()),
+                             align=itemsize)  # the lanes lie at any element, not at a vector's alignment
+            w = builder.load(builder.bitcast(builder.gep(wt_ptr, [builder.mul(t, ir.Constant(i64, CB))]),
+                                             vec.as_pointer()), align=itemsize)
+            return w, x
+
+        total = _tap_sum(builder, taps, vec, fma, tap)
         builder.store(total, builder.bitcast(builder.gep(out_ptr, [at_]), vec.as_pointer()), align=itemsize)
         return context.get_dummy_value()
 
@@ -398,24 +410,14 @@ def _plane_taps(typingctx, xf, x0, offsets, masks, wf, w0, of, o0, pixels, bias,
         v_entry, v_loop, v_done = enter_loop(builder, "vectors", vectors)
         v = builder.phi(i64)
         base = builder.add(x0_, builder.mul(v, ir.Constant(i64, width)))
-        t_entry, t_loop, t_done = enter_loop(builder, "taps", taps)
-        t = builder.phi(i64)
-        acc = builder.phi(vec)
-        bits = builder.load(builder.gep(m_ptr, [builder.add(builder.mul(t, vectors), v)]))
-        mask = builder.bitcast(builder.trunc(bits, ir.IntType(width)), mask_t)
-        at = builder.gep(x_ptr, [builder.add(base, builder.load(builder.gep(off_ptr, [t])))])
-        value = builder.call(load, [builder.bitcast(at, vec.as_pointer()), ir.Constant(i32, 4), mask, zero])
-        new = builder.call(fma, [value, splat(builder.load(builder.gep(w_ptr, [builder.add(w0_, t)]))), acc])
-        t_next = builder.add(t, ir.Constant(i64, 1))
-        t.add_incoming(ir.Constant(i64, 0), t_entry)
-        t.add_incoming(t_next, t_loop)
-        acc.add_incoming(zero, t_entry)
-        acc.add_incoming(new, t_loop)
-        builder.cbranch(builder.icmp_signed("<", t_next, taps), t_loop, t_done)
-        builder.position_at_end(t_done)
-        total = builder.phi(vec)
-        total.add_incoming(zero, t_entry)
-        total.add_incoming(new, t_loop)
+        def tap(t):  # the tap's input lanes inside the image (zeros elsewhere), its weight in every lane
+            bits = builder.load(builder.gep(m_ptr, [builder.add(builder.mul(t, vectors), v)]))
+            mask = builder.bitcast(builder.trunc(bits, ir.IntType(width)), mask_t)
+            at = builder.gep(x_ptr, [builder.add(base, builder.load(builder.gep(off_ptr, [t])))])
+            value = builder.call(load, [builder.bitcast(at, vec.as_pointer()), ir.Constant(i32, 4), mask, zero])
+            return value, splat(builder.load(builder.gep(w_ptr, [builder.add(w0_, t)])))
+
+        total = _tap_sum(builder, taps, vec, fma, tap)
         r = builder.fadd(total, bias_)
         r = builder.select(builder.fcmp_ordered("<", r, lo_), lo_, r)
         r = builder.select(builder.fcmp_ordered(">", r, hi_), hi_, r)
