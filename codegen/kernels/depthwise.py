@@ -56,6 +56,8 @@ CB = 16  # channels per task of the small-plane path: one AVX-512 vector of floa
 CHANNEL_BLOCK_PIXELS = 256  # output planes up to 16 x 16 take it for kernels over 3x3 (at 28 x 28 the row blocks win)
 CHANNEL_BLOCK_PIXELS_3X3 = 64  # and up to 8 x 8 for 3x3: at 14 x 14 the row blocks are 10-30% faster (AVX-512 EPYC)
 CHANNEL_BLOCK_FLOATS = 1 << 14  # and CB padded input planes fit in 64 KiB
+EPILOGUE_FLOATS = 4096  # the flat path's epilogue runs over this many outputs at once (16 KiB), in L1
+PLANE_UNROLL = 4  # vectors of output pixels _plane_taps sums at once, in independent registers
 FLAT_PIXELS = 256  # stride-1 "same" convs up to 16 x 16 read their taps straight from the input (_plane_taps)
 
 
@@ -192,27 +194,32 @@ def _depthwise_share(th, threads, xf, wf, of, rf, bias, dims, window, split, cla
                              post, post_alpha, post_beta)
 
 
-def _tap_sum(builder, taps, vec, fma, tap):
-    """LLVM IR summing fma(*tap(t)) over t < taps (an i64) in one vector register, from the builder's
-    position; returns the sum (zeros for no taps) with the builder after the loop."""
+def _tap_sums(builder, taps, vec, fma, tap, count=1):
+    """LLVM IR summing, for each k < count, fma(*tap(t)[k]) over t < taps (an i64) in vector
+    register k, from the builder's position; returns the sums (zeros for no taps) with the builder
+    after the loop. Several independent sums keep the FMAs from waiting on each other: one
+    accumulator runs at one FMA per FMA latency (4 cycles on Zen 4), not per cycle."""
     i64 = ir.IntType(64)
     zero = ir.Constant(vec, [0.0] * vec.count)
     entry, loop, done = enter_loop(builder, "taps", taps)
     t = builder.phi(i64)
-    acc = builder.phi(vec)
-    new = builder.call(fma, [*tap(t), acc])
+    accs = [builder.phi(vec) for _ in range(count)]
+    new = [builder.call(fma, [*pair, acc]) for pair, acc in zip(tap(t), accs)]
     t_next = builder.add(t, ir.Constant(i64, 1))
     tail = builder.block
     t.add_incoming(ir.Constant(i64, 0), entry)
     t.add_incoming(t_next, tail)
-    acc.add_incoming(zero, entry)
-    acc.add_incoming(new, tail)
+    for acc, value in zip(accs, new):
+        acc.add_incoming(zero, entry)
+        acc.add_incoming(value, tail)
     builder.cbranch(builder.icmp_signed("<", t_next, taps), loop, done)
     builder.position_at_end(done)
-    total = builder.phi(vec)
-    total.add_incoming(zero, entry)
-    total.add_incoming(new, tail)
-    return total
+    totals = []
+    for value in new:
+        totals.append(builder.phi(vec))
+        totals[-1].add_incoming(zero, entry)
+        totals[-1].add_incoming(value, tail)
+    return totals
 
 
 @intrinsic
@@ -249,7 +256,7 @@ def _pixel_taps(typingctx, p, base, wt, offsets, out, at):
                                              vec.as_pointer()), align=itemsize)
             return w, x
 
-        total = _tap_sum(builder, taps, vec, fma, tap)
+        (total,) = _tap_sums(builder, taps, vec, fma, lambda t: [tap(t)])
         builder.store(total, builder.bitcast(builder.gep(out_ptr, [at_]), vec.as_pointer()), align=itemsize)
         return context.get_dummy_value()
 
@@ -331,9 +338,10 @@ def _flat_path_impl(x, xf, wf, of, rf, bias, dims, window, clamp, vmin, vmax, ac
 def _tap_masks(h, w, kh, kw, pt, pl, dh, dw, lanes):
     """(offsets, masks) of _plane_taps for an output plane of the input's size (h, w): tap (i, j)
     at offsets[i*kw + j] from an output pixel's flat index; masks[t * vectors + v], bit l: whether
-    pixel v*lanes + l is in the plane and its tap t reads inside the image."""
+    pixel v*lanes + l is in the plane and its tap t reads inside the image (vectors: the plane's,
+    rounded up to whole groups of PLANE_UNROLL)."""
     pixels = h * w
-    vectors = -(-pixels // lanes)
+    vectors = -(-pixels // (lanes * PLANE_UNROLL)) * PLANE_UNROLL  # whole groups: the last vectors read nothing
     offsets = np.empty(kh * kw, np.int64)
     masks = np.zeros(kh * kw * vectors, np.int64)
     for i in range(kh):
@@ -355,17 +363,20 @@ def _flat_share(th, threads, xf, wf, of, rf, bias, dims, offsets, masks, clamp, 
     n_n, c_n, o_n, mult, pixels, taps = dims
     act, post = acts
     alpha, beta, post_alpha, post_beta = params
+    lo, hi = (vmin, vmax) if clamp else (np.float32(-np.inf), np.float32(np.inf))
     planes = n_n * o_n
-    for job in range(planes * th // threads, planes * (th + 1) // threads):
-        n, o = job // o_n, job % o_n
-        bv = np.float32(0.0 if bias is None else bias[o])
-        d = job * pixels
-        if clamp:
-            _plane_taps(xf, (n * c_n + o // mult) * pixels, offsets, masks, wf, o * taps, of, d, pixels, bv, vmin, vmax)
-        else:
-            _plane_taps(xf, (n * c_n + o // mult) * pixels, offsets, masks, wf, o * taps, of, d, pixels, bv,
-                        np.float32(-np.inf), np.float32(np.inf))
-            epilogue_run(of, d, pixels, of, d, 0.0, rf, act, alpha, beta, post, post_alpha, post_beta)
+    stop = planes * (th + 1) // threads
+    chunk = max(1, EPILOGUE_FLOATS // pixels)  # planes per epilogue run: end to end in the output
+    for j0 in range(planes * th // threads, stop, chunk):
+        j1 = min(stop, j0 + chunk)
+        for job in range(j0, j1):
+            n, o = job // o_n, job % o_n
+            bv = np.float32(0.0 if bias is None else bias[o])
+            _plane_taps(xf, (n * c_n + o // mult) * pixels, offsets, masks, wf, o * taps, of, job * pixels, pixels,
+                        bv, lo, hi)
+        if not clamp:  # one run over the chunk's planes: a 7 x 7 plane's 49 floats alone run scalar
+            epilogue_run(of, j0 * pixels, (j1 - j0) * pixels, of, j0 * pixels, 0.0, rf, act, alpha, beta,
+                         post, post_alpha, post_beta)
 
 
 @intrinsic
@@ -375,7 +386,8 @@ def _plane_taps(typingctx, xf, x0, offsets, masks, wf, w0, of, o0, pixels, bias,
     for each vector v of output pixels, the sum over taps t of wf[w0 + t] * xf[x0 + v*W + offsets[t]],
     each tap's load masked by masks[t * vectors + v] (bit l: lane l reads inside the image; the
     padding reads nothing and adds zero), then min(max(sum + bias, lo), hi) (NaN kept), stored
-    (the last vector masked). No phase planes, no copies: 9 masked loads and FMAs per vector of a 3x3."""
+    (the last vector masked). No phase planes, no copies: 9 masked loads and FMAs per vector of a
+    3x3, PLANE_UNROLL vectors at once (_tap_masks pads the masks to whole groups)."""
     if not (all(_flat(a, types.float32) for a in (xf, wf, of)) and _flat(offsets, types.int64)
             and _flat(masks, types.int64)):
         return None
@@ -391,7 +403,8 @@ def _plane_taps(typingctx, xf, x0, offsets, masks, wf, w0, of, o0, pixels, bias,
         x_ptr, off_ptr, m_ptr, w_ptr, o_ptr = (cgutils.create_struct_proxy(signature.args[i])(
             context, builder, value=args[i]).data for i in (0, 2, 3, 4, 6))
         taps = cgutils.create_struct_proxy(signature.args[2])(context, builder, value=off_).nitems
-        vectors = builder.sdiv(builder.add(pixels_, ir.Constant(i64, width - 1)), ir.Constant(i64, width))
+        vectors = builder.mul(builder.sdiv(builder.add(pixels_, ir.Constant(i64, width * PLANE_UNROLL - 1)),
+                                           ir.Constant(i64, width * PLANE_UNROLL)), ir.Constant(i64, PLANE_UNROLL))
 
         def splat(value):
             lane0 = builder.insert_element(ir.Constant(vec, ir.Undefined), value, ir.Constant(i32, 0))
@@ -408,25 +421,32 @@ def _plane_taps(typingctx, xf, x0, offsets, masks, wf, w0, of, o0, pixels, bias,
         zero = ir.Constant(vec, [0.0] * width)
 
         v_entry, v_loop, v_done = enter_loop(builder, "vectors", vectors)
-        v = builder.phi(i64)
-        base = builder.add(x0_, builder.mul(v, ir.Constant(i64, width)))
-        def tap(t):  # the tap's input lanes inside the image (zeros elsewhere), its weight in every lane
-            bits = builder.load(builder.gep(m_ptr, [builder.add(builder.mul(t, vectors), v)]))
-            mask = builder.bitcast(builder.trunc(bits, ir.IntType(width)), mask_t)
-            at = builder.gep(x_ptr, [builder.add(base, builder.load(builder.gep(off_ptr, [t])))])
-            value = builder.call(load, [builder.bitcast(at, vec.as_pointer()), ir.Constant(i32, 4), mask, zero])
-            return value, splat(builder.load(builder.gep(w_ptr, [builder.add(w0_, t)])))
+        v = builder.phi(i64)  # the first of PLANE_UNROLL vectors summed at once
 
-        total = _tap_sum(builder, taps, vec, fma, tap)
-        r = builder.fadd(total, bias_)
-        r = builder.select(builder.fcmp_ordered("<", r, lo_), lo_, r)
-        r = builder.select(builder.fcmp_ordered(">", r, hi_), hi_, r)
-        out_at = builder.bitcast(builder.gep(o_ptr, [builder.add(o0_, builder.mul(v, ir.Constant(i64, width)))]),
-                                 vec.as_pointer())
-        left = builder.sub(pixels_, builder.mul(v, ir.Constant(i64, width)))
-        builder.call(store, [r, out_at, ir.Constant(i32, 4), lane_mask(builder, left, width)])  # all lanes but
-        # in the last vector
-        v_next = builder.add(v, ir.Constant(i64, 1))
+        def tap(t):  # each vector's input lanes inside the image (zeros elsewhere), the weight in every lane
+            weight = splat(builder.load(builder.gep(w_ptr, [builder.add(w0_, t)])))
+            offset = builder.load(builder.gep(off_ptr, [t]))
+            pairs = []
+            for k in range(PLANE_UNROLL):
+                vk = builder.add(v, ir.Constant(i64, k))
+                bits = builder.load(builder.gep(m_ptr, [builder.add(builder.mul(t, vectors), vk)]))
+                mask = builder.bitcast(builder.trunc(bits, ir.IntType(width)), mask_t)
+                at = builder.gep(x_ptr, [builder.add(builder.add(x0_, builder.mul(vk, ir.Constant(i64, width))),
+                                                     offset)])
+                pairs.append((builder.call(load, [builder.bitcast(at, vec.as_pointer()), ir.Constant(i32, 4), mask,
+                                                  zero]), weight))
+            return pairs
+
+        for k, total in enumerate(_tap_sums(builder, taps, vec, fma, tap, PLANE_UNROLL)):
+            r = builder.fadd(total, bias_)
+            r = builder.select(builder.fcmp_ordered("<", r, lo_), lo_, r)
+            r = builder.select(builder.fcmp_ordered(">", r, hi_), hi_, r)
+            start = builder.mul(builder.add(v, ir.Constant(i64, k)), ir.Constant(i64, width))
+            out_at = builder.bitcast(builder.gep(o_ptr, [builder.add(o0_, start)]), vec.as_pointer())
+            # every lane but past the plane's end: none in the vectors past it, which round up the group
+            inside = lane_mask(builder, builder.sub(pixels_, start), width)
+            builder.call(store, [r, out_at, ir.Constant(i32, 4), inside])
+        v_next = builder.add(v, ir.Constant(i64, PLANE_UNROLL))
         v_tail = builder.block
         v.add_incoming(ir.Constant(i64, 0), v_entry)
         v.add_incoming(v_next, v_tail)
