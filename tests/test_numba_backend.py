@@ -63,7 +63,8 @@ def test_the_threads_option_holds_in_other_calling_threads(two_inputs, tmp_path)
 
 def test_the_arena_is_kept_between_calls_and_outputs_never_live_in_it(tmp_path):
     """A call takes the model's arena and gives it back: the next call reuses it (no fresh pages),
-    and what a call returned is not overwritten by the next one."""
+    and what a call returned is not overwritten by the next one. The arena starts on a cache line,
+    as the memory plan's offsets assume."""
     m = compiler.compile(SHIPPED, cache_dir=tmp_path)
     assert m.memory_plan.arena_bytes > 0
     rng = np.random.default_rng(0)
@@ -72,6 +73,7 @@ def test_the_arena_is_kept_between_calls_and_outputs_never_live_in_it(tmp_path):
     reference = compiler.compile(SHIPPED, backend="interpreter")
     first = m(x1)
     arena = m.arenas._free[0]
+    assert arena.ctypes.data % 64 == 0 and arena.nbytes == m.memory_plan.arena_bytes  # on a cache line
     second = m(x2)
     assert m.arenas._free == [arena]  # one arena, the same one, back in the pool
     np.testing.assert_allclose(first, reference(x1), rtol=1e-5, atol=1e-5)
