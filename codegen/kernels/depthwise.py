@@ -45,7 +45,7 @@ from codegen.kernels.common import SEQ, blocks, num_threads, u
 from codegen.kernels.epilogue import ONE_PASS, epilogue_run, residual_run
 from codegen.kernels.planes import gather_planes, plane_pitch, tap_offset
 from codegen.kernels.tasks import run_tasks
-from codegen.kernels.vectors import clamp_run, copy_run, enter_loop, lane_mask, vector_floats, vector_width
+from codegen.kernels.vectors import clamp_run, copy_run, enter_loop, fma_sums, lane_mask, vector_floats, vector_width
 
 # a*b + c may compile to one fused multiply-add (the only fast-math flag: no reassociation)
 FMA = {**SEQ, "fastmath": {"contract"}}
@@ -194,34 +194,6 @@ def _depthwise_share(th, threads, xf, wf, of, rf, bias, dims, window, split, cla
                              post, post_alpha, post_beta)
 
 
-def _tap_sums(builder, taps, vec, fma, tap, count=1):
-    """LLVM IR summing, for each k < count, fma(*tap(t)[k]) over t < taps (an i64) in vector
-    register k, from the builder's position; returns the sums (zeros for no taps) with the builder
-    after the loop. Several independent sums keep the FMAs from waiting on each other: one
-    accumulator runs at one FMA per FMA latency (4 cycles on Zen 4), not per cycle."""
-    i64 = ir.IntType(64)
-    zero = ir.Constant(vec, [0.0] * vec.count)
-    entry, loop, done = enter_loop(builder, "taps", taps)
-    t = builder.phi(i64)
-    accs = [builder.phi(vec) for _ in range(count)]
-    new = [builder.call(fma, [*pair, acc]) for pair, acc in zip(tap(t), accs)]
-    t_next = builder.add(t, ir.Constant(i64, 1))
-    tail = builder.block
-    t.add_incoming(ir.Constant(i64, 0), entry)
-    t.add_incoming(t_next, tail)
-    for acc, value in zip(accs, new):
-        acc.add_incoming(zero, entry)
-        acc.add_incoming(value, tail)
-    builder.cbranch(builder.icmp_signed("<", t_next, taps), loop, done)
-    builder.position_at_end(done)
-    totals = []
-    for value in new:
-        totals.append(builder.phi(vec))
-        totals[-1].add_incoming(zero, entry)
-        totals[-1].add_incoming(value, tail)
-    return totals
-
-
 @intrinsic
 def _pixel_taps(typingctx, p, base, wt, offsets, out, at):
     """out[at:at + CB] = sum over taps t of wt[t * CB:][:CB] * p[base + offsets[t]:][:CB]: one output
@@ -256,7 +228,7 @@ def _pixel_taps(typingctx, p, base, wt, offsets, out, at):
                                              vec.as_pointer()), align=itemsize)
             return w, x
 
-        (total,) = _tap_sums(builder, taps, vec, fma, lambda t: [tap(t)])
+        (total,) = fma_sums(builder, taps, vec, fma, lambda t: [tap(t)], 1)
         builder.store(total, builder.bitcast(builder.gep(out_ptr, [at_]), vec.as_pointer()), align=itemsize)
         return context.get_dummy_value()
 
@@ -437,7 +409,7 @@ def _plane_taps(typingctx, xf, x0, offsets, masks, wf, w0, of, o0, pixels, bias,
                                                   zero]), weight))
             return pairs
 
-        for k, total in enumerate(_tap_sums(builder, taps, vec, fma, tap, PLANE_UNROLL)):
+        for k, total in enumerate(fma_sums(builder, taps, vec, fma, tap, PLANE_UNROLL)):
             r = builder.fadd(total, bias_)
             r = builder.select(builder.fcmp_ordered("<", r, lo_), lo_, r)
             r = builder.select(builder.fcmp_ordered(">", r, hi_), hi_, r)

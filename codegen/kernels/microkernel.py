@@ -25,7 +25,7 @@ from numba.core import cgutils, types
 from numba.extending import intrinsic
 
 from codegen.kernels.common import SEQ
-from codegen.kernels.vectors import enter_loop, vector_width
+from codegen.kernels.vectors import fma_sums, vector_width
 
 MR = 6  # output channels per microkernel call: rows of the accumulator block
 VECTORS_PER_ROW = 2  # NR = 2 vectors: 2 * MR accumulators + 2 loads + 1 broadcast fit in 16 registers
@@ -73,42 +73,27 @@ def _micro_gemm_codegen(vectors: int, indirect: bool = False, a_rows: bool = Fal
         c_ptr = _data_pointer(context, builder, signature.args[6], c_, c0_)
         kc_, ldb_, ldc_ = (context.cast(builder, v, t, types.int64) for v, t in
                            ((kc_, signature.args[0]), (ldb_, signature.args[5]), (ldc_, signature.args[8])))
-        n_acc = MR * vectors
-        zero = ir.Constant(vec, [0.0] * width)
         splat_mask = ir.Constant(ir.VectorType(i32, width), [0] * width)
 
         def vector_at(pointer, index):
             return builder.bitcast(builder.gep(pointer, [index]), vec.as_pointer())
 
-        entry, loop, done = enter_loop(builder, "micro", kc_)
-        # one reduction step: MR broadcasts, `vectors` loads, MR * vectors FMAs
-        p = builder.phi(i64)
-        acc = [builder.phi(vec) for _ in range(n_acc)]
-        b_row = builder.gep(b_ptr, [builder.load(builder.gep(rows_ptr, [p])) if indirect else builder.mul(p, ldb_)])
-        b_vecs = [builder.load(vector_at(b_row, ir.Constant(i64, j * width)), align=4) for j in range(vectors)]
-        a_step = builder.gep(a_ptr, [builder.mul(p, lds_ if a_rows else ir.Constant(i64, MR))])
-        new = []
-        for i in range(MR):
-            a_at = builder.mul(ir.Constant(i64, i), lda_) if a_rows else ir.Constant(i64, i)
-            scalar = builder.load(builder.gep(a_step, [a_at]))
-            lane0 = builder.insert_element(ir.Constant(vec, ir.Undefined), scalar, ir.Constant(i32, 0))
-            splat = builder.shuffle_vector(lane0, ir.Constant(vec, ir.Undefined), splat_mask)
-            new += [builder.call(fma, [splat, b_vecs[j], acc[i * vectors + j]]) for j in range(vectors)]
-        p_next = builder.add(p, ir.Constant(i64, 1))
-        tail = builder.block
-        p.add_incoming(ir.Constant(i64, 0), entry)
-        p.add_incoming(p_next, tail)
-        for phi, value in zip(acc, new):
-            phi.add_incoming(zero, entry)
-            phi.add_incoming(value, tail)
-        builder.cbranch(builder.icmp_signed("<", p_next, kc_), loop, done)
+        def step(p):  # one reduction step: MR broadcasts, `vectors` loads, MR * vectors FMAs
+            b_row = builder.gep(b_ptr, [builder.load(builder.gep(rows_ptr, [p])) if indirect
+                                        else builder.mul(p, ldb_)])
+            b_vecs = [builder.load(vector_at(b_row, ir.Constant(i64, j * width)), align=4) for j in range(vectors)]
+            a_step = builder.gep(a_ptr, [builder.mul(p, lds_ if a_rows else ir.Constant(i64, MR))])
+            terms = []
+            for i in range(MR):
+                a_at = builder.mul(ir.Constant(i64, i), lda_) if a_rows else ir.Constant(i64, i)
+                scalar = builder.load(builder.gep(a_step, [a_at]))
+                lane0 = builder.insert_element(ir.Constant(vec, ir.Undefined), scalar, ir.Constant(i32, 0))
+                splat = builder.shuffle_vector(lane0, ir.Constant(vec, ir.Undefined), splat_mask)
+                terms += [(splat, b_vecs[j]) for j in range(vectors)]
+            return terms
 
-        builder.position_at_end(done)  # store the block, added to what is there if accumulating
-        results = []
-        for value in new:  # (phis first: kc <= 0 leaves every accumulator 0)
-            results.append(builder.phi(vec))
-            results[-1].add_incoming(zero, entry)
-            results[-1].add_incoming(value, tail)
+        # the block, stored (added to what is there if accumulating); kc <= 0 leaves every sum 0
+        results = fma_sums(builder, kc_, vec, fma, step, MR * vectors)
         add = builder.icmp_unsigned("!=", acc_, ir.Constant(acc_.type, 0))
         for i in range(MR):
             c_row = builder.gep(c_ptr, [builder.mul(ir.Constant(i64, i), ldc_)])

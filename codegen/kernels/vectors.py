@@ -62,6 +62,35 @@ def enter_loop(builder, name: str, count):
     return entry, loop, after
 
 
+def fma_sums(builder, count, vec, fma, terms, sums: int):
+    """LLVM IR of a reduction loop: for k < sums, the sum over p < count (an i64) of fma(*terms(p)[k])
+    in vector register k, from the builder's position; returns the sums (zeros for count <= 0), with
+    the builder after the loop. terms(p) emits step p's loads and returns one (a, b) pair per sum.
+    Independent sums keep the FMAs from waiting on each other (one sum runs at one FMA per FMA
+    latency, 4 cycles on Zen 4): the microkernel's MR x NR block, the depthwise kernels' pixels."""
+    i64 = ir.IntType(64)
+    zero = ir.Constant(vec, [0.0] * vec.count)
+    entry, loop, done = enter_loop(builder, "sums", count)
+    p = builder.phi(i64)
+    accs = [builder.phi(vec) for _ in range(sums)]
+    new = [builder.call(fma, [*pair, acc]) for pair, acc in zip(terms(p), accs)]
+    p_next = builder.add(p, ir.Constant(i64, 1))
+    tail = builder.block
+    p.add_incoming(ir.Constant(i64, 0), entry)
+    p.add_incoming(p_next, tail)
+    for acc, value in zip(accs, new):
+        acc.add_incoming(zero, entry)
+        acc.add_incoming(value, tail)
+    builder.cbranch(builder.icmp_signed("<", p_next, count), loop, done)
+    builder.position_at_end(done)
+    totals = []
+    for value in new:
+        totals.append(builder.phi(vec))
+        totals[-1].add_incoming(zero, entry)
+        totals[-1].add_incoming(value, tail)
+    return totals
+
+
 def lane_mask(builder, count, width: int):
     """An LLVM <width x i1> mask of the lanes below count (an i64): a masked load's or store's."""
     i32, i64 = ir.IntType(32), ir.IntType(64)
