@@ -23,11 +23,15 @@ EfficientNets' 7 x 7 and 14 x 14 stages), skips the scratch altogether: each vec
 pixels sums its taps loaded straight from the input plane, each load masked to the lanes whose tap
 lies inside the image (_plane_taps, LLVM IR; the masks are computed once per call). 960 channels
 on 7 x 7: 49 -> 30 us; 672 channels, 5x5 on 14 x 14: 189 -> 150 us (AVX-512 EPYC, 2 threads).
+Other convs on small output planes whose rows are at least as long as the input's phase rows
+(ow * sw >= w: stride 2 with "same" padding) take the same loop over the input split into
+unpadded phase planes of the output's pitch (gather_planes): 576 channels 3x3 stride 2 from
+14 x 14: 57 -> 39 us; 240 channels 5x5 stride 2 from 28 x 28: 115 -> 73 us.
 Float32 only; float64 takes the paths below.
 
-Other small output planes (at most CHANNEL_BLOCK_PIXELS, CHANNEL_BLOCK_PIXELS_3X3 for 3x3 kernels:
-the 7 x 7 stages of MobileNets and EfficientNets and their 14 x 14 5x5 layers, up to 1152
-channels) have rows too short for those loops: there a task
+The other small output planes (at most CHANNEL_BLOCK_PIXELS, CHANNEL_BLOCK_PIXELS_3X3 for 3x3
+kernels: float64, or inputs wider than the output's phase rows, as with no padding) have rows too
+short for the row blocks below: there a task
 takes CB channels at once, lays their padded planes out channel-minor, and sums each output
 pixel's taps across the CB channels in vector registers (`_pixel_taps`, LLVM IR): 2-3x faster
 on EfficientNet-B0's 7 x 7 and 14 x 14 layers (AMD EPYC, AVX2).
@@ -134,12 +138,14 @@ def conv_depthwise(x, weight, bias, residual, out, sh, sw, pt, pl, dh, dw,
     vmin = typed(-np.inf if act == 0 else (0.0 if act == 1 else alpha))
     vmax = typed(np.inf if act <= 1 else beta)
     hp, wp = (oh - 1) * sh + (kh - 1) * dh + 1, (ow - 1) * sw + (kw - 1) * dw + 1  # the padded input the windows read
-    same = sh == 1 and sw == 1 and oh == h and ow == w  # an output plane of the input's size
-    if same and oh * ow <= FLAT_PIXELS and _flat_path(
-            x, xf, wf, of, rf, bias, (n_n, c_n, h, w, o_n, mult, kh, kw), (pt, pl, dh, dw), clamp, vmin, vmax,
-            (act, post), (alpha, beta, post_alpha, post_beta)):
-        return
+    # small output planes whose rows are as long as a phase plane's: the flat path (_plane_taps), up to
+    # FLAT_PIXELS for stride-1 "same" convs (read in place), otherwise where the channel blocks would run
     small = CHANNEL_BLOCK_PIXELS if kh * kw > 9 else CHANNEL_BLOCK_PIXELS_3X3
+    same = sh == 1 and sw == 1 and oh == h and ow == w
+    if oh * ow <= (FLAT_PIXELS if same else small) and ow * sw >= w and _flat_path(
+            x, xf, wf, of, rf, bias, (n_n, c_n, h, w, o_n, oh, ow, mult, kh, kw), (sh, sw, pt, pl, dh, dw), clamp,
+            vmin, vmax, (act, post), (alpha, beta, post_alpha, post_beta)):
+        return
     if oh * ow <= small and hp * wp * CB <= CHANNEL_BLOCK_FLOATS:  # small planes: CB channels
         # per task, vectorised across them (the rows of a 14 x 14 plane are too short for the loops below)
         threads = min(num_threads(), n_n * -(-o_n // CB))
@@ -295,47 +301,56 @@ def _flat_path_impl(x, xf, wf, of, rf, bias, dims, window, clamp, vmin, vmax, ac
         return lambda x, xf, wf, of, rf, bias, dims, window, clamp, vmin, vmax, acts, params: False
 
     def run(x, xf, wf, of, rf, bias, dims, window, clamp, vmin, vmax, acts, params):
-        n_n, c_n, h, w, o_n, mult, kh, kw = dims
-        pt, pl, dh, dw = window
-        offsets, masks = _tap_masks(h, w, kh, kw, pt, pl, dh, dw, vector_floats())
+        n_n, c_n, h, w, o_n, oh, ow, mult, kh, kw = dims
+        sh, sw, pt, pl, dh, dw = window
+        offsets, masks = _tap_masks(h, w, oh, ow, kh, kw, sh, sw, pt, pl, dh, dw, vector_floats())
         threads = min(num_threads(), n_n * o_n)
-        run_tasks(_flat_share, threads, (threads, xf, wf, of, rf, bias, (n_n, c_n, o_n, mult, h * w, kh * kw),
-                                         offsets, masks, clamp, np.float32(vmin), np.float32(vmax), acts, params))
+        run_tasks(_flat_share, threads, (threads, xf, wf, of, rf, bias, (n_n, c_n, o_n, mult, h, w, oh * ow, kh * kw),
+                                         (sh, sw, ow), offsets, masks, clamp, np.float32(vmin), np.float32(vmax),
+                                         acts, params))
         return True
 
     return run
 
 
 @numba.njit(**SEQ)
-def _tap_masks(h, w, kh, kw, pt, pl, dh, dw, lanes):
-    """(offsets, masks) of _plane_taps for an output plane of the input's size (h, w): tap (i, j)
-    at offsets[i*kw + j] from an output pixel's flat index; masks[t * vectors + v], bit l: whether
-    pixel v*lanes + l is in the plane and its tap t reads inside the image (vectors: the plane's,
-    rounded up to whole groups of PLANE_UNROLL)."""
-    pixels = h * w
+def _tap_masks(h, w, oh, ow, kh, kw, sh, sw, pt, pl, dh, dw, lanes):
+    """(offsets, masks) of _plane_taps, for the phase planes of _flat_share (planes.py's layout, with
+    no padding: plane (a, b) holds the input's rows a, a + sh, ... and columns b, b + sw, ..., -(-h // sh)
+    rows of pitch ow): tap (i, j) of output pixel q = y * ow + x reads at q + offsets[i*kw + j];
+    masks[t * vectors + v], bit l: whether pixel v*lanes + l is in the plane and its tap t reads inside
+    the image (vectors: the plane's, rounded up to whole groups of PLANE_UNROLL). At stride 1 with
+    ow == w the single plane is the input plane itself."""
+    hq, pixels = -(-h // sh), oh * ow
     vectors = -(-pixels // (lanes * PLANE_UNROLL)) * PLANE_UNROLL  # whole groups: the last vectors read nothing
     offsets = np.empty(kh * kw, np.int64)
     masks = np.zeros(kh * kw * vectors, np.int64)
     for i in range(kh):
         for j in range(kw):
             t = i * kw + j
-            dy, dx = i * dh - pt, j * dw - pl
-            offsets[t] = dy * w + dx
+            dy, dx = i * dh - pt, j * dw - pl  # input row y * sh + dy, column x * sw + dx
+            offsets[t] = ((dy % sh * sw + dx % sw) * hq + dy // sh) * ow + dx // sw
             for q in range(pixels):
-                y, x = q // w + dy, q % w + dx
-                if y >= 0 and y < h and x >= 0 and x < w:
+                iy, ix = q // ow * sh + dy, q % ow * sw + dx
+                if iy >= 0 and iy < h and ix >= 0 and ix < w:
                     masks[t * vectors + q // lanes] |= 1 << (q % lanes)
     return offsets, masks
 
 
 @numba.njit(**SEQ)
-def _flat_share(th, threads, xf, wf, of, rf, bias, dims, offsets, masks, clamp, vmin, vmax, acts, params):
-    """Thread th's share of the flat path's (image, channel) planes: _plane_taps, then the epilogue
-    in place over the plane unless it was a clamp (ReLU, ReLU6, none) applied on the way out."""
-    n_n, c_n, o_n, mult, pixels, taps = dims
+def _flat_share(th, threads, xf, wf, of, rf, bias, dims, strides, offsets, masks, clamp, vmin, vmax, acts, params):
+    """Thread th's share of the flat path's (image, channel) planes: the input plane split into phase
+    planes of pitch ow (unless it is read where it lies: stride 1, ow == w), _plane_taps, then the
+    epilogue in place over the plane unless it was a clamp (ReLU, ReLU6, none) applied on the way out."""
+    n_n, c_n, o_n, mult, h, w, pixels, taps = dims
+    sh, sw, ow = strides
     act, post = acts
     alpha, beta, post_alpha, post_beta = params
     lo, hi = (vmin, vmax) if clamp else (np.float32(-np.inf), np.float32(np.inf))
+    hq = -(-h // sh)
+    in_place = sh == 1 and sw == 1 and ow == w
+    p = np.empty(0 if in_place else sh * sw * hq * ow, xf.dtype)  # masked lanes read nothing: no zeros needed
+    gathered = -1  # the input plane p holds
     planes = n_n * o_n
     stop = planes * (th + 1) // threads
     chunk = max(1, EPILOGUE_FLOATS // pixels)  # planes per epilogue run: end to end in the output
@@ -344,8 +359,14 @@ def _flat_share(th, threads, xf, wf, of, rf, bias, dims, offsets, masks, clamp, 
         for job in range(j0, j1):
             n, o = job // o_n, job % o_n
             bv = np.float32(0.0 if bias is None else bias[o])
-            _plane_taps(xf, (n * c_n + o // mult) * pixels, offsets, masks, wf, o * taps, of, job * pixels, pixels,
-                        bv, lo, hi)
+            x0 = (n * c_n + o // mult) * h * w
+            if in_place:
+                _plane_taps(xf, x0, offsets, masks, wf, o * taps, of, job * pixels, pixels, bv, lo, hi)
+            else:
+                if x0 != gathered:
+                    gather_planes(xf, x0, h, w, 0, sh, sw, 0, p, 0, hq, ow)
+                    gathered = x0
+                _plane_taps(p, 0, offsets, masks, wf, o * taps, of, job * pixels, pixels, bv, lo, hi)
         if not clamp:  # one run over the chunk's planes: a 7 x 7 plane's 49 floats alone run scalar
             epilogue_run(of, j0 * pixels, (j1 - j0) * pixels, of, j0 * pixels, 0.0, rf, act, alpha, beta,
                          post, post_alpha, post_beta)

@@ -4,8 +4,10 @@ parity of the left padding; odd widths; rows and columns in the padding; unread 
 of its sums (3x3 in registers, Kx5 a kernel row at a time, any other kernel tap by tap), of its
 epilogue (the clamp written in place, the rest through epilogue_run over the block or, with a
 residual, row by row), row blocks, float64; and the same geometries on the small-plane paths:
-stride-1 convs whose output is the input's size read their taps straight from the input under
-masks (_plane_taps), the others vectorise channels in blocks of CB, with a partial last block."""
+convs whose output rows are as long as the input's phase rows read their taps under masks
+(_plane_taps): straight from the input at stride 1 when the output is the input's size, from phase
+planes of the output's pitch otherwise (strides 2, 3, 1x2, 2x1, wider padding, a multiplier); the
+others (and float64) vectorise channels in blocks of CB, with a partial last block."""
 
 from __future__ import annotations
 
@@ -74,6 +76,8 @@ GEOMETRIES = {
     "channel_blocks_valid": ((2, 40, 9, 9), 1, (3, 3), (1, 1), (0, 0, 0, 0), (1, 1)),  # 7 x 7 out of 9 x 9
     "flat_asymmetric_same_size": ((1, 5, 9, 10), 1, (3, 3), (1, 1), (0, 0, 2, 2), (1, 1)),
     "flat_16x16_vectors_exactly": ((1, 3, 16, 16), 1, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1)),
+    "flat_s1_output_wider_than_input": ((1, 3, 5, 6), 1, (3, 3), (1, 1), (2, 2, 2, 2), (1, 1)),  # copied, pitch 8
+    "flat_s2_multiplier_2": ((2, 4, 10, 10), 2, (3, 3), (2, 2), (1, 1, 1, 1), (1, 1)),  # one split per input plane
 }
 
 
