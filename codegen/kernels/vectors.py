@@ -45,6 +45,9 @@ def vector_floats(typingctx):
     return types.int64(), codegen
 
 
+RUN_MAX_VECTORS = 4  # run_max's independent maxima
+
+
 def _is_flat(array) -> bool:
     return isinstance(array, types.Array) and array.ndim == 1 and array.layout == "C"
 
@@ -258,3 +261,70 @@ def clamp_run(typingctx, dst, d, src, s, n, bias, lo, hi):
     if not _same_float_runs(dst, src):
         return None
     return types.void(dst, d, src, s, n, bias, lo, hi), _run_codegen(True)
+
+
+@intrinsic
+def run_max(typingctx, src, s, n):
+    """The largest of src[s:s + n] (n >= 1), NaN if any is NaN (llvm.maximum), in whole vectors and one
+    masked vector, then across the lanes. numba's loop over max() stays scalar whatever its fast-math
+    flags: a softmax spent more time finding its rows' maxima than on their exps (0.55 ns a float)."""
+    if not (_is_flat(src) and src.dtype in (types.float32, types.float64)):
+        return None
+    sig = src.dtype(src, s, n)
+
+    def codegen(context, builder, signature, args):
+        src_, s_, n_ = args
+        s_, n_ = (context.cast(builder, v, signature.args[i], types.int64) for v, i in ((s_, 1), (n_, 2)))
+        dtype = signature.args[0].dtype
+        width = vector_width(context)
+        i32, i64 = ir.IntType(32), ir.IntType(64)
+        scalar = context.get_value_type(dtype)
+        vec, mask_t = ir.VectorType(scalar, width), ir.VectorType(ir.IntType(1), width)
+        align = 4 if dtype == types.float32 else 8
+        suffix = f"v{width}{'f32' if dtype == types.float32 else 'f64'}"
+        maximum = cgutils.get_or_insert_function(builder.module, ir.FunctionType(vec, [vec, vec]),
+                                                 f"llvm.maximum.{suffix}")
+        load_t = ir.FunctionType(vec, [vec.as_pointer(), i32, mask_t, vec])
+        load = cgutils.get_or_insert_function(builder.module, load_t, f"llvm.masked.load.{suffix}.p0")
+        src_ptr = cgutils.create_struct_proxy(signature.args[0])(context, builder, value=src_).data
+        lowest = ir.Constant(vec, [float("-inf")] * width)
+
+        def at(k):
+            return builder.bitcast(builder.gep(src_ptr, [builder.add(s_, k)]), vec.as_pointer())
+
+        step = RUN_MAX_VECTORS * width  # independent maxima: one runs at one vector per llvm.maximum latency
+        whole = builder.mul(builder.sdiv(n_, ir.Constant(i64, step)), ir.Constant(i64, step))
+        entry, loop, rest = enter_loop(builder, "max", whole)
+        k = builder.phi(i64)
+        accs = [builder.phi(vec) for _ in range(RUN_MAX_VECTORS)]
+        new = [builder.call(maximum, [acc, builder.load(at(builder.add(k, ir.Constant(i64, j * width))), align=align)])
+               for j, acc in enumerate(accs)]
+        k_next = builder.add(k, ir.Constant(i64, step))
+        k.add_incoming(ir.Constant(i64, 0), entry)
+        k.add_incoming(k_next, loop)
+        for acc, value in zip(accs, new):
+            acc.add_incoming(lowest, entry)
+            acc.add_incoming(value, loop)
+        builder.cbranch(builder.icmp_signed("<", k_next, whole), loop, rest)
+        builder.position_at_end(rest)
+        totals = []
+        for value in new:
+            totals.append(builder.phi(vec))
+            totals[-1].add_incoming(lowest, entry)
+            totals[-1].add_incoming(value, loop)
+        v = None
+        for j, total in enumerate(totals):  # and the last n % step elements, masked (no lanes: -inf)
+            start = builder.add(whole, ir.Constant(i64, j * width))
+            tail = builder.call(load, [at(start), ir.Constant(i32, align),
+                                       lane_mask(builder, builder.sub(n_, start), width), lowest])
+            total = builder.call(maximum, [total, tail])
+            v = total if v is None else builder.call(maximum, [v, total])
+        half = width // 2
+        while half >= 1:  # across the lanes: fold the upper half onto the lower
+            lanes = ir.Constant(ir.VectorType(i32, width), [(i + half) % width for i in range(width)])
+            upper = builder.shuffle_vector(v, ir.Constant(vec, ir.Undefined), lanes)
+            v = builder.call(maximum, [v, upper])
+            half //= 2
+        return builder.extract_element(v, ir.Constant(i32, 0))
+
+    return sig, codegen

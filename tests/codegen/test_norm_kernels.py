@@ -54,9 +54,26 @@ def test_group_norm(shape, groups, affine):
 
 @pytest.mark.parametrize("op", ["softmax", "log_softmax"])
 @pytest.mark.parametrize("shape, dim", [((1, 4, 16, 16), -1), ((4, 7, 5), 1), ((3, 5), 0), ((2, 3, 17, 19), 2),
-                                        ((1, 12, 50, 50), -1), ((1, 85, 600), 1), ((6,), 0)])
+                                        ((1, 12, 50, 50), -1), ((1, 85, 600), 1), ((6,), 0), ((3, 4100), -1),
+                                        ((700, 16), 1)])
 def test_softmax(op, shape, dim):
     check(op, [rand(*shape, scale=4.0)], {"dim": dim}, jit=shape == (4, 7, 5))
+
+
+@pytest.mark.parametrize("log", [False, True])
+def test_softmax_row_with_nan_is_nan(log):
+    """torch: a NaN in a row makes that whole row NaN, and only that row."""
+    from codegen.kernels.norm import softmax
+
+    x = rand(6, 37, scale=4.0)
+    x[2, 11] = np.nan
+    out = np.empty_like(x)
+    softmax(x.reshape(-1), out.reshape(-1), 6, 37, 1, log)
+    assert np.isnan(out[2]).all()
+    rest = np.delete(x, 2, axis=0).astype(np.float64)
+    shifted = rest - rest.max(axis=1, keepdims=True)
+    logs = shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True))
+    np.testing.assert_allclose(np.delete(out, 2, axis=0), logs if log else np.exp(logs), rtol=1e-5, atol=1e-6)
 
 
 def test_softmax_float64():

@@ -1,7 +1,8 @@
 """codegen/kernels/vectors.py: split_pairs against numpy's strided slices, for both float dtypes, any
 count (whole vectors and a masked last one) and any offsets, writing nothing past the pairs; copy_run and
 clamp_run against numpy's slices and clip, at every length around the vector width, writing
-nothing outside the run."""
+nothing outside the run; run_max against numpy's max, NaN included, at every length around its
+unrolled step."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import numba
 import numpy as np
 import pytest
 
-from codegen.kernels.vectors import clamp_run, copy_run, split_pairs, vector_floats
+from codegen.kernels.vectors import RUN_MAX_VECTORS, clamp_run, copy_run, run_max, split_pairs, vector_floats
 
 
 @numba.njit
@@ -79,3 +80,24 @@ def test_copy_run_compacts_in_place():
     _copy(a, 2, a, 10, 50)
     np.testing.assert_array_equal(a[2:52], np.arange(10, 60, dtype=np.float32))
     np.testing.assert_array_equal(a[52:], np.arange(52, 100, dtype=np.float32))
+
+
+@numba.njit
+def _max(src, s, n):
+    return run_max(src, s, n)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_run_max_of_every_length(dtype):
+    """Whole steps of RUN_MAX_VECTORS vectors, then up to that many masked ones; the elements around the
+    run are larger, so a read past it would show."""
+    width = numba.njit(lambda: vector_floats())()
+    rng = np.random.default_rng(0)
+    for n in range(1, 2 * RUN_MAX_VECTORS * width + width + 2):
+        for s in (0, 3):
+            src = np.full(n + s + width, 1e30, dtype)
+            src[s:s + n] = rng.standard_normal(n)
+            assert _max(src, s, n) == src[s:s + n].max(), (n, s)
+            src[s + n // 2] = np.nan  # a NaN anywhere makes the maximum NaN (torch's max)
+            assert np.isnan(_max(src, s, n)), (n, s)
+    assert _max(np.full(5, -np.inf, dtype), 0, 5) == -np.inf
