@@ -65,33 +65,41 @@ def enter_loop(builder, name: str, count):
     return entry, loop, after
 
 
+def vector_loop(builder, name: str, count, step: int, initial, update):
+    """LLVM IR of a loop that carries vectors: for p = 0, step, 2 * step, ... below count (an i64),
+    accs = update(p, accs), starting from `initial` (one value per carried vector); returns their
+    values after the loop (the initial ones if it runs no step), with the builder after it."""
+    i64 = ir.IntType(64)
+    entry, loop, done = enter_loop(builder, name, count)
+    p = builder.phi(i64)
+    accs = [builder.phi(value.type) for value in initial]
+    new = update(p, accs)
+    p_next = builder.add(p, ir.Constant(i64, step))
+    tail = builder.block
+    p.add_incoming(ir.Constant(i64, 0), entry)
+    p.add_incoming(p_next, tail)
+    for acc, start, value in zip(accs, initial, new):
+        acc.add_incoming(start, entry)
+        acc.add_incoming(value, tail)
+    builder.cbranch(builder.icmp_signed("<", p_next, count), loop, done)
+    builder.position_at_end(done)
+    totals = []
+    for start, value in zip(initial, new):
+        totals.append(builder.phi(start.type))
+        totals[-1].add_incoming(start, entry)
+        totals[-1].add_incoming(value, tail)
+    return totals
+
+
 def fma_sums(builder, count, vec, fma, terms, sums: int):
     """LLVM IR of a reduction loop: for k < sums, the sum over p < count (an i64) of fma(*terms(p)[k])
     in vector register k, from the builder's position; returns the sums (zeros for count <= 0), with
     the builder after the loop. terms(p) emits step p's loads and returns one (a, b) pair per sum.
     Independent sums keep the FMAs from waiting on each other (one sum runs at one FMA per FMA
     latency, 4 cycles on Zen 4): the microkernel's MR x NR block, the depthwise kernels' pixels."""
-    i64 = ir.IntType(64)
     zero = ir.Constant(vec, [0.0] * vec.count)
-    entry, loop, done = enter_loop(builder, "sums", count)
-    p = builder.phi(i64)
-    accs = [builder.phi(vec) for _ in range(sums)]
-    new = [builder.call(fma, [*pair, acc]) for pair, acc in zip(terms(p), accs)]
-    p_next = builder.add(p, ir.Constant(i64, 1))
-    tail = builder.block
-    p.add_incoming(ir.Constant(i64, 0), entry)
-    p.add_incoming(p_next, tail)
-    for acc, value in zip(accs, new):
-        acc.add_incoming(zero, entry)
-        acc.add_incoming(value, tail)
-    builder.cbranch(builder.icmp_signed("<", p_next, count), loop, done)
-    builder.position_at_end(done)
-    totals = []
-    for value in new:
-        totals.append(builder.phi(vec))
-        totals[-1].add_incoming(zero, entry)
-        totals[-1].add_incoming(value, tail)
-    return totals
+    return vector_loop(builder, "sums", count, 1, [zero] * sums,
+                       lambda p, accs: [builder.call(fma, [*pair, acc]) for pair, acc in zip(terms(p), accs)])
 
 
 def lane_mask(builder, count, width: int):
@@ -175,18 +183,23 @@ def split_pairs(typingctx, src, s, n, even, e, odd, o):
     return sig, codegen
 
 
+def _vector_types(context, dtype):
+    """(width, vector type, mask type, element alignment, intrinsic suffix) for float32 or float64 runs:
+    the loads and stores of a run start at any element, not at a vector's alignment."""
+    width = vector_width(context)
+    vec = ir.VectorType(context.get_value_type(dtype), width)
+    suffix = f"v{width}{'f32' if dtype == types.float32 else 'f64'}"
+    return width, vec, ir.VectorType(ir.IntType(1), width), 4 if dtype == types.float32 else 8, suffix
+
+
 def _run_codegen(clamp: bool):
     """LLVM IR of copy_run (clamp False) or clamp_run: whole vectors, then one masked vector."""
     def codegen(context, builder, signature, args):
         dst_, d_, src_, s_, n_ = args[:5]
         d_, s_, n_ = (context.cast(builder, v, signature.args[i], types.int64) for v, i in ((d_, 1), (s_, 3), (n_, 4)))
         dtype = signature.args[0].dtype
-        width = vector_width(context)
+        width, vec, mask_t, align, suffix = _vector_types(context, dtype)
         i32, i64 = ir.IntType(32), ir.IntType(64)
-        scalar = context.get_value_type(dtype)
-        vec, mask_t = ir.VectorType(scalar, width), ir.VectorType(ir.IntType(1), width)
-        align = 4 if dtype == types.float32 else 8
-        suffix = f"v{width}{'f32' if dtype == types.float32 else 'f64'}"
         dst_ptr, src_ptr = (cgutils.create_struct_proxy(signature.args[i])(context, builder, value=args[i]).data
                             for i in (0, 2))
 
@@ -276,12 +289,8 @@ def run_max(typingctx, src, s, n):
         src_, s_, n_ = args
         s_, n_ = (context.cast(builder, v, signature.args[i], types.int64) for v, i in ((s_, 1), (n_, 2)))
         dtype = signature.args[0].dtype
-        width = vector_width(context)
+        width, vec, mask_t, align, suffix = _vector_types(context, dtype)
         i32, i64 = ir.IntType(32), ir.IntType(64)
-        scalar = context.get_value_type(dtype)
-        vec, mask_t = ir.VectorType(scalar, width), ir.VectorType(ir.IntType(1), width)
-        align = 4 if dtype == types.float32 else 8
-        suffix = f"v{width}{'f32' if dtype == types.float32 else 'f64'}"
         maximum = cgutils.get_or_insert_function(builder.module, ir.FunctionType(vec, [vec, vec]),
                                                  f"llvm.maximum.{suffix}")
         load_t = ir.FunctionType(vec, [vec.as_pointer(), i32, mask_t, vec])
@@ -294,24 +303,9 @@ def run_max(typingctx, src, s, n):
 
         step = RUN_MAX_VECTORS * width  # independent maxima: one runs at one vector per llvm.maximum latency
         whole = builder.mul(builder.sdiv(n_, ir.Constant(i64, step)), ir.Constant(i64, step))
-        entry, loop, rest = enter_loop(builder, "max", whole)
-        k = builder.phi(i64)
-        accs = [builder.phi(vec) for _ in range(RUN_MAX_VECTORS)]
-        new = [builder.call(maximum, [acc, builder.load(at(builder.add(k, ir.Constant(i64, j * width))), align=align)])
-               for j, acc in enumerate(accs)]
-        k_next = builder.add(k, ir.Constant(i64, step))
-        k.add_incoming(ir.Constant(i64, 0), entry)
-        k.add_incoming(k_next, loop)
-        for acc, value in zip(accs, new):
-            acc.add_incoming(lowest, entry)
-            acc.add_incoming(value, loop)
-        builder.cbranch(builder.icmp_signed("<", k_next, whole), loop, rest)
-        builder.position_at_end(rest)
-        totals = []
-        for value in new:
-            totals.append(builder.phi(vec))
-            totals[-1].add_incoming(lowest, entry)
-            totals[-1].add_incoming(value, loop)
+        totals = vector_loop(builder, "max", whole, step, [lowest] * RUN_MAX_VECTORS, lambda k, accs: [
+            builder.call(maximum, [acc, builder.load(at(builder.add(k, ir.Constant(i64, j * width))), align=align)])
+            for j, acc in enumerate(accs)])
         v = None
         for j, total in enumerate(totals):  # and the last n % step elements, masked (no lanes: -inf)
             start = builder.add(whole, ir.Constant(i64, j * width))
