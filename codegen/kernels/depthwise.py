@@ -49,7 +49,7 @@ from codegen.kernels.common import SEQ, blocks, num_threads, u
 from codegen.kernels.epilogue import ONE_PASS, epilogue_run, residual_run
 from codegen.kernels.planes import gather_planes, plane_pitch, tap_offset
 from codegen.kernels.tasks import run_tasks
-from codegen.kernels.vectors import clamp_run, copy_run, enter_loop, fma_sums, lane_mask, vector_floats, vector_width
+from codegen.kernels.vectors import clamp_run, copy_run, fma_sums, lane_mask, vector_floats, vector_loop, vector_width
 
 # a*b + c may compile to one fused multiply-add (the only fast-math flag: no reassociation)
 FMA = {**SEQ, "fastmath": {"contract"}}
@@ -374,13 +374,14 @@ def _flat_share(th, threads, xf, wf, of, rf, bias, dims, strides, offsets, masks
 
 @intrinsic
 def _plane_taps(typingctx, xf, x0, offsets, masks, wf, w0, of, o0, pixels, bias, lo, hi):
-    """One channel of a stride-1 depthwise conv whose output plane is its input's size, straight
-    from the input plane at xf[x0] to the output plane at of[o0] (pixels floats each), float32:
+    """One channel of a depthwise conv on the flat path, from its input plane (stride 1, output of
+    the input's size) or phase planes (_flat_share) at xf[x0] to the output plane at of[o0] (pixels
+    floats), float32:
     for each vector v of output pixels, the sum over taps t of wf[w0 + t] * xf[x0 + v*W + offsets[t]],
     each tap's load masked by masks[t * vectors + v] (bit l: lane l reads inside the image; the
     padding reads nothing and adds zero), then min(max(sum + bias, lo), hi) (NaN kept), stored
-    (the last vector masked). No phase planes, no copies: 9 masked loads and FMAs per vector of a
-    3x3, PLANE_UNROLL vectors at once (_tap_masks pads the masks to whole groups)."""
+    (the last vector masked). No padded copies: 9 masked loads and FMAs per vector of a 3x3,
+    PLANE_UNROLL vectors at once (_tap_masks pads the masks to whole groups)."""
     if not (all(_flat(a, types.float32) for a in (xf, wf, of)) and _flat(offsets, types.int64)
             and _flat(masks, types.int64)):
         return None
@@ -413,38 +414,33 @@ def _plane_taps(typingctx, xf, x0, offsets, masks, wf, w0, of, o0, pixels, bias,
             f"llvm.masked.store.v{width}f32.p0")
         zero = ir.Constant(vec, [0.0] * width)
 
-        v_entry, v_loop, v_done = enter_loop(builder, "vectors", vectors)
-        v = builder.phi(i64)  # the first of PLANE_UNROLL vectors summed at once
+        def group(v, _):  # PLANE_UNROLL vectors of output pixels from vector v on, summed at once
+            def tap(t):  # each vector's input lanes inside the image (zeros elsewhere), the weight in every lane
+                weight = splat(builder.load(builder.gep(w_ptr, [builder.add(w0_, t)])))
+                offset = builder.load(builder.gep(off_ptr, [t]))
+                pairs = []
+                for k in range(PLANE_UNROLL):
+                    vk = builder.add(v, ir.Constant(i64, k))
+                    bits = builder.load(builder.gep(m_ptr, [builder.add(builder.mul(t, vectors), vk)]))
+                    mask = builder.bitcast(builder.trunc(bits, ir.IntType(width)), mask_t)
+                    at = builder.gep(x_ptr, [builder.add(builder.add(x0_, builder.mul(vk, ir.Constant(i64, width))),
+                                                         offset)])
+                    pairs.append((builder.call(load, [builder.bitcast(at, vec.as_pointer()), ir.Constant(i32, 4), mask,
+                                                      zero]), weight))
+                return pairs
 
-        def tap(t):  # each vector's input lanes inside the image (zeros elsewhere), the weight in every lane
-            weight = splat(builder.load(builder.gep(w_ptr, [builder.add(w0_, t)])))
-            offset = builder.load(builder.gep(off_ptr, [t]))
-            pairs = []
-            for k in range(PLANE_UNROLL):
-                vk = builder.add(v, ir.Constant(i64, k))
-                bits = builder.load(builder.gep(m_ptr, [builder.add(builder.mul(t, vectors), vk)]))
-                mask = builder.bitcast(builder.trunc(bits, ir.IntType(width)), mask_t)
-                at = builder.gep(x_ptr, [builder.add(builder.add(x0_, builder.mul(vk, ir.Constant(i64, width))),
-                                                     offset)])
-                pairs.append((builder.call(load, [builder.bitcast(at, vec.as_pointer()), ir.Constant(i32, 4), mask,
-                                                  zero]), weight))
-            return pairs
+            for k, total in enumerate(fma_sums(builder, taps, vec, fma, tap, PLANE_UNROLL)):
+                r = builder.fadd(total, bias_)
+                r = builder.select(builder.fcmp_ordered("<", r, lo_), lo_, r)
+                r = builder.select(builder.fcmp_ordered(">", r, hi_), hi_, r)
+                start = builder.mul(builder.add(v, ir.Constant(i64, k)), ir.Constant(i64, width))
+                out_at = builder.bitcast(builder.gep(o_ptr, [builder.add(o0_, start)]), vec.as_pointer())
+                # every lane but past the plane's end: none in the vectors past it, which round up the group
+                inside = lane_mask(builder, builder.sub(pixels_, start), width)
+                builder.call(store, [r, out_at, ir.Constant(i32, 4), inside])
+            return []
 
-        for k, total in enumerate(fma_sums(builder, taps, vec, fma, tap, PLANE_UNROLL)):
-            r = builder.fadd(total, bias_)
-            r = builder.select(builder.fcmp_ordered("<", r, lo_), lo_, r)
-            r = builder.select(builder.fcmp_ordered(">", r, hi_), hi_, r)
-            start = builder.mul(builder.add(v, ir.Constant(i64, k)), ir.Constant(i64, width))
-            out_at = builder.bitcast(builder.gep(o_ptr, [builder.add(o0_, start)]), vec.as_pointer())
-            # every lane but past the plane's end: none in the vectors past it, which round up the group
-            inside = lane_mask(builder, builder.sub(pixels_, start), width)
-            builder.call(store, [r, out_at, ir.Constant(i32, 4), inside])
-        v_next = builder.add(v, ir.Constant(i64, PLANE_UNROLL))
-        v_tail = builder.block
-        v.add_incoming(ir.Constant(i64, 0), v_entry)
-        v.add_incoming(v_next, v_tail)
-        builder.cbranch(builder.icmp_signed("<", v_next, vectors), v_loop, v_done)
-        builder.position_at_end(v_done)
+        vector_loop(builder, "vectors", vectors, PLANE_UNROLL, [], group)
         return context.get_dummy_value()
 
     return sig, codegen

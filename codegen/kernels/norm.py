@@ -56,12 +56,6 @@ def _affine(xv, ov, scale, shift):
 
 
 @numba.njit(cache=True, nogil=True, fastmath={"reassoc"})  # not inlined: callers lack the flag
-def _moments(xv):
-    """(mean, biased variance) of xv, two passes in float64."""
-    return _moments_at(xv, 0, xv.size)
-
-
-@numba.njit(cache=True, nogil=True, fastmath={"reassoc"})
 def _moments_at(xf, b, n):
     """(mean, biased variance) of xf[b:b + n], two passes in float64 (vectorised: reassoc)."""
     s = 0.0
@@ -113,7 +107,7 @@ def layer_norm(x, weight, bias, out, eps, inner):
 
 @numba.njit(cache=True, nogil=True)
 def _group_norm_block(xv, ov, c0, per_channel, weight, bias, eps):
-    m, var = _moments(xv)
+    m, var = _moments_at(xv, 0, xv.size)
     r = 1.0 / math.sqrt(var + eps)
     for k in range(xv.size // per_channel):
         scale, shift = r, 0.0

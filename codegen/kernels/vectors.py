@@ -66,9 +66,9 @@ def enter_loop(builder, name: str, count):
 
 
 def vector_loop(builder, name: str, count, step: int, initial, update):
-    """LLVM IR of a loop that carries vectors: for p = 0, step, 2 * step, ... below count (an i64),
-    accs = update(p, accs), starting from `initial` (one value per carried vector); returns their
-    values after the loop (the initial ones if it runs no step), with the builder after it."""
+    """LLVM IR of a loop over p = 0, step, 2 * step, ... below count (an i64) that carries values (none,
+    or vectors): accs = update(p, accs), which emits step p's body, starting from `initial`; returns
+    their values after the loop (the initial ones if it runs no step), with the builder after it."""
     i64 = ir.IntType(64)
     entry, loop, done = enter_loop(builder, name, count)
     p = builder.phi(i64)
@@ -136,9 +136,6 @@ def split_pairs(typingctx, src, s, n, even, e, odd, o):
         src_ptr, even_ptr, odd_ptr = (
             cgutils.create_struct_proxy(signature.args[i])(context, builder, value=args[i]).data for i in (0, 3, 5))
         whole = builder.mul(builder.sdiv(n_, ir.Constant(i64, width)), ir.Constant(i64, width))
-        entry, loop, rest = enter_loop(builder, "pairs", whole)
-        masked = builder.append_basic_block("pairs.masked")
-        done = builder.append_basic_block("pairs.done")
         suffix = "f32" if signature.args[0].dtype == types.float32 else "f64"
         i32, bits = ir.IntType(32), ir.IntType(1)
 
@@ -159,13 +156,13 @@ def split_pairs(typingctx, src, s, n, even, e, odd, o):
         def source(k):
             return builder.bitcast(builder.gep(src_ptr, [builder.add(s_, builder.add(k, k))]), pair.as_pointer())
 
-        k = builder.phi(i64)
-        split(k, builder.load(source(k), align=align))
-        k_next = builder.add(k, ir.Constant(i64, width))
-        k.add_incoming(ir.Constant(i64, 0), entry)
-        k.add_incoming(k_next, loop)
-        builder.cbranch(builder.icmp_signed("<", k_next, whole), loop, rest)
-        builder.position_at_end(rest)
+        def whole_pairs(k, _):
+            split(k, builder.load(source(k), align=align))
+            return []
+
+        vector_loop(builder, "pairs", whole, width, [], whole_pairs)
+        masked = builder.append_basic_block("pairs.masked")
+        done = builder.append_basic_block("pairs.done")
         left = builder.sub(n_, whole)
         builder.cbranch(builder.icmp_signed(">", left, ir.Constant(i64, 0)), masked, done)
         builder.position_at_end(masked)  # the last n % W pairs: 2 * left source lanes, left per row
@@ -221,17 +218,14 @@ def _run_codegen(clamp: bool):
         def at(ptr, start, k):
             return builder.bitcast(builder.gep(ptr, [builder.add(start, k)]), vec.as_pointer())
 
+        def copy(k, _):
+            builder.store(apply(builder.load(at(src_ptr, s_, k), align=align)), at(dst_ptr, d_, k), align=align)
+            return []
+
         whole = builder.mul(builder.sdiv(n_, ir.Constant(i64, width)), ir.Constant(i64, width))
-        entry, loop, rest = enter_loop(builder, "run", whole)
+        vector_loop(builder, "run", whole, width, [], copy)
         masked = builder.append_basic_block("run.masked")
         done = builder.append_basic_block("run.done")
-        k = builder.phi(i64)
-        builder.store(apply(builder.load(at(src_ptr, s_, k), align=align)), at(dst_ptr, d_, k), align=align)
-        k_next = builder.add(k, ir.Constant(i64, width))
-        k.add_incoming(ir.Constant(i64, 0), entry)
-        k.add_incoming(k_next, loop)
-        builder.cbranch(builder.icmp_signed("<", k_next, whole), loop, rest)
-        builder.position_at_end(rest)
         left = builder.sub(n_, whole)
         builder.cbranch(builder.icmp_signed(">", left, ir.Constant(i64, 0)), masked, done)
         builder.position_at_end(masked)  # the last n % W elements: lanes below n - whole
