@@ -92,23 +92,13 @@ class GeneratedModule:
     plan: MemoryPlan
     input_names: list[str]
     steps: int  # nodes of the graph: forward_profiled's times has one more entry
+    interpreted: dict[str, str] = field(default_factory=dict)  # node name -> why it runs its reference
 
 
 def is_view(node: Node) -> bool:
     """Whether the node's output 0 is a view of its input 0 (no buffer of its own)."""
     rule = emit_rule(node.op)
     return rule is not None and rule.alias
-
-
-def check_supported(graph: Graph) -> None:
-    missing: dict[str, list[str]] = {}
-    for node in graph.nodes:
-        if emit_rule(node.op) is None:
-            missing.setdefault(node.op, []).append(node.name)
-    if missing:
-        lines = "\n".join(f"  {op}: {', '.join(names)}" for op, names in sorted(missing.items()))
-        raise CodegenUnsupportedError(
-            f"the numba backend has no kernel for {len(missing)} op(s); use backend='interpreter':\n{lines}")
 
 
 class _Names:
@@ -134,7 +124,6 @@ def generate_module(graph: Graph, comment: str = "", profile: bool = False) -> G
 
     profile: also define forward_profiled(..., times), which records a clock
     reading after every node (times has len(graph.nodes) + 1 entries)."""
-    check_supported(graph)
     plan = plan_memory(graph, is_view, concat_parts)
     names = _Names()
     for c in graph.constants.values():
@@ -145,16 +134,24 @@ def generate_module(graph: Graph, comment: str = "", profile: bool = False) -> G
     prepacked: dict[str, np.ndarray] = {}
     body: list[str] = []
     timed = ["times[0] = _clock()"]  # the same body, timing each node (profile_kernels)
+    interpreted: dict[str, str] = {}
     for step, node in enumerate(graph.nodes):
         rule = emit_rule(node.op)
         outs = [names(v, "v_") for v in node.outputs]
-        lines = [] if rule.alias else [_allocate(v, outs[i], plan) for i, v in enumerate(node.outputs)]
+        lines = [] if rule is not None and rule.alias else [_allocate(v, outs[i], plan)
+                                                            for i, v in enumerate(node.outputs)]
         e = Emit(node, [names(v, "v_") for v in node.inputs], outs, in_place=plan.in_place.get(node, frozenset()),
                  offsets=plan.offsets, arena_bytes=plan.arena_bytes)
-        try:
-            lines += rule.fn(e)
-        except CodegenUnsupportedError as exc:  # a limit of the rule: name the node
-            raise CodegenUnsupportedError(f"{node.name} ({node.op}): {exc}; use backend='interpreter'") from None
+        if rule is None:
+            interpreted[node.name] = "no numba kernel"
+            lines += _interpreted(e)
+        else:
+            try:
+                lines += rule.fn(e)
+            except CodegenUnsupportedError as exc:  # a limit of the kernel, not of the op
+                interpreted[node.name] = str(exc)
+                e = Emit(node, e.args, outs)  # what the rule added before refusing is dropped
+                lines += _interpreted(e)
         lines = [_RESHAPE.sub(r"reshaped(\1, ", line) for line in lines]
         lines[-1] += f"  # {node.name}"
         body += lines
@@ -181,8 +178,17 @@ def generate_module(graph: Graph, comment: str = "", profile: bool = False) -> G
     kernels = _kernels_module(title, imports, list(definitions.values()) + ([_CLOCK] if profile else []))
     forward = "\n".join([title, "# The forward; codegen/linker.py binds its kernels (kernels.py) by address.",
                           "import math  # noqa: F401", "", "import numba", "import numpy as np", "",
-                          "from codegen.array_view import emptied, reshaped, view  # noqa: F401", ""]) + functions
-    return GeneratedModule(kernels, forward, weights, plan, inputs, len(graph.nodes))
+                          "from codegen.array_view import emptied, reshaped, view  # noqa: F401",
+                          "from codegen.interpreted import run_reference  # noqa: F401", ""]) + functions
+    return GeneratedModule(kernels, forward, weights, plan, inputs, len(graph.nodes), interpreted)
+
+
+def _interpreted(e: Emit) -> list[str]:
+    """A node without a kernel: its reference, called from the forward (codegen/interpreted.py)."""
+    attrs = "{" + ", ".join(f"{k!r}: {lit(v)}" for k, v in e.node.attrs.items()) + "}"
+    return ["with numba.objmode():",
+            f"    run_reference({e.node.op!r}, {attrs}, ({''.join(a + ', ' for a in e.args)}), "
+            f"({''.join(o + ', ' for o in e.outs)}))"]
 
 
 def _kernels_module(title: str, imports: dict[str, str], definitions: list[str]) -> str:

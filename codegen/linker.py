@@ -60,6 +60,7 @@ from numba.extending import NativeValue, intrinsic, lower_builtin, models, regis
 
 from codegen.array_view import IN_NUMPY, INTRINSICS
 from codegen.compile_workers import Job, compile_jobs
+from codegen.interpreted import run_reference, skipped_when_linking
 from ir.errors import LinkError
 
 log = logging.getLogger(__name__)
@@ -349,6 +350,8 @@ def link(source: str, module: ModuleType, entry_points: dict[str, tuple]) -> Lin
     exec(compile(tree, filename, "exec"), namespace)  # noqa: S102 - our own generated code
     for k, v in list(namespace.items()):  # array_view's intrinsics, as numpy
         namespace[k] = next((IN_NUMPY[name] for name, f in INTRINSICS.items() if v is f), v)
+        if v is run_reference:  # interpreted nodes would read what no kernel wrote
+            namespace[k] = skipped_when_linking
 
     functions = {node.name: node for node in tree.body if isinstance(node, ast.FunctionDef)}
     for name in entry_points:

@@ -40,7 +40,7 @@ from pathlib import Path
 log = logging.getLogger(__name__)
 
 CACHE_ENV = "PNNX_JIT_CACHE_DIR"
-FORMAT = 3  # bump when the entry layout changes
+FORMAT = 4  # bump when the entry layout changes
 BIG_FILE = 1 << 20  # bytes: files at least this large are verified by stat, not hashed on every load
 RACY_SECONDS = 2.0  # a file changed this recently may change again within one timestamp tick
 MEMO_ENTRIES = 256  # digests kept in the memo; the oldest go first

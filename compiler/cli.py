@@ -186,7 +186,12 @@ def cmd_show(args: argparse.Namespace) -> int:
         Path(args.dot).write_text(to_dot(graph))
         print(f"wrote {args.dot} ({len(graph.nodes)} nodes)")
     else:
-        print(graph, end="")
+        from codegen.emit import emit_rule
+        from ir.printer import print_graph
+
+        no_kernel = {n.name: "interpreted on the numba backend: no kernel" for n in graph.nodes
+                     if emit_rule(n.op) is None and n.op != "expression"}  # lower-expressions expands those
+        print(print_graph(graph, no_kernel), end="")
     return 0
 
 

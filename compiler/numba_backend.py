@@ -25,6 +25,7 @@ import pickle
 import sys
 import tempfile
 import time
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
@@ -141,9 +142,10 @@ class NumbaModel(CompiledModel):
     backend = "numba"
 
     def __init__(self, graph: Graph, module: ModuleType, kernels: BoundKernels, weights: list[np.ndarray],
-                 source: str, plan: MemoryPlan, cache_info: CacheInfo | None = None):
+                 source: str, plan: MemoryPlan, interpreted: dict[str, str], cache_info: CacheInfo | None = None):
         super().__init__(graph)
         self.source = source
+        self.interpreted = interpreted  # node name -> why the forward runs its reference (no kernel)
         self.memory_plan = plan
         self.cache_info = cache_info
         self._module = module
@@ -155,10 +157,20 @@ class NumbaModel(CompiledModel):
         start = time.perf_counter()
         signature = (*argument_types(graph, weights), numba.typeof(kernels))
         if signature not in self._forward.overloads:  # the module may be shared by models of one entry
-            with opt_level(FORWARD_OPT_LEVEL):  # a cache hit loads the machine code, whatever the level
+            with opt_level(FORWARD_OPT_LEVEL), warnings.catch_warnings():  # a cache hit loads, whatever the level
+                # interpreted nodes hold the GIL while their reference runs, as they must
+                warnings.filterwarnings("ignore", ".*Code running in object mode won't allow parallel execution")
                 self._forward.compile(signature)  # compile (or load) now, not at first call
         self._forward.disable_compile()  # inputs are checked and converted: a new signature would be a bug
         self.jit_seconds = time.perf_counter() - start
+        if interpreted:
+            ops = sorted({n.op for n in graph.nodes if n.name in interpreted})
+            log.warning("numba backend: %d node(s) without a kernel run their numpy reference (%s): %s",
+                        len(interpreted), ", ".join(ops), ", ".join(interpreted))
+
+    @property
+    def ir(self) -> str:
+        return print_graph(self.graph, {name: f"interpreted: {why}" for name, why in self.interpreted.items()})
 
     # -- construction ------------------------------------------------------------------
 
@@ -174,7 +186,7 @@ class NumbaModel(CompiledModel):
             write_modules(generated, directory, name, sample_arguments(graph, weights, generated.plan.arena_bytes),
                           profile)
         module, kernels, source = load_modules(directory, name)
-        return cls(graph, module, kernels, weights, source, generated.plan)
+        return cls(graph, module, kernels, weights, source, generated.plan, generated.interpreted)
 
     @classmethod
     def write_entry(cls, graph: Graph, directory: Path, name: str) -> dict:
@@ -188,7 +200,7 @@ class NumbaModel(CompiledModel):
             np.save(directory / f"weights_{dtype}.npy", array)
         constants = {c.name: [dtype, offset, list(c.shape)] for c, (dtype, offset) in generated.weights.slots.items()}
         return {"graph": graph.name, "weight_dtypes": list(generated.weights.arrays), "constants": constants,
-                "memory_plan": generated.plan.summary()}
+                "memory_plan": generated.plan.summary(), "interpreted": generated.interpreted}
 
     @classmethod
     def load_entry(cls, directory: Path, meta: dict, info: CacheInfo) -> NumbaModel:
@@ -201,7 +213,8 @@ class NumbaModel(CompiledModel):
         graph = parse_graph((directory / "graph.ir").read_text(), weights)
         module, kernels, source = load_modules(directory, _entry_module(directory))
         plan = plan_memory(graph, is_view)
-        return cls(graph, module, kernels, [np.asarray(p) for p in packs.values()], source, plan, info)
+        return cls(graph, module, kernels, [np.asarray(p) for p in packs.values()], source, plan,
+                   meta["interpreted"], info)
 
     @classmethod
     def cached(cls, key: str, build_graph, cache: ModelCache, on_step=None) -> NumbaModel:

@@ -38,6 +38,8 @@ class TokenLine:
         pos = 0
         text = text.rstrip()
         while pos < len(text):
+            if text[pos:].lstrip().startswith("#"):  # a comment ends the line (print_graph's notes)
+                break
             m = _TOKEN.match(text, pos)
             if not m or m.end() == pos:
                 raise IRParseError(f"line {lineno}: cannot read {text[pos:].strip()[:30]!r}")

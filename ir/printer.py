@@ -78,11 +78,14 @@ def format_node(node: Node) -> str:
     return text + f" @{quote_name(node.name)}"
 
 
-def print_graph(graph: Graph) -> str:
+def print_graph(graph: Graph, notes: dict[str, str] | None = None) -> str:
+    """The graph's text form. notes: a comment for some nodes, by node name (the numba backend marks
+    the nodes it interprets); the parser skips them."""
+    notes = notes or {}
     args = ", ".join(f"{format_value(v)}: {v.type}" for v in graph.inputs)
     lines = [f"graph {quote_name(graph.name)}({args}) {{"]
     lines += [f"  {format_constant(c)}" for c in graph.constants.values()]
-    lines += [f"  {format_node(n)}" for n in graph.nodes]
+    lines += [f"  {format_node(n)}" + (f"  # {notes[n.name]}" if n.name in notes else "") for n in graph.nodes]
     lines.append("  return " + ", ".join(format_value(v) for v in graph.outputs))
     lines.append("}")
     return "\n".join(lines) + "\n"

@@ -123,22 +123,40 @@ def test_the_forward_binds_its_kernels_instead_of_linking_their_code(tmp_path):
     np.testing.assert_allclose(m(x), reference, rtol=1e-4, atol=1e-5)
 
 
-@pytest.mark.parametrize("text, node", [
+@pytest.mark.parametrize("text, node, reason", [
     ("""graph g(%a: f32[2,1,2,1,2,1,2,3,4], %b: f32[1,2,1,2,1,2,1,4,5]) {
-  %out0: f32[2,2,2,2,2,2,2,3,5] = matmul(%a, %b) @deep_matmul
+  %m: f32[2,2,2,2,2,2,2,3,5] = matmul(%a, %b) @deep_matmul
+  %out0: f32[2,2,2,2,2,2,2,3,5] = relu(%m) @r
   return %out0
-}""", "deep_matmul (matmul)"),
+}""", "deep_matmul", "matmul broadcast over 7 batch dims"),
+    # its output is written in place into the concat's buffer, which a kernel then reads
     ("""graph g(%x: f32[2,3,4,5,6]) {
-  %out0: f32[4,3,4,5,6] = pad(%x) {pads=[0, 0, 0, 0, 0, 0, 0, 0, 1, 1]} @pad5
-  return %out0
-}""", "pad5 (pad)"),
+  %p: f32[4,3,4,5,6] = pad(%x) {pads=[0, 0, 0, 0, 0, 0, 0, 0, 1, 1]} @pad5
+  %e: f32[4,3,4,5,6] = exp(%p) @e
+  %c: f32[8,3,4,5,6] = concat(%p, %e) {dim=0} @cat
+  %out0: f32[8,3,4,5,6] = tanh(%c) @t
+  return %out0, %p
+}""", "pad5", "padding of more than the 4 trailing dims"),
 ])
-def test_a_codegen_limit_is_a_typed_error_naming_the_node(text, node, tmp_path):
+def test_a_node_without_a_kernel_runs_its_reference_inside_the_forward(text, node, reason, tmp_path, caplog):
+    """The numba backend does not refuse a graph for one node it has no kernel for: the forward calls
+    that node's numpy reference on the arrays the memory plan gave it, marks it in the IR and says so."""
+    from compiler.interpreter import Interpreter
     from ir import parse_graph
-    from ir.errors import CodegenUnsupportedError
 
-    with pytest.raises(CodegenUnsupportedError, match=rf"{re.escape(node)}: .*use backend='interpreter'"):
-        NumbaModel.build(parse_graph(text), tmp_path)
+    graph = parse_graph(text)
+    rng = np.random.default_rng(0)
+    inputs = [rng.normal(size=v.shape).astype(np.float32) for v in graph.inputs]
+    with caplog.at_level("WARNING", logger="compiler.numba_backend"):
+        m = NumbaModel.build(graph, tmp_path)
+    assert list(m.interpreted) == [node] and reason in m.interpreted[node]
+    assert f"@{node}  # interpreted: {reason}" in m.ir
+    assert parse_graph(m.ir).nodes[0].name == graph.nodes[0].name  # the marks are comments
+    assert re.search(rf"1 node\(s\) without a kernel run their numpy reference \(\w+\): {node}", caplog.text)
+    got = m(*inputs)
+    want = Interpreter(graph)(*inputs)
+    for g, w in zip(got if isinstance(got, tuple) else [got], want if isinstance(want, tuple) else [want]):
+        np.testing.assert_allclose(g, w, rtol=1e-6, atol=1e-6)
 
 
 def test_concats_written_in_place_give_the_interpreters_result(tmp_path):

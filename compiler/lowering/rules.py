@@ -2,12 +2,15 @@
 
 from compiler.lowering import (  # noqa: F401
     activation,
+    attention,
     conv,
     expression,
+    indexing,
     join,
     linear,
     norm,
     pool,
+    recurrent,
     reduce,
     resize,
     shape,

@@ -2,13 +2,16 @@
 
 from ir.ops import (  # noqa: F401
     activation,
+    attention,
     conv,
     elementwise,
     expression,
     fused,
+    indexing,
     linear,
     norm,
     pool,
+    recurrent,
     reduce,
     resize,
     shape,

@@ -1,0 +1,1 @@
+"""Lowering rules: attention (being written)."""

@@ -1,0 +1,1 @@
+"""Lowering rules: recurrent (being written)."""

@@ -1,0 +1,1 @@
+"""IR ops: attention (being written)."""

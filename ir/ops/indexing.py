@@ -1,0 +1,1 @@
+"""IR ops: indexing (being written)."""

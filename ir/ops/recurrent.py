@@ -1,0 +1,1 @@
+"""IR ops: recurrent (being written)."""
