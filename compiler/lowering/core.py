@@ -30,6 +30,31 @@ _RULES: dict[str, Rule] = {}
 _STRUCTURAL = {"pnnx.Input", "pnnx.Output", "prim::TupleConstruct", "prim::ListConstruct", "prim::TupleUnpack"}
 
 
+# pnnx op types we will not run, and why (the error names the reason instead of "unsupported")
+OUT_OF_SCOPE = {
+    **dict.fromkeys(("torch.view_as_complex", "torch.view_as_real", "torch.real", "torch.imag", "torch.complex",
+                     "torch.polar"), "complex tensors"),
+    **dict.fromkeys(("torch.stft", "torch.istft", "torchaudio_F.spectrogram", "torchaudio_F.inverse_spectrogram"),
+                    "FFT (complex spectra)"),
+    **dict.fromkeys(("torch.quantize_per_tensor", "torch.quantize_per_channel", "torch.dequantize",
+                     "Tensor.dequantize"), "quantized tensors"),
+    **dict.fromkeys(("torch.rand", "torch.rand_like", "torch.randn", "torch.randn_like", "torch.randint",
+                     "torch.randint_like", "torch.normal", "torch.bernoulli", "torch.multinomial",
+                     "torch.randperm", "Tensor.uniform_", "Tensor.normal_", "Tensor.bernoulli_"),
+                    "random numbers (the result would differ from torch's on every run)"),
+    **dict.fromkeys(("torch.empty", "torch.empty_like", "Tensor.new_empty", "torch.empty_strided"),
+                    "uninitialised memory (torch leaves the values undefined)"),
+}
+OUT_OF_SCOPE_PREFIXES = {"torch.fft_": "FFT (complex spectra)"}
+
+
+def out_of_scope(pnnx_type: str) -> str | None:
+    """Why a pnnx op type is out of scope, or None if it is not."""
+    if pnnx_type in OUT_OF_SCOPE:
+        return OUT_OF_SCOPE[pnnx_type]
+    return next((why for prefix, why in OUT_OF_SCOPE_PREFIXES.items() if pnnx_type.startswith(prefix)), None)
+
+
 class Unsupported(Exception):  # noqa: N818 - raised as a signal: "this op is unsupported"
     """Raised by a rule for params it cannot lower (reported with every other unsupported op)."""
 
@@ -242,7 +267,8 @@ class _Lowerer:
                 continue
             rule = _RULES.get(op.type)
             if rule is None:
-                unsupported.setdefault(op.type, []).append(op.name)
+                why = out_of_scope(op.type)
+                unsupported.setdefault(f"{op.type} (out of scope: {why})" if why else op.type, []).append(op.name)
                 poisoned.update(op.outputs)
                 continue
             if any(i in poisoned for i in op.inputs):

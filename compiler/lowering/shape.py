@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 
-from compiler.lowering.core import OpContext, lowers
+from compiler.lowering.core import OpContext, Unsupported, lowers
 from compiler.lowering.params import axis_of, int_param, int_tuple, tensor_input
 from ir.graph import Value
 
@@ -87,6 +87,8 @@ def attribute(ctx: OpContext) -> None:
         "torch.clone", "Tensor.clone")
 def identity(ctx: OpContext) -> None:
     """Inference-time identities: the output is the input (dropout is off in eval mode)."""
+    if ctx.param("training", False) is True:  # F.dropout(x, training=True): traced from a module in train mode
+        raise Unsupported("out of scope: dropout in training mode is random; export the model in eval mode")
     ctx.alias(ctx.op.outputs[0], ctx.input(0))
 
 
