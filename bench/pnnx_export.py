@@ -80,6 +80,18 @@ def _as_tensors(example_input) -> tuple[torch.Tensor, ...]:
     )
 
 
+_PNNX_TYPES = {torch.float32: "f32", torch.float64: "f64", torch.float16: "f16", torch.int64: "i64",
+               torch.int32: "i32", torch.int16: "i16", torch.int8: "i8", torch.uint8: "u8", torch.bool: "bool"}
+
+
+def _pnnx_type(t: torch.Tensor) -> str:
+    """The converter's name of an input's dtype (its inputshape= suffix)."""
+    try:
+        return _PNNX_TYPES[t.dtype]
+    except KeyError:
+        raise ValueError(f"pnnx takes no {t.dtype} input") from None
+
+
 def export_pnnx(module: torch.nn.Module, example_input, out_dir, name: str) -> Path:
     """Export ``module`` with pnnx; return ``out_dir/<name>.pnnx.param``.
 
@@ -109,7 +121,11 @@ def export_pnnx(module: torch.nn.Module, example_input, out_dir, name: str) -> P
                     warnings.catch_warnings():
                 warnings.simplefilter("ignore")  # jit.trace deprecation, TracerWarning
                 try:
-                    pnnx.export(module, str(out_dir / f"{name}.pt"), inputs_arg)
+                    pt = str(out_dir / f"{name}.pt")
+                    torch.jit.trace(module, inputs_arg).save(pt)  # what pnnx.export does, but for
+                    # the input types: its wrapper passes bool inputs to the converter as f32
+                    pnnx.convert(pt, input_shapes=[list(t.shape) for t in inputs],
+                                 input_types=[_pnnx_type(t) for t in inputs])
                 except BaseException as e:  # noqa: BLE001 - re-raised below with the log
                     error = e
         finally:
