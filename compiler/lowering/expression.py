@@ -102,6 +102,7 @@ _TORCH_BINARY = {
     "torch.eq": "eq", "torch.ne": "ne", "torch.lt": "lt", "torch.le": "le", "torch.gt": "gt", "torch.ge": "ge",
     "torch.logical_and": "logical_and", "torch.logical_or": "logical_or", "torch.logical_xor": "logical_xor",
     "torch.bitwise_and": "and", "torch.bitwise_or": "or", "torch.bitwise_xor": "xor",
+    "torch.bitwise_left_shift": "lshift", "torch.bitwise_right_shift": "rshift",
 }
 _TORCH_UNARY = {"torch.logical_not": "logical_not", "torch.bitwise_not": "bitwise_not"}
 # Ops pnnx leaves as raw aten::* (positional inputs; scalars come from 0-input expressions).

@@ -84,7 +84,7 @@ def attribute(ctx: OpContext) -> None:
 
 @lowers("nn.Identity", "nn.Dropout", "nn.Dropout2d", "nn.Dropout3d", "nn.AlphaDropout", "F.dropout",
         "F.dropout2d", "F.dropout3d", "F.alpha_dropout", "F.feature_alpha_dropout", "Tensor.contiguous",
-        "torch.clone", "Tensor.clone")
+        "torch.clone", "Tensor.clone", "torch.positive")
 def identity(ctx: OpContext) -> None:
     """Inference-time identities: the output is the input (dropout is off in eval mode)."""
     if ctx.param("training", False) is True:  # F.dropout(x, training=True): traced from a module in train mode

@@ -219,6 +219,7 @@ class IntArithmetic(nn.Module):
             a + 1, a * 2.5, a / 2, a // 3, a % 3, a - 1.5, a ** 2, a + b, a / b, a % b, -a, a.abs(),
             torch.sign(a), torch.maximum(a, b), a & 3, a | b, a ^ 2, a << 1, a >> 1, ~a,
             torch.bitwise_and(a, b), torch.bitwise_or(a, b), torch.bitwise_xor(a, b),
+            torch.bitwise_left_shift(a, 2), torch.bitwise_right_shift(a, b), torch.positive(a),
         )
 
 
