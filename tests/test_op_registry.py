@@ -28,7 +28,10 @@ OPS = sorted(all_ops())
 REWRITTEN = {"expression": "lower-expressions expands it into elementwise ops"}
 # ops the numba backend runs by calling their numpy reference from the forward (codegen/interpreted.py):
 # each one is a decision, taken for ops real models do not spend their time in
-INTERPRETED: dict[str, str] = {}
+INTERPRETED: dict[str, str] = {
+    "grid_sample": "a gather at data-dependent points: spatial transformers, rare and small",
+    "resize_cubic": "bicubic upsampling (a kernel is next)",
+}
 
 
 def _string_constants(directory: Path) -> set[str]:

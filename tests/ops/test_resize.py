@@ -7,12 +7,10 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-import compiler
-from ir.errors import UnsupportedOperatorError
 from ir.op_registry import get_op
 from ir.ops.resize import linear_source_weights, nearest_source_index
 from ir.types import TensorType
-from tests.optest import check_module, export
+from tests.optest import check_module
 
 # torch's bilinear kernel rounds differently from ours in the last float32 bit
 TOL = {"rtol": 1e-5, "atol": 1e-5}
@@ -140,14 +138,3 @@ def test_shape_rule_errors(shape, attrs, message):
 
 def test_shape_rule_resizes_trailing_axes():
     assert _infer((2, 3, 4, 4), size=(9, 5), mode="linear", scales=(2.25, 1.25))[0].shape == (2, 3, 9, 5)
-
-
-class Bicubic(nn.Module):
-    def forward(self, x):
-        return F.interpolate(x, scale_factor=2, mode="bicubic")
-
-
-def test_bicubic_is_reported_unsupported():
-    param = export(Bicubic(), torch.randn(1, 2, 5, 5))
-    with pytest.raises(UnsupportedOperatorError, match="mode=bicubic"):
-        compiler.compile(param, backend="interpreter")
