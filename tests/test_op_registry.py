@@ -30,7 +30,6 @@ REWRITTEN = {"expression": "lower-expressions expands it into elementwise ops"}
 # each one is a decision, taken for ops real models do not spend their time in
 INTERPRETED: dict[str, str] = {
     "grid_sample": "a gather at data-dependent points: spatial transformers, rare and small",
-    "resize_cubic": "bicubic upsampling (a kernel is next)",
 }
 
 

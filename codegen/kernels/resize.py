@@ -1,4 +1,5 @@
-"""resize: nearest, nearest-exact and n-linear interpolation over 1 to 3 trailing dims.
+"""resize: nearest, nearest-exact and n-linear interpolation over 1 to 3 trailing dims;
+resize_cubic: bicubic over the last two.
 
 The emit rule views the input as (B, D, H, W) (missing spatial dims are size 1)
 and passes each axis's coordinate scale as ir/ops/resize.py computes it
@@ -11,6 +12,10 @@ reference does (depth, then height into a row buffer, then width), so results
 agree to the last bit for finite inputs. Nearest mode copies a whole output row
 when it repeats the previous one (every other row of a x2 upsample), and writes a
 x2 row as pairs instead of gathering it.
+
+Cubic mode takes its index and weight tables from the emit rule (ir/ops/resize.py's
+cubic_source_weights, computed at compile time) and sums the four taps of each axis in
+the reference's order, width first.
 """
 
 from __future__ import annotations
@@ -161,3 +166,41 @@ def resize(x, out, mode, align_corners, scales):
     else:
         for p in range(planes):
             _nearest_plane(p, x, out, td, th, tw, twice)
+
+
+@numba.njit(cache=True, nogil=True)
+def _cubic_plane(p, x, out, hi, hw, wi, ww):
+    """One plane: each input row resized along W into a row buffer (taps summed in order), then the
+    four buffered rows of each output row summed along H, as the reference does (innermost first)."""
+    _, h_in, w_in = x.shape
+    _, h_out, w_out = out.shape
+    rows = np.empty((h_in, w_out), x.dtype)
+    for h in range(h_in):
+        xrow, row = x[p, h], rows[h]
+        for ow in range(w_out):
+            acc = xrow[wi[ow, 0]] * ww[ow, 0]
+            acc += xrow[wi[ow, 1]] * ww[ow, 1]
+            acc += xrow[wi[ow, 2]] * ww[ow, 2]
+            row[ow] = acc + xrow[wi[ow, 3]] * ww[ow, 3]
+    for oh in range(h_out):
+        orow = out[p, oh]
+        r0, r1, r2, r3 = rows[hi[oh, 0]], rows[hi[oh, 1]], rows[hi[oh, 2]], rows[hi[oh, 3]]
+        w0, w1, w2, w3 = hw[oh, 0], hw[oh, 1], hw[oh, 2], hw[oh, 3]
+        for ow in range(w_out):
+            acc = r0[ow] * w0
+            acc += r1[ow] * w1
+            acc += r2[ow] * w2
+            orow[ow] = acc + r3[ow] * w3
+
+
+@numba.njit(cache=True, nogil=True)
+def resize_cubic(x, out, hi, hw, wi, ww):
+    """out (P, OH, OW) = x (P, H, W) resized by cubic convolution: output row oh sums input rows
+    hi[oh, j] with weights hw[oh, j], output column ow input columns wi[ow, j] with weights ww[ow, j]
+    (ir/ops/resize.py's cubic_source_weights, computed at compile time)."""
+    planes = x.shape[0]
+    if planes > 1 and out.size >= PARALLEL_MIN_ELEMENTS:
+        run_tasks(_cubic_plane, planes, (x, out, hi, hw, wi, ww))
+    else:
+        for p in range(planes):
+            _cubic_plane(p, x, out, hi, hw, wi, ww)
