@@ -130,4 +130,4 @@ def const_args(*values) -> str:
 
 def _load_rules() -> None:
     # importing the families registers their rules
-    from codegen.emit import conv, data, elementwise, gemm, norm, pool, reduce, resize  # noqa: F401
+    from codegen.emit import conv, data, elementwise, gemm, norm, pool, recurrent, reduce, resize  # noqa: F401

@@ -1,0 +1,22 @@
+"""Emit rules of the recurrent family: lstm, gru and rnn layers call codegen/kernels/recurrent.py."""
+
+from __future__ import annotations
+
+from codegen.emit import Emit, const_args, emits
+from codegen.kernels.recurrent import KIND_CODES, recurrent_layer
+
+
+@emits("lstm", "gru", "rnn")
+def _emit_recurrent(e: Emit) -> list[str]:
+    node, args, outs = e.node, e.args, e.outs
+    if node.op == "lstm":  # x, h0, c0, w_ih, w_hh, b_ih, b_hh[, w_hr] -> y, h_n, c_n
+        x, h0, c0, w_ih, w_hh, b_ih, b_hh = args[:7]
+        w_hr = args[7] if len(args) > 7 else f"emptied({w_hh})"
+        y, h_n, c_n = outs
+    else:  # x, h0, w_ih, w_hh, b_ih, b_hh -> y, h_n; no cell state, no projection
+        x, h0, w_ih, w_hh, b_ih, b_hh = args
+        c0, w_hr = f"emptied({h0})", f"emptied({w_hh})"
+        (y, h_n), c_n = outs, f"emptied({outs[1]})"
+    kind = KIND_CODES[node.attrs.get("nonlinearity", node.op)]
+    return [f"{e.call(recurrent_layer)}({const_args(kind)}, {x}, {h0}, {c0}, {w_ih}, {w_hh}, {b_ih}, {b_hh}, "
+            f"{w_hr}, {y}, {h_n}, {c_n}, {const_args(node.attrs['batch_first'])})"]

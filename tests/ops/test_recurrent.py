@@ -1,0 +1,152 @@
+"""Recurrent layers (nn.LSTM, nn.GRU, nn.RNN), checked against torch through pnnx."""
+
+import numpy as np
+import pytest
+import torch
+import torch.nn as nn
+
+from ir.op_registry import get_op
+from ir.types import TensorType
+from tests.optest import check_module
+
+
+class LSTMs(nn.Module):
+    """Stacks, both directions, projections, batch_first, no bias, initial states fed on."""
+
+    def __init__(self):
+        super().__init__()
+        self.plain = nn.LSTM(7, 5)
+        self.stack = nn.LSTM(5, 6, num_layers=3, bias=False)
+        self.proj = nn.LSTM(6, 5, num_layers=2, bidirectional=True, proj_size=3)
+        self.proj_again = nn.LSTM(6, 5, num_layers=2, bidirectional=True, proj_size=3)
+        self.first = nn.LSTM(7, 4, num_layers=2, batch_first=True, bidirectional=True)
+        self.first_proj = nn.LSTM(8, 4, batch_first=True, proj_size=2, bias=False)
+
+    def forward(self, x, y):
+        x0, (h0, c0) = self.plain(x)
+        x1, _ = self.stack(x0)
+        x2, (h2, c2) = self.proj(x1)
+        x3, (h3, c3) = self.proj_again(x2, (h2, c2))
+        y0, (h4, c4) = self.first(y)
+        y1, (h5, c5) = self.first_proj(y0, (h4[1:2, :, :2] - 0.5, c4[:1] * 0.5 + 0.2))
+        return x1, x2, x3, h0, c0, h2, c2, h3, c3, y0, h4, c4, y1, h5, c5
+
+
+def test_lstm_stacks_directions_projections_and_states():
+    check_module(LSTMs(), torch.randn(9, 2, 7), torch.randn(3, 5, 7))
+
+
+class GRUs(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.plain = nn.GRU(7, 5)
+        self.stack = nn.GRU(5, 6, num_layers=3, bias=False)
+        self.both = nn.GRU(6, 4, num_layers=2, bidirectional=True)
+        self.both_again = nn.GRU(6, 4, num_layers=2, bidirectional=True)
+        self.first = nn.GRU(7, 3, num_layers=2, batch_first=True, bidirectional=True, bias=False)
+
+    def forward(self, x, y, h):
+        x0, h0 = self.plain(x)
+        x1, h1 = self.stack(x0)
+        x2, h2 = self.both(x1)
+        x3, h3 = self.both_again(x1, h2)
+        y0, h4 = self.first(y, h)
+        return x0, x1, x2, x3, h0, h1, h2, h3, y0, h4
+
+
+def test_gru_stacks_directions_and_states():
+    check_module(GRUs(), torch.randn(8, 3, 7), torch.randn(2, 6, 7), torch.randn(4, 2, 3))
+
+
+class RNNs(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.plain = nn.RNN(7, 5)
+        self.stack = nn.RNN(5, 6, num_layers=3, nonlinearity="tanh", bias=False)
+        self.relu = nn.RNN(6, 4, num_layers=2, nonlinearity="relu", bidirectional=True)
+        self.tanh = nn.RNN(6, 4, num_layers=2, bidirectional=True)
+        self.first = nn.RNN(7, 3, num_layers=2, nonlinearity="relu", batch_first=True, bidirectional=True)
+
+    def forward(self, x, y):
+        x0, h0 = self.plain(x)
+        x1, h1 = self.stack(x0)
+        x2, h2 = self.relu(x1)
+        x3, h3 = self.tanh(x1, h2)
+        y0, h4 = self.first(y)
+        return x0, x1, x2, x3, h0, h1, h2, h3, y0, h4
+
+
+def test_rnn_tanh_relu_stacks_and_directions():
+    check_module(RNNs(), torch.randn(8, 3, 7), torch.randn(2, 6, 7))
+
+
+class Unbatched(nn.Module):
+    """2-D inputs (seq, features) and 2-D states (layers * directions, hidden)."""
+
+    def __init__(self):
+        super().__init__()
+        self.lstm = nn.LSTM(5, 4, num_layers=2, bidirectional=True, proj_size=3, batch_first=True)
+        self.gru = nn.GRU(5, 4, batch_first=True)
+        self.rnn = nn.RNN(5, 4, num_layers=2, nonlinearity="relu")
+
+    def forward(self, x, h, c):
+        a, (ha, ca) = self.lstm(x, (h, c))
+        b, hb = self.gru(x)
+        d, hd = self.rnn(x, torch.zeros(2, 4) + 0.1)
+        return a, ha, ca, b, hb, d, hd
+
+
+def test_unbatched_inputs_and_states():
+    check_module(Unbatched(), torch.randn(6, 5), torch.randn(4, 3), torch.randn(4, 4))
+
+
+class SomeOutputs(nn.Module):
+    """pnnx drops unused outputs and orders an LSTM's by first use: shapes tell them apart."""
+
+    def __init__(self):
+        super().__init__()
+        self.lstm = nn.LSTM(5, 4, num_layers=2)
+        self.proj = nn.LSTM(5, 4, proj_size=2)
+        self.gru = nn.GRU(5, 4, bidirectional=True)
+        self.rnn = nn.RNN(5, 4, num_layers=3)
+        self.step = nn.LSTM(5, 4)  # one step, one layer: output and h_n have one shape and one value
+
+    def forward(self, x, s):
+        _, (h_only, _) = self.lstm(x)
+        _, (_, c_only) = self.proj(x)
+        y, (h, c) = self.proj(x * 2)
+        c_first = c * 2  # pnnx lists this LSTM's outputs as c_n, output, h_n
+        _, h_gru = self.gru(x)
+        _, h_rnn = self.rnn(x)
+        step, _ = self.step(s)
+        _, (h_step, _) = self.step(s + 1)
+        return h_only, c_only, c_first, y, h, h_gru, h_rnn, step, h_step
+
+
+def test_only_some_outputs_used_and_out_of_order():
+    param = check_module(SomeOutputs(), torch.randn(7, 3, 5), torch.randn(1, 3, 5)).read_text()
+    three_outputs = [line for line in param.splitlines() if line.startswith("nn.LSTM") and " 1 3 " in line]
+    assert len(three_outputs) == 1
+    shapes = [t.split("=")[1] for t in three_outputs[0].split() if t.startswith("#")][1:]
+    assert shapes == ["(1,3,4)f32", "(7,3,2)f32", "(1,3,2)f32"]  # c_n, output, h_n
+
+
+@pytest.mark.parametrize("op,gates", [("lstm", 4), ("gru", 3), ("rnn", 1)])
+def test_shape_rule_refuses_mismatched_weights(op, gates):
+    x, h0 = TensorType((5, 2, 3)), TensorType((1, 2, 4))
+    weights = [TensorType((1, gates * 4, 3)), TensorType((1, gates * 4, 5)), TensorType((1, gates * 4)),
+               TensorType((1, gates * 4))]
+    states = [h0, h0] if op == "lstm" else [h0]
+    with pytest.raises(ValueError, match="w_hh"):
+        get_op(op).infer_types([x, *states, *weights], {"batch_first": False, "nonlinearity": "tanh"}
+                               if op == "rnn" else {"batch_first": False})
+
+
+def test_references_keep_float32():
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((4, 2, 3), dtype=np.float32)
+    h0 = np.zeros((2, 2, 5), np.float32)
+    w_ih, w_hh = rng.standard_normal((2, 15, 3), dtype=np.float32), rng.standard_normal((2, 15, 5), dtype=np.float32)
+    b = np.zeros((2, 15), np.float32)
+    y, h_n = get_op("gru").run([x, h0, w_ih, w_hh, b, b], {"batch_first": False})
+    assert y.dtype == h_n.dtype == np.float32 and y.shape == (4, 2, 10) and h_n.shape == (2, 2, 5)
