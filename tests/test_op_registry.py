@@ -30,6 +30,9 @@ REWRITTEN = {"expression": "lower-expressions expands it into elementwise ops"}
 # each one is a decision, taken for ops real models do not spend their time in
 INTERPRETED: dict[str, str] = {
     "grid_sample": "a gather at data-dependent points: spatial transformers, rare and small",
+    "cumsum": "a scan along one axis: position ids and masks, small",
+    "cumprod": "a scan along one axis, rare",
+    "topk": "a partial sort with torch's tie order: detection heads' last step, small",
 }
 
 

@@ -104,7 +104,7 @@ _TORCH_BINARY = {
     "torch.bitwise_and": "and", "torch.bitwise_or": "or", "torch.bitwise_xor": "xor",
     "torch.bitwise_left_shift": "lshift", "torch.bitwise_right_shift": "rshift",
 }
-_TORCH_UNARY = {"torch.logical_not": "logical_not", "torch.bitwise_not": "bitwise_not"}
+_TORCH_UNARY = {"torch.logical_not": "logical_not", "torch.bitwise_not": "bitwise_not", "torch.lgamma": "lgamma"}
 # Ops pnnx leaves as raw aten::* (positional inputs; scalars come from 0-input expressions).
 _ATEN = {
     "aten::log2": "log2", "aten::exp2": "exp2", "aten::frac": "frac", "aten::erfc": "erfc", "aten::sgn": "sign",

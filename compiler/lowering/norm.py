@@ -1,4 +1,5 @@
-"""Lowering of normalization and softmax: BatchNorm, InstanceNorm, LayerNorm, GroupNorm, (Log)Softmax, Softmin.
+"""Lowering of normalization and softmax: BatchNorm, InstanceNorm, LayerNorm, GroupNorm, (Log)Softmax, Softmin;
+RMSNorm, F.normalize, LocalResponseNorm, GLU and F.pairwise_distance, composed of ops with kernels.
 
 pnnx folds a BatchNorm that follows a conv into the conv; what reaches us is a
 standalone one. The IR's batch_norm always takes weight and bias, so a missing
@@ -10,9 +11,13 @@ torch.softmax / Tensor.softmax (and the log forms) into F.softmax.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from compiler.lowering.core import OpContext, Unsupported, lowers
+from compiler.lowering.params import axis_of
+from compiler.lowering.reduce import emit_temp, scalar, vector_norm
 from ir.graph import Value
 
 
@@ -172,3 +177,111 @@ def softmax2d(ctx: OpContext) -> None:
 def softmin(ctx: OpContext) -> None:
     (negated,) = ctx.emit("neg", [ctx.input(0)], outputs=[ctx.temp("neg")])
     ctx.emit("softmax", [negated], {"dim": _softmax_dim(ctx)})
+
+
+# -- RMSNorm ------------------------------------------------------------------------------------------
+
+
+def _rms_norm(ctx: OpContext, x: Value, shape: tuple[int, ...], weight: Value | None) -> None:
+    """x * rsqrt(mean(x^2 over the trailing `shape` dims) + eps) [* weight]; eps None is the
+    dtype's machine epsilon, as torch."""
+    if not shape or len(shape) > x.type.rank or x.shape[x.type.rank - len(shape):] != shape:
+        raise ctx.format_error(f"normalized_shape {shape} does not match the trailing dims of {x.type}")
+    eps = ctx.param("eps", None)
+    eps = float(np.finfo(x.dtype).eps) if eps is None else float(eps)
+    dims = tuple(range(x.type.rank - len(shape), x.type.rank))
+    squares = emit_temp(ctx, "square", [x])
+    mean = emit_temp(ctx, "reduce_mean", [squares], {"dims": dims, "keepdim": True}, "mean_square")
+    shifted = emit_temp(ctx, "add", [mean, scalar(ctx, "eps", eps, x.dtype)], name="plus_eps")
+    inverse = emit_temp(ctx, "rsqrt", [shifted])
+    if weight is None:
+        ctx.emit("mul", [x, inverse])
+        return
+    ctx.emit("mul", [emit_temp(ctx, "mul", [x, inverse], name="normalized"), weight])
+
+
+@lowers("nn.RMSNorm")
+def rms_norm_module(ctx: OpContext) -> None:
+    x = ctx.input(0)
+    weight = ctx.attr_const("weight", x.dtype) if ctx.param("elementwise_affine", True) else None
+    _rms_norm(ctx, x, _normalized_shape(ctx), weight)
+
+
+@lowers("F.rms_norm")
+def rms_norm_functional(ctx: OpContext) -> None:
+    _rms_norm(ctx, ctx.input_named("input") or ctx.input(0), _normalized_shape(ctx), ctx.input_named("weight"))
+
+
+# -- F.normalize, F.pairwise_distance -------------------------------------------------------------------
+
+
+def _p(ctx: OpContext, default: float) -> float:
+    p = ctx.param("p", default)
+    if isinstance(p, bool) or not isinstance(p, (int, float)):
+        raise Unsupported(f"p={p!r}")
+    return float(p)
+
+
+@lowers("F.normalize")
+def normalize(ctx: OpContext) -> None:
+    """x / max(||x||_p over dim, eps)."""
+    x = ctx.input_named("input") or ctx.input(0)
+    dim = axis_of(ctx, ctx.param("dim", 1), x.type.rank)
+    length = vector_norm(ctx, x, _p(ctx, 2.0), (dim,), True)
+    denominator = emit_temp(ctx, "maximum", [length, scalar(ctx, "eps", ctx.param("eps", 1e-12), x.dtype)],
+                            name="clamped_norm")
+    ctx.emit("div", [x, denominator])
+
+
+@lowers("F.pairwise_distance", "nn.PairwiseDistance")
+def pairwise_distance(ctx: OpContext) -> None:
+    """||x1 - x2 + eps||_p over the last dim (of the broadcast shape), as torch."""
+    x1, x2 = ctx.input_named("x1") or ctx.input(0), ctx.input_named("x2") or ctx.input(1)
+    rank = max(x1.type.rank, x2.type.rank)
+    if rank == 0:
+        raise Unsupported("0-d inputs")
+    difference = emit_temp(ctx, "sub", [x1, x2], name="difference")
+    shifted = emit_temp(ctx, "add", [difference, scalar(ctx, "eps", ctx.param("eps", 1e-6), difference.dtype)],
+                        name="plus_eps")
+    distance = vector_norm(ctx, shifted, _p(ctx, 2.0), (rank - 1,), bool(ctx.param("keepdim", False)))
+    ctx.alias(ctx.op.outputs[0], distance)
+
+
+# -- LocalResponseNorm -----------------------------------------------------------------------------------
+
+
+@lowers("nn.LocalResponseNorm", "F.local_response_norm")
+def local_response_norm(ctx: OpContext) -> None:
+    """x / (k + alpha * mean of x^2 over `size` neighbouring channels)^beta. As torch, the mean is
+    an average pool over (N, 1, C, rest) with the channels zero-padded by size // 2 before and
+    (size - 1) // 2 after, always divided by size."""
+    x = ctx.input_named("input") or ctx.input(0)
+    if x.type.rank < 3:
+        raise ctx.format_error(f"local_response_norm needs an input of rank >= 3, got {x.type}")
+    size = ctx.param("size")
+    alpha, beta, k = float(ctx.param("alpha", 1e-4)), float(ctx.param("beta", 0.75)), float(ctx.param("k", 1.0))
+    n, c, rest = x.shape[0], x.shape[1], math.prod(x.shape[2:])
+    squares = emit_temp(ctx, "square", [x])
+    planes = emit_temp(ctx, "reshape", [squares], {"shape": (n, 1, c, rest)}, "square_planes")
+    pool = {"kernel": (size, 1), "stride": (1, 1), "padding": (size // 2, 0, (size - 1) // 2, 0)}
+    mean = emit_temp(ctx, "reshape", [emit_temp(ctx, "avg_pool2d", [planes], pool, "window_sums")],
+                     {"shape": x.shape}, "window_mean")
+    scaled = emit_temp(ctx, "mul", [mean, scalar(ctx, "alpha", alpha, x.dtype)], name="scaled")
+    base = emit_temp(ctx, "add", [scaled, scalar(ctx, "k", k, x.dtype)], name="base")
+    ctx.emit("div", [x, emit_temp(ctx, "pow", [base, scalar(ctx, "beta", beta, x.dtype)], name="divisor")])
+
+
+# -- GLU --------------------------------------------------------------------------------------------------
+
+
+@lowers("nn.GLU", "F.glu")
+def glu(ctx: OpContext) -> None:
+    """a * sigmoid(b), with a and b the two halves of x along dim."""
+    x = ctx.input_named("input") or ctx.input(0)
+    dim = axis_of(ctx, ctx.param("dim", -1), x.type.rank)
+    size = x.shape[dim]
+    if size % 2:
+        raise ctx.format_error(f"GLU halves dim {dim} of {x.type}, whose size {size} is odd")
+    first, second = ctx.emit("split", [x], {"dim": dim, "sizes": (size // 2, size // 2)},
+                             outputs=[ctx.temp("first_half"), ctx.temp("second_half")])
+    ctx.emit("mul", [first, emit_temp(ctx, "sigmoid", [second], name="gate")])

@@ -1,14 +1,25 @@
-"""Lowering of reductions: torch.sum/mean/prod/amax/amin, torch.max/min, torch.argmax/argmin.
+"""Lowering of reductions: torch.sum/mean/prod/amax/amin, torch.max/min, torch.argmax/argmin,
+torch.logsumexp, torch.std/var, torch.norm; scans (torch.cumsum/cumprod) and torch.topk.
 
-pnnx spells `dim` as a tuple for sum/mean/amax/amin (`dim=(1)`) and as an int for
-max/min/argmax/prod (`dim=1`); a full reduction has no params at all. torch.max(x, dim)
-has two outputs (values, indices) when the indices are used and one otherwise.
+pnnx spells `dim` as a tuple for sum/mean/amax/amin/logsumexp/std/var/norm (`dim=(1)`) and
+as an int for max/min/argmax/prod/cumsum/topk (`dim=1`); a full reduction has no params at
+all. torch.max(x, dim) has two outputs (values, indices) when the indices are used and one
+otherwise. logsumexp, std, var and norm are composed of reductions and elementwise ops,
+which have kernels; the scans and topk are ops of their own.
 """
 
 from __future__ import annotations
 
+import math
+
+import numpy as np
+
 from compiler.lowering.core import OpContext, Unsupported, lowers
-from compiler.lowering.params import axis_of, int_tuple, tensor_input
+from compiler.lowering.expression import TORCH_DTYPES
+from compiler.lowering.params import axis_of, int_param, int_tuple, tensor_input
+from ir.graph import Value
+from ir.ops.reduce import reduce_axes, reduced_shape
+from ir.types import DTYPES
 
 _AXES_REDUCTIONS = {
     "torch.sum": "reduce_sum",
@@ -65,3 +76,158 @@ def arg_reduction(ctx: OpContext) -> None:
         raise ctx.format_error(f"{ctx.op.type} takes one dim, got {ctx.param('dim')}")
     ir_op = "argmax" if ctx.op.type == "torch.argmax" else "argmin"
     ctx.emit(ir_op, [x], {"dim": None if dims is None else dims[0], "keepdim": attrs["keepdim"]})
+
+
+# -- helpers for composed reductions ----------------------------------------------------------
+
+
+def emit_temp(ctx: OpContext, ir_op: str, inputs: list[Value], attrs: dict | None = None,
+              name: str | None = None) -> Value:
+    """One IR node whose single output is an intermediate of the rule (named after `name`)."""
+    return ctx.emit(ir_op, inputs, attrs, outputs=[ctx.temp(name or ir_op)])[0]
+
+
+def scalar(ctx: OpContext, name: str, value: float, dtype: str) -> Value:
+    """A 0-d constant of `dtype` (the tensor operand's, so that the elementwise op keeps it)."""
+    return ctx.const(name, np.array(value, dtype=dtype))
+
+
+def _as_float(ctx: OpContext, x: Value) -> Value:
+    """Integers and bools as float32, torch's default dtype, for ops that only take floats."""
+    if np.issubdtype(np.dtype(x.dtype), np.floating):
+        return x
+    return emit_temp(ctx, "cast", [x], {"dtype": "float32"}, "as_float")
+
+
+def vector_norm(ctx: OpContext, x: Value, p: float, dims: tuple[int, ...] | None, keepdim: bool) -> Value:
+    """torch.linalg.vector_norm: max |x| for p = inf, min |x| for -inf, the count of nonzeros
+    for 0, sum |x| for 1, sqrt(sum x^2) for 2, else (sum |x|^p)^(1/p)."""
+    reduce = {"dims": dims, "keepdim": keepdim}
+    if p == 2:
+        squares = emit_temp(ctx, "square", [x])
+        return emit_temp(ctx, "sqrt", [emit_temp(ctx, "reduce_sum", [squares], reduce)])
+    if p == 0:
+        nonzero = emit_temp(ctx, "ne", [x, scalar(ctx, "zero", 0, x.dtype)], name="nonzero")
+        counted = emit_temp(ctx, "cast", [nonzero], {"dtype": x.dtype}, "nonzero_as_float")
+        return emit_temp(ctx, "reduce_sum", [counted], reduce)
+    magnitude = emit_temp(ctx, "abs", [x])
+    if math.isinf(p):
+        return emit_temp(ctx, "reduce_max" if p > 0 else "reduce_min", [magnitude], reduce)
+    if p == 1:
+        return emit_temp(ctx, "reduce_sum", [magnitude], reduce)
+    powers = emit_temp(ctx, "pow", [magnitude, scalar(ctx, "p", p, x.dtype)], name="powers")
+    total = emit_temp(ctx, "reduce_sum", [powers], reduce)
+    return emit_temp(ctx, "pow", [total, scalar(ctx, "inverse_p", 1 / p, x.dtype)], name="root")
+
+
+def _norm_order(ctx: OpContext) -> float:
+    """p as a number: pnnx writes 'fro' as 2 already; 'nuc' (a matrix norm) is not a vector norm."""
+    p = ctx.param("p", 2)
+    if p == "fro":
+        return 2.0
+    if isinstance(p, bool) or not isinstance(p, (int, float)):
+        raise Unsupported(f"p={p!r}")
+    return float(p)
+
+
+# -- logsumexp, std, var, norm ----------------------------------------------------------------
+
+
+@lowers("torch.logsumexp")
+def logsumexp(ctx: OpContext) -> None:
+    """log(sum(exp(x - m))) + m with m the max over dims; an infinite m counts as 0 (as torch
+    does), so that all -inf gives -inf and a +inf gives +inf rather than NaN."""
+    x = _as_float(ctx, tensor_input(ctx))
+    attrs = reduce_attrs(ctx, x.type.rank)
+    dims, keepdim = attrs["dims"], attrs["keepdim"]
+    peak = emit_temp(ctx, "reduce_max", [x], {"dims": dims, "keepdim": True}, "max")
+    infinite = emit_temp(ctx, "eq", [emit_temp(ctx, "abs", [peak], name="abs_max"),
+                                     scalar(ctx, "inf", np.inf, x.dtype)], name="max_is_inf")
+    peak = emit_temp(ctx, "where", [infinite, scalar(ctx, "zero", 0, x.dtype), peak], name="finite_max")
+    shifted = emit_temp(ctx, "exp", [emit_temp(ctx, "sub", [x, peak], name="shifted")], name="exp")
+    total = emit_temp(ctx, "reduce_sum", [shifted], {"dims": dims, "keepdim": keepdim}, "sum")
+    if not keepdim:
+        shape = reduced_shape(x.shape, reduce_axes(x.type.rank, dims), False)
+        peak = emit_temp(ctx, "reshape", [peak], {"shape": shape}, "finite_max_squeezed")
+    ctx.emit("add", [emit_temp(ctx, "log", [total]), peak])
+
+
+def _correction(ctx: OpContext) -> float:
+    """Bessel's correction: `correction`, or pnnx's `unbiased` (a bool, or the correction
+    itself when torch was given correction=)."""
+    value = ctx.param("correction", None)
+    if value is None:
+        value = ctx.param("unbiased", True)
+    if not isinstance(value, (bool, int, float)):
+        raise Unsupported(f"correction={value!r}")
+    return float(value)
+
+
+def _variance(ctx: OpContext, x: Value) -> Value:
+    """sum((x - mean)^2) / max(0, N - correction) over dims (two passes, as torch)."""
+    attrs = reduce_attrs(ctx, x.type.rank)
+    dims, keepdim = attrs["dims"], attrs["keepdim"]
+    count = math.prod(x.shape[a] for a in reduce_axes(x.type.rank, dims))
+    mean = emit_temp(ctx, "reduce_mean", [x], {"dims": dims, "keepdim": True}, "mean")
+    squares = emit_temp(ctx, "square", [emit_temp(ctx, "sub", [x, mean], name="centered")])
+    total = emit_temp(ctx, "reduce_sum", [squares], {"dims": dims, "keepdim": keepdim}, "sum_of_squares")
+    divisor = scalar(ctx, "divisor", max(0.0, count - _correction(ctx)), x.dtype)
+    return emit_temp(ctx, "div", [total, divisor], name="variance")
+
+
+@lowers("torch.var")
+def var(ctx: OpContext) -> None:
+    ctx.alias(ctx.op.outputs[0], _variance(ctx, tensor_input(ctx)))
+
+
+@lowers("torch.std")
+def std(ctx: OpContext) -> None:
+    ctx.emit("sqrt", [_variance(ctx, tensor_input(ctx))])
+
+
+@lowers("torch.norm")
+def norm(ctx: OpContext) -> None:
+    """torch.norm and torch.linalg.vector_norm (pnnx writes both as torch.norm): a vector norm
+    over dim (every dim when None), whatever the number of dims."""
+    x = tensor_input(ctx)
+    result = vector_norm(ctx, x, _norm_order(ctx), **reduce_attrs(ctx, x.type.rank))
+    ctx.alias(ctx.op.outputs[0], result)
+
+
+# -- scans and topk ------------------------------------------------------------------------------
+
+
+def _scan_input(ctx: OpContext) -> Value:
+    """x, cast first to the dtype torch was asked to accumulate in (`dtype=`, which pnnx may
+    drop, leaving only the output's dtype annotation)."""
+    x = tensor_input(ctx)
+    spelled = ctx.param("dtype", None)
+    if spelled is not None and spelled not in TORCH_DTYPES:
+        raise Unsupported(f"dtype={spelled}")
+    dtype = TORCH_DTYPES[spelled] if spelled is not None else DTYPES.get(ctx.annotated_dtype(ctx.op.outputs[0]))
+    if dtype is None or dtype == x.dtype or (dtype == "int64" and not np.issubdtype(np.dtype(x.dtype), np.floating)):
+        return x  # integers and bools accumulate in int64 anyway
+    return emit_temp(ctx, "cast", [x], {"dtype": dtype}, f"as_{dtype}")
+
+
+@lowers("torch.cumsum", "torch.cumprod")
+def scan(ctx: OpContext) -> None:
+    ir_op = "cumsum" if ctx.op.type == "torch.cumsum" else "cumprod"
+    x = _scan_input(ctx)
+    ctx.emit(ir_op, [x], {"dim": axis_of(ctx, int_param(ctx, "dim"), x.type.rank)})
+
+
+@lowers("torch.topk")
+def topk(ctx: OpContext) -> None:
+    """values and int64 indices; pnnx may keep only the values output."""
+    x = tensor_input(ctx, "k")
+    attrs = {
+        "k": int_param(ctx, "k"),
+        "dim": axis_of(ctx, int_param(ctx, "dim", -1), x.type.rank),
+        "largest": bool(ctx.param("largest", True)),
+        "sorted": bool(ctx.param("sorted", True)),
+    }
+    outputs = list(ctx.op.outputs)
+    if len(outputs) == 1:
+        outputs.append(ctx.temp("indices"))
+    ctx.emit("topk", [x], attrs, outputs=outputs)

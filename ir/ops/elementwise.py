@@ -199,6 +199,7 @@ _UNARY: dict[str, tuple[Callable, Kind, str]] = {
     "atanh": (np.arctanh, Kind.FLOAT, "np.arctanh({0})"),
     "erf": (special.erf, Kind.FLOAT, "fast_erf({0})"),
     "erfc": (special.erfc, Kind.FLOAT, "math.erfc({0})"),
+    "lgamma": (special.gammaln, Kind.FLOAT, "math.lgamma({0})"),  # log |gamma(x)|, inf at 0, -1, ...
     "isnan": (np.isnan, Kind.COMPARE, "np.isnan({0})"),
     "signbit": (np.signbit, Kind.COMPARE, "np.signbit({0})"),
     "bitwise_not": (np.invert, Kind.BITWISE, "(~{0})"),

@@ -205,7 +205,7 @@ class UnaryMath(nn.Module):
             torch.ceil(x), torch.round(x), torch.trunc(x), torch.sign(x), torch.square(x), torch.reciprocal(p),
             torch.erf(x), torch.log(p), torch.log10(p), torch.sin(x), torch.cos(x), torch.tan(u), torch.asin(u),
             torch.acos(u), torch.atan(x), torch.sinh(x), torch.cosh(x), torch.asinh(x), torch.acosh(p + 1),
-            torch.atanh(u), x.sqrt().exp().abs(), torch.exp(x * 10), torch.sqrt(x),
+            torch.atanh(u), x.sqrt().exp().abs(), torch.exp(x * 10), torch.sqrt(x), torch.lgamma(x),
         )
 
 
