@@ -61,3 +61,14 @@ def axis_of(ctx: OpContext, dim: int, rank: int) -> int:
     if not -rank <= dim < max(rank, 1):
         raise ctx.format_error(f"dim {dim} is out of range for a rank-{rank} input")
     return dim % max(rank, 1)
+
+
+def reshaped(ctx: OpContext, value: Value, shape: tuple[int, ...], suffix: str) -> Value:
+    """value viewed as `shape`: a new constant for a constant (so passes still see constant
+    weights), else a reshape node; value itself when it has that shape already."""
+    shape = tuple(shape)
+    if value.shape == shape:
+        return value
+    if value.is_constant:
+        return ctx.const(suffix, value.data.reshape(shape))
+    return ctx.emit("reshape", [value], {"shape": shape}, outputs=[ctx.temp(suffix)])[0]

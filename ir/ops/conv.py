@@ -1,5 +1,7 @@
-"""2-D convolution (conv2d) and transposed convolution (conv_transpose2d), NCHW, and
-explicit padding (pad, F.pad's semantics on any trailing dims).
+"""2-D convolution (conv2d) and transposed convolution (conv_transpose2d), NCHW, their
+3-D forms (conv3d, conv_transpose3d), NCDHW, and explicit padding (pad, F.pad's semantics
+on any trailing dims). 1-D convolutions have no op of their own: the lowering runs them
+as 2-D ones over a unit height.
 
 Conv padding is (top, left, bottom, right) so asymmetric padding is one attribute.
 """
@@ -186,3 +188,140 @@ def pad(x, *, pads, mode, value):
     if mode == "constant":
         return np.pad(cropped, widths, mode="constant", constant_values=np.asarray(value, dtype=x.dtype))
     return np.pad(cropped, widths, mode=PAD_OP_MODES[mode])
+
+
+# -- 3-D convolution (NCDHW) ---------------------------------------------------------------
+#
+# padding is (front, top, left, back, bottom, right): the three leading pads, then the three
+# trailing ones, as conv2d's (top, left, bottom, right). The references loop over the kernel's
+# taps (KD*KH*KW matmuls over every output voxel at once), never over voxels, and hold one
+# tap's window at a time: an im2col matrix of a real video clip would not fit.
+
+_CONV3D_ATTRS = {
+    "stride": INTS((1, 1, 1)),
+    "padding": INTS((0,) * 6),
+    "dilation": INTS((1, 1, 1)),
+    "groups": INT(1),
+    "padding_mode": STR("zeros"),
+}
+
+
+def _check_rank5(op: str, x: TensorType, w: TensorType, attrs: dict, names: tuple[str, ...]) -> None:
+    if x.rank != 5 or w.rank != 5:
+        raise ValueError(f"{op} expects 5-D input and weight, got {x} and {w}")
+    for name in names:
+        if len(attrs[name]) != (6 if name == "padding" else 3):
+            raise ValueError(f"{op}: {name} needs {6 if name == 'padding' else 3} values, got {attrs[name]}")
+    if min(attrs["stride"] + attrs["dilation"]) < 1 or min(attrs["padding"]) < 0 or attrs["groups"] < 1:
+        raise ValueError(f"{op}: stride, dilation and groups must be positive and padding non-negative, got {attrs}")
+
+
+def _conv3d_type(types: list[TensorType], attrs: dict) -> TensorType:
+    x, w = types[0], types[1]
+    _check_rank5("conv3d", x, w, attrs, ("stride", "padding", "dilation"))
+    n, c, *size = x.shape
+    o, cg, *kernel = w.shape
+    groups = attrs["groups"]
+    if c != cg * groups or o % groups:
+        raise ValueError(f"input channels {c} do not match weight {w.shape} with groups={groups}")
+    if len(types) > 2 and types[2].shape != (o,):
+        raise ValueError(f"bias shape {types[2].shape} does not match {o} output channels")
+    if attrs["padding_mode"] not in PAD_MODES:
+        raise ValueError(f"unknown padding_mode {attrs['padding_mode']!r}")
+    pads = attrs["padding"]
+    out = [conv_out_size(size[i], kernel[i], attrs["stride"][i], pads[i], pads[3 + i], attrs["dilation"][i])
+           for i in range(3)]
+    return TensorType((n, o, *out), x.dtype)
+
+
+def _tap_slice(tap: int, dilation: int, stride: int, count: int) -> slice:
+    """The positions one kernel tap meets over `count` strided windows (in the padded input)."""
+    start = tap * dilation
+    return slice(start, start + (count - 1) * stride + 1, stride)
+
+
+def _by_tap(w: np.ndarray) -> np.ndarray:
+    """(G, Og, Cg, KD, KH, KW) weights as (KD, KH, KW, G, Og, Cg), contiguous: numpy's matmul
+    calls BLAS only on contiguous operands."""
+    return np.ascontiguousarray(np.moveaxis(w, (3, 4, 5), (0, 1, 2)))
+
+
+def _grouped_matmul(w: np.ndarray, cols: np.ndarray) -> np.ndarray:
+    """(G, Og, Cg) x (G, Cg, M) -> (G, Og, M): one BLAS call per group (numpy's broadcast batched
+    matmul measured several times slower); with one channel per group, a broadcast product."""
+    if w.shape[2] == 1:
+        return w * cols
+    return np.stack([w[g] @ cols[g] for g in range(w.shape[0])])
+
+
+@register("conv3d", ["x", "weight", "bias?"], _CONV3D_ATTRS, infer=_conv3d_type)
+def conv3d(x, weight, bias=None, *, stride, padding, dilation, groups, padding_mode):
+    """out[n, o] = bias[o] + sum over the group's channels and the taps of w[o, c, tap] * x[n, c, at + tap]:
+    per tap, one (Og, Cg) x (Cg, N * voxels) matmul per group."""
+    n = x.shape[0]
+    o, cg, *kernel = weight.shape
+    pairs = [(padding[i], padding[3 + i]) for i in range(3)]
+    if any(any(p) for p in pairs):
+        x = np.pad(x, ((0, 0), (0, 0), *pairs), mode=PAD_MODES[padding_mode])
+    out_size = [conv_out_size(x.shape[2 + i], kernel[i], stride[i], 0, 0, dilation[i]) for i in range(3)]
+    xs = x.reshape(n, groups, cg, *x.shape[2:]).transpose(1, 2, 0, 3, 4, 5)  # (G, Cg, N, D, H, W)
+    w = _by_tap(weight.reshape(groups, o // groups, cg, *kernel))
+    out = np.zeros((groups, o // groups, n * int(np.prod(out_size))), dtype=np.result_type(x, weight))
+    for tap in np.ndindex(*kernel):
+        window = xs[(..., *(_tap_slice(tap[i], dilation[i], stride[i], out_size[i]) for i in range(3)))]
+        out += _grouped_matmul(w[tap], window.reshape(groups, cg, -1))
+    out = out.reshape(o, n, *out_size).swapaxes(0, 1)
+    if bias is not None:
+        out = out + bias.reshape(1, o, 1, 1, 1)
+    return np.ascontiguousarray(out, dtype=x.dtype)
+
+
+_CONV_T3D_ATTRS = {
+    "stride": INTS((1, 1, 1)),
+    "padding": INTS((0,) * 6),  # cropped off the full output: (front, top, left, back, bottom, right)
+    "output_padding": INTS((0, 0, 0)),  # extra planes/rows/columns at the back/bottom/right
+    "dilation": INTS((1, 1, 1)),
+    "groups": INT(1),
+}
+
+
+def _conv_transpose3d_type(types: list[TensorType], attrs: dict) -> TensorType:
+    x, w = types[0], types[1]
+    _check_rank5("conv_transpose3d", x, w, attrs, ("stride", "padding", "output_padding", "dilation"))
+    n, c, *size = x.shape
+    ci, og, *kernel = w.shape
+    groups = attrs["groups"]
+    if c != ci or c % groups:
+        raise ValueError(f"input channels {c} do not match weight {w.shape} with groups={groups}")
+    if len(types) > 2 and types[2].shape != (og * groups,):
+        raise ValueError(f"bias shape {types[2].shape} does not match {og * groups} output channels")
+    pads = attrs["padding"]
+    out = [conv_transpose_out_size(size[i], kernel[i], attrs["stride"][i], pads[i], pads[3 + i],
+                                   attrs["output_padding"][i], attrs["dilation"][i]) for i in range(3)]
+    return TensorType((n, og * groups, *out), x.dtype)
+
+
+@register("conv_transpose3d", ["x", "weight", "bias?"], _CONV_T3D_ATTRS, infer=_conv_transpose3d_type)
+def conv_transpose3d(x, weight, bias=None, *, stride, padding, output_padding, dilation, groups):
+    """Each input voxel scatters w[c, :, tap] * x[n, c] to (its position * stride + tap * dilation):
+    per tap, one (Og, Cg) x (Cg, N * voxels) matmul per group and one strided add build the full
+    output, which padding crops (output_padding extends it at the end)."""
+    n, c, *size = x.shape
+    _, og, *kernel = weight.shape
+    cg = c // groups
+    out_size = [conv_transpose_out_size(size[i], kernel[i], stride[i], padding[i], padding[3 + i],
+                                        output_padding[i], dilation[i]) for i in range(3)]
+    # output_padding may reach past the last tap: size the buffer for both
+    full = [max((size[i] - 1) * stride[i] + dilation[i] * (kernel[i] - 1) + 1, padding[i] + out_size[i])
+            for i in range(3)]
+    out = np.zeros((groups, og, n, *full), dtype=np.result_type(x, weight))
+    xs = np.ascontiguousarray(x.reshape(n, groups, cg, -1).transpose(1, 2, 0, 3)).reshape(groups, cg, -1)
+    w = _by_tap(weight.reshape(groups, cg, og, *kernel).swapaxes(1, 2))  # (*kernel, G, Og, Cg)
+    for tap in np.ndindex(*kernel):
+        spread = _grouped_matmul(w[tap], xs).reshape(groups, og, n, *size)
+        out[(..., *(_tap_slice(tap[i], dilation[i], stride[i], size[i]) for i in range(3)))] += spread
+    out = out.reshape(groups * og, n, *full).swapaxes(0, 1)
+    out = out[(..., *(slice(padding[i], padding[i] + out_size[i]) for i in range(3)))]
+    if bias is not None:
+        out = out + bias.reshape(1, -1, 1, 1, 1)
+    return np.ascontiguousarray(out, dtype=x.dtype)

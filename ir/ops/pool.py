@@ -6,6 +6,11 @@ KH + KW instead of KH * KW operations per output pixel.
 
 Torch's max pooling can also return indices (flat positions in each H*W input
 plane); those are separate ops so that an unused index output is just a dead node.
+
+1-D and 3-D pooling have no value ops of their own: the lowering runs them on these 2-D
+ops (a 1-D pool over a unit height; a 3-D one, separable too, as an (H, W) pool and then a
+D pool). Only their indices need ops: max_pool3d_indices and adaptive_max_pool3d_indices,
+flat positions in each D*H*W input volume.
 """
 
 from __future__ import annotations
@@ -226,3 +231,98 @@ def adaptive_max_pool2d_indices(x, *, output_size):
         col = np.take_along_axis(col_arg[:, :, start:end], best, axis=2)[:, :, 0]
         indices.append((best[:, :, 0] + start) * w + col)
     return np.stack(indices, axis=2).astype(np.int64)
+
+
+# -- 3-D max pooling indices ---------------------------------------------------------------------
+#
+# Found one axis at a time, last axis first, as the values are: the first maximum of each window
+# row, then the first row holding the window's maximum, then the first plane. That is the element
+# torch's row-major scan of the window keeps (it replaces the maximum only on a greater value).
+
+_MAX3D_ATTRS = {"kernel": INTS(), "stride": INTS(), "padding": INTS((0,) * 6), "dilation": INTS((1, 1, 1)),
+                "ceil_mode": BOOL(False)}
+
+
+def _window_out_shape_3d(op: str, t: TensorType, attrs: dict) -> tuple[int, ...]:
+    kernel, stride, padding, dilation = attrs["kernel"], attrs["stride"], attrs["padding"], attrs["dilation"]
+    if t.rank != 5:
+        raise ValueError(f"{op} expects a 5-D NCDHW input, got {t}")
+    if len(kernel) != 3 or len(stride) != 3 or len(dilation) != 3 or len(padding) != 6:
+        raise ValueError(f"{op}: kernel, stride and dilation need 3 values and padding 6, got {attrs}")
+    if min(kernel + stride + dilation) < 1 or min(padding) < 0:
+        raise ValueError(f"{op}: kernel, stride and dilation must be positive and padding non-negative, got {attrs}")
+    out = [conv_out_size(t.shape[2 + i], kernel[i], stride[i], padding[i], padding[3 + i], dilation[i],
+                         attrs["ceil_mode"]) for i in range(3)]
+    return (*t.shape[:2], *out)
+
+
+def _max_pool3d_indices_type(types: list[TensorType], attrs: dict) -> TensorType:
+    return TensorType(_window_out_shape_3d("max_pool3d_indices", types[0], attrs), "int64")
+
+
+def _strided_windows(a: np.ndarray, axis: int, kernel: int, stride: int, dilation: int, out: int) -> np.ndarray:
+    """The `out` windows of a (padded) array along one axis, the window as a new last axis (a view)."""
+    win = sliding_window_view(a, dilation * (kernel - 1) + 1, axis=axis)
+    index = [slice(None)] * a.ndim
+    index[axis] = slice(0, (out - 1) * stride + 1, stride)
+    return win[tuple(index)][..., ::dilation]
+
+
+@register("max_pool3d_indices", ["x"], _MAX3D_ATTRS, infer=_max_pool3d_indices_type)
+def max_pool3d_indices(x, *, kernel, stride, padding, dilation, ceil_mode):
+    """Flat index ((d * H + h) * W + w) of each window's first maximum, in torch's scan order.
+
+    `flat` holds, for each element left, the flat index of the maximum it stands for over the
+    axes already reduced; each axis adds its own position times the size of the axes after it."""
+    attrs = {"kernel": kernel, "stride": stride, "padding": padding, "dilation": dilation, "ceil_mode": ceil_mode}
+    out = _window_out_shape_3d("max_pool3d_indices", TensorType.of(x), attrs)[2:]
+    widths = [(0, 0), (0, 0)]
+    for i in range(3):  # ceil_mode's last window may need more than the end padding
+        needed = (out[i] - 1) * stride[i] + dilation[i] * (kernel[i] - 1) + 1
+        widths.append((padding[i], max(padding[3 + i], needed - x.shape[2 + i] - padding[i])))
+    values = np.pad(x, widths, constant_values=_lowest(x.dtype))
+    flat = np.zeros(values.shape, dtype=np.int64)
+    scale = 1
+    for i in (2, 1, 0):
+        axis, window = 2 + i, (kernel[i], stride[i], dilation[i], out[i])
+        win = _strided_windows(values, axis, *window)
+        tap = win.argmax(axis=-1)[..., None]
+        values = np.take_along_axis(win, tap, axis=-1)[..., 0]
+        flat = np.take_along_axis(_strided_windows(flat, axis, *window), tap, axis=-1)[..., 0]
+        start = (np.arange(out[i]) * stride[i] - padding[i]).reshape((-1,) + (1,) * (2 - i))
+        flat += (start + tap[..., 0] * dilation[i]) * scale
+        scale *= x.shape[axis]
+    return flat
+
+
+# -- 3-D adaptive max pooling indices --------------------------------------------------------------
+
+
+def _adaptive_max3d_indices_type(types: list[TensorType], attrs: dict) -> TensorType:
+    t, size = types[0], attrs["output_size"]
+    if t.rank != 5:
+        raise ValueError(f"adaptive_max_pool3d_indices expects a 5-D NCDHW input, got {t}")
+    if len(size) != 3 or min(size) < 1:
+        raise ValueError(f"adaptive_max_pool3d_indices: output_size must be three positive ints, got {size}")
+    return TensorType(t.shape[:2] + tuple(size), "int64")
+
+
+@register("adaptive_max_pool3d_indices", ["x"], _ADAPTIVE_ATTRS, infer=_adaptive_max3d_indices_type)
+def adaptive_max_pool3d_indices(x, *, output_size):
+    """Flat index ((d * H + h) * W + w) of each bin's first maximum in row-major order, as torch:
+    one axis at a time, last first, a loop over each axis's bins (not over voxels)."""
+    values, flat, scale = x, np.zeros(x.shape, dtype=np.int64), 1
+    for i in (2, 1, 0):
+        axis = 2 + i
+        best, kept = [], []
+        for start, end in adaptive_bins(x.shape[axis], output_size[i]):
+            index = [slice(None)] * x.ndim
+            index[axis] = slice(start, end)
+            segment = values[tuple(index)]
+            tap = segment.argmax(axis=axis)
+            tap = np.expand_dims(tap, axis)
+            best.append(np.take_along_axis(segment, tap, axis=axis))
+            kept.append(np.take_along_axis(flat[tuple(index)], tap, axis=axis) + (tap + start) * scale)
+        values, flat = np.concatenate(best, axis=axis), np.concatenate(kept, axis=axis)
+        scale *= x.shape[axis]
+    return flat
