@@ -162,7 +162,7 @@ def _softmax_rows(t, xf, of, d, per, rows, log):
     for r in range(t * per, min(rows, (t + 1) * per)):
         b = r * d
         m = run_max(xf, b, d)  # NaN if the row has one: then every exp, the sum and the row are NaN
-        s = xf[b] * 0
+        s = _narrow(m, 0.0)  # (not xf[b] * 0: NaN when the row starts with -inf, a masked key)
         for i in range(d):
             e = fast_exp_no_overflow(xf[u(b + i)] - m)
             s += e

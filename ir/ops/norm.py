@@ -118,8 +118,10 @@ def _softmax_type(op: str):
 
 
 def _shifted(x: np.ndarray, dim: int) -> np.ndarray:
-    """x minus its maximum along dim, so exp() of it is at most 1."""
-    return x - x.max(axis=dim, keepdims=True)
+    """x minus its maximum along dim, so exp() of it is at most 1 (a row all -inf, an attention
+    row with every key masked, becomes NaN, as in torch: quietly)."""
+    with np.errstate(invalid="ignore"):
+        return x - x.max(axis=dim, keepdims=True)
 
 
 @register("softmax", ["x"], {"dim": INT()}, infer=_softmax_type("softmax"))

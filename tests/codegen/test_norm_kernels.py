@@ -76,6 +76,24 @@ def test_softmax_row_with_nan_is_nan(log):
     np.testing.assert_allclose(np.delete(out, 2, axis=0), logs if log else np.exp(logs), rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("log", [False, True])
+def test_softmax_rows_with_masked_keys(log):
+    """-inf (a masked attention key) anywhere in a row, its first element included, weighs 0; a row
+    all -inf is NaN, as in torch."""
+    from codegen.kernels.norm import softmax
+
+    x = rand(5, 19, scale=4.0)
+    x[0, 0] = x[1, :3] = x[2, -1] = -np.inf
+    x[3] = -np.inf
+    out = np.empty_like(x)
+    softmax(x.reshape(-1), out.reshape(-1), 5, 19, 1, log)
+    assert np.isnan(out[3]).all()
+    rows = np.delete(x, 3, axis=0).astype(np.float64)
+    shifted = rows - rows.max(axis=1, keepdims=True)
+    logs = shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True))
+    np.testing.assert_allclose(np.delete(out, 3, axis=0), logs if log else np.exp(logs), rtol=1e-5, atol=1e-6)
+
+
 def test_softmax_float64():
     check("softmax", [rand(3, 40, scale=4.0, dtype=np.float64)], {"dim": -1}, rtol=1e-12, atol=1e-14)
     check("log_softmax", [rand(3, 4, 5, scale=4.0, dtype=np.float64)], {"dim": 1}, rtol=1e-12, atol=1e-14)
