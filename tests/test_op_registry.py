@@ -33,6 +33,18 @@ INTERPRETED: dict[str, str] = {
     "cumsum": "a scan along one axis: position ids and masks, small",
     "cumprod": "a scan along one axis, rare",
     "topk": "a partial sort with torch's tie order: detection heads' last step, small",
+    "flip": "a reversed copy, rare",
+    "index": "advanced indexing and embeddings (a kernel is next)",
+    "index_put": "writes at data-dependent positions, rare in inference",
+    "gather": "a gather along one axis, small in the models we know",
+    "scatter": "writes at data-dependent positions, rare in inference",
+    "slice_scatter": "an in-place slice assignment, small",
+    "unfold": "im2col as a model op, rare",
+    "fold": "col2im as a model op, rare",
+    "conv3d": "3-D convolution: video models (a kernel would lower it onto conv2d's)",
+    "conv_transpose3d": "3-D transposed convolution: video and volume decoders",
+    "max_pool3d_indices": "3-D max pool with indices (unpooling), rare",
+    "adaptive_max_pool3d_indices": "3-D adaptive max pool with indices, rare",
 }
 
 

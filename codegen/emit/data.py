@@ -26,6 +26,8 @@ def plan_copy(shape, sstr, dstr) -> tuple[tuple, tuple, tuple, bool]:
     dims = [(n, s, d) for n, s, d in zip(shape, sstr, dstr) if n != 1]
     if any(n == 0 for n, _, _ in dims):
         dims = [(0, 0, 0)]
+    elif not dims:  # one element: a run of 1 (the kernel copies runs along the last dim's strides)
+        dims = [(1, 1, 1)]
     merged: list[tuple[int, int, int]] = []
     for n, s, d in dims:
         if merged and merged[-1][1] == s * n and merged[-1][2] == d * n:

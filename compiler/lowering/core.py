@@ -101,6 +101,17 @@ class OpContext:
                 return self._lowerer.lookup(name, self.op)
         return None
 
+    def input_list(self, arg: str) -> list[Value | np.ndarray | None]:
+        """The list bound to operand `$arg`: a prim::ListConstruct's values, or a list expression's
+        items (None, a constant array or a value each; compiler/lowering/expression.py)."""
+        for name, arg_name in zip(self.op.inputs, self.op.input_names):
+            if arg_name == arg:
+                items = self._lowerer.values.get(name)
+                if items is None:
+                    raise self.format_error(f"operand ${arg} ({name}) is used before it is defined")
+                return list(items) if isinstance(items, list) else [items]
+        raise self.format_error(f"missing operand ${arg}")
+
     def param(self, key: str, default: Any = ...) -> Any:
         if key in self.op.params:
             return self.op.params[key]
@@ -177,7 +188,7 @@ class OpContext:
         """A name for an intermediate value that no pnnx operand refers to."""
         return f"{self.op.name}.{suffix}"
 
-    def alias(self, pnnx_output: str, value: Value | list[Value]) -> None:
+    def alias(self, pnnx_output: str, value: Value | list[Value | np.ndarray | None]) -> None:
         """Bind a pnnx output to an existing value (identity ops such as Dropout)."""
         self._lowerer.bind(pnnx_output, value, self.op)
 
@@ -222,7 +233,7 @@ class _Lowerer:
                                    self.model.param_path, op.line)
         return v
 
-    def bind(self, name: str, value: Value | list[Value], op: PnnxOperator) -> None:
+    def bind(self, name: str, value: Value | list[Value | np.ndarray | None], op: PnnxOperator) -> None:
         if name in self.values:
             raise ModelFormatError(f"{op.type} {op.name}: operand {name} is defined twice",
                                    self.model.param_path, op.line)
@@ -311,7 +322,11 @@ class _Lowerer:
                 if name not in self.values:
                     self.lookup(name, op)
                 v = self.values[name]
-                self.outputs.extend(v if isinstance(v, list) else [v])
+                items = v if isinstance(v, list) else [v]
+                if not all(isinstance(item, Value) for item in items):  # a list expression's None or constant
+                    raise ModelFormatError(f"{op.type} {op.name}: output {name} is an index list, not tensors",
+                                           self.model.param_path, op.line)
+                self.outputs.extend(items)
 
     def make_input(self, name: str, op: PnnxOperator) -> Value:
         in_name = f"in{len(self.inputs)}"

@@ -56,13 +56,29 @@ def lower_expression(ctx: OpContext, text: str, inputs: Sequence[Value]) -> None
             raise Unsupported(f"expression {text!r} is None, not a tensor")
         ctx.alias(out, ctx.const("value", np.asarray(root.value, dtype=root.dtype)))
         return
-    if root.is_list:
-        raise Unsupported(f"shape list {text!r} depends on tensor values")
+    if root.is_list:  # an index list of Tensor.index / index_put: bound to its items
+        ctx.alias(out, [_list_item(ctx, item, table, inputs, k) for k, item in enumerate(expr.items)])
+        return
     folded, used = fold_expression(expr, table)
     if isinstance(folded, Ref):
         ctx.alias(out, inputs[used[0]])
     else:
         ctx.emit("expression", [inputs[i] for i in used], {"expr": format_expression(folded)})
+
+
+def _list_item(ctx: OpContext, item, table, inputs: Sequence[Value], k: int) -> Value | np.ndarray | None:
+    """One item of a list expression: None, a constant array (bool lists stay bool), an input, or
+    an expression node of its own."""
+    typed = table[item]
+    if typed.static:
+        return None if typed.value is None else np.asarray(typed.value)
+    if typed.is_list:
+        raise Unsupported(f"nested list {format_expression(item)!r} in an index list")
+    folded, used = fold_expression(item, table)
+    if isinstance(folded, Ref):
+        return inputs[used[0]]
+    return ctx.emit("expression", [inputs[i] for i in used], {"expr": format_expression(folded)},
+                    outputs=[ctx.temp(f"item{k}")])[0]
 
 
 @lowers("pnnx.Expression")
