@@ -23,6 +23,7 @@ import hashlib
 import importlib.metadata
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 import threading
@@ -121,11 +122,13 @@ def export_pnnx(module: torch.nn.Module, example_input, out_dir, name: str) -> P
                     warnings.catch_warnings():
                 warnings.simplefilter("ignore")  # jit.trace deprecation, TracerWarning
                 try:
-                    pt = str(out_dir / f"{name}.pt")
-                    torch.jit.trace(module, inputs_arg).save(pt)  # what pnnx.export does, but for
-                    # the input types: its wrapper passes bool inputs to the converter as f32
-                    pnnx.convert(pt, input_shapes=[list(t.shape) for t in inputs],
-                                 input_types=[_pnnx_type(t) for t in inputs])
+                    # what pnnx.export does, but its wrapper names a bool input f32 on the converter's
+                    # command line, and then imports the Python it generated, which fails for a
+                    # graph that keeps an aten:: op (and builds a torch model we do not need)
+                    pt = out_dir / f"{name}.pt"
+                    torch.jit.trace(module, inputs_arg).save(str(pt))
+                    shapes = ",".join(f"[{','.join(map(str, t.shape))}]{_pnnx_type(t)}" for t in inputs)
+                    subprocess.run([pnnx.EXEC_PATH, pt.name, f"inputshape={shapes}"], cwd=out_dir, check=True)
                 except BaseException as e:  # noqa: BLE001 - re-raised below with the log
                     error = e
         finally:
