@@ -285,7 +285,9 @@ class _BinArchive:
         except KeyError:
             raise ModelFormatError(f"missing entry {entry!r} for {where}", self.path) from None
         np_dtype = NUMPY_DTYPES[dtype]
-        count = math.prod(shape) if shape else 0  # pnnx writes no data for shape ()
+        count = math.prod(shape)
+        if not shape and info.file_size == 0:  # older pnnx wrote no data for a 0-d attribute
+            count, shape = 0, (0,)
         expected = count * np_dtype.itemsize
         if info.file_size != expected:
             raise ModelFormatError(
@@ -298,7 +300,7 @@ class _BinArchive:
                 buf, offset = self.zip.read(entry), 0
             except (zipfile.BadZipFile, zlib.error, NotImplementedError, OSError) as e:
                 raise self.corrupt(entry, str(e)) from e
-        return np.frombuffer(buf, np_dtype, count, offset).reshape(shape or (0,))
+        return np.frombuffer(buf, np_dtype, count, offset).reshape(shape)
 
     def data_offset(self, info: zipfile.ZipInfo) -> int:
         """Where a stored entry's bytes start. The local header's extra field may differ

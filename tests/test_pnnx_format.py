@@ -191,6 +191,14 @@ def test_attr_dtypes(tmp_path: Path, dtype: str, np_dtype: type) -> None:
     np.testing.assert_array_equal(arr, data)
 
 
+@pytest.mark.parametrize("data, shape", [(np.float32(2.25).tobytes(), ()), (b"", (0,))])
+def test_zero_dim_attribute(tmp_path: Path, data: bytes, shape: tuple) -> None:
+    """Today's pnnx stores a 0-d attribute's one value; older ones stored nothing (read as empty)."""
+    param = write_model(tmp_path, ["pnnx.Attribute a.b 0 1 0 @data=()f32 #0=()f32"], {"a.b.data": data})
+    arr = load_pnnx(param).operators[0].attrs["data"]
+    assert arr.shape == shape and (arr.size == 0 or arr[()] == np.float32(2.25))
+
+
 def test_explicit_bin_path_and_missing_bin_without_attrs(tmp_path: Path) -> None:
     param = write_model(tmp_path, ["pnnx.Input in 0 1 0 #0=(1)f32"])
     assert load_pnnx(param).operators[0].attrs == {}  # no m.pnnx.bin needed

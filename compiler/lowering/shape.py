@@ -98,7 +98,8 @@ def identity(ctx: OpContext) -> None:
 @lowers("Tensor.reshape", "Tensor.view", "torch.reshape", "torch.view")
 def reshape(ctx: OpContext) -> None:
     x = tensor_input(ctx, "shape")
-    emit_reshape(ctx, x, resolve_shape(ctx, int_tuple(ctx, "shape"), x.type.size))
+    target = int_tuple(ctx, "shape")  # shape=() (to 0-d) reads as None
+    emit_reshape(ctx, x, resolve_shape(ctx, () if target is None else target, x.type.size))
 
 
 @lowers("Tensor.view_as", "Tensor.reshape_as", "aten::view_as")

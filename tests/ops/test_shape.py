@@ -40,6 +40,7 @@ class Reshapes(nn.Module):
             torch.unsqueeze(x, -1),
             x[:, None],
             x.unflatten(2, (7, 1)),
+            x[:1, :, :1, :1].reshape(()),  # to 0-d: pnnx writes shape=()
         )
 
 
