@@ -34,7 +34,6 @@ INTERPRETED: dict[str, str] = {
     "cumprod": "a scan along one axis, rare",
     "topk": "a partial sort with torch's tie order: detection heads' last step, small",
     "flip": "a reversed copy, rare",
-    "index": "advanced indexing and embeddings (a kernel is next)",
     "index_put": "writes at data-dependent positions, rare in inference",
     "gather": "a gather along one axis, small in the models we know",
     "scatter": "writes at data-dependent positions, rare in inference",

@@ -7,7 +7,8 @@ import math
 import numpy as np
 
 from codegen.emit import Emit, const, emits, lit
-from codegen.kernels.data import RANK, copy_runs, strided_copy
+from codegen.kernels.data import RANK, copy_runs, strided_copy, take
+from ir.errors import CodegenUnsupportedError
 from ir.graph import Node
 from ir.ops.common import normalize_axis
 
@@ -177,3 +178,18 @@ def _emit_pixel_shuffle(e: Emit) -> list[str]:
         perm = (0, 1, 3, 5, 2, 4)  # (B, C, r, r, H, W)
     strides = contiguous_strides(src)
     return _gather(e, [src[p] for p in perm], [strides[p] for p in perm])
+
+
+@emits("index")
+def _emit_index(e: Emit) -> list[str]:
+    """x[..., idx, ...] along one axis (embeddings, index_select, gathers of a bias table): take."""
+    axes, x = e.node.attrs["axes"], e.node.inputs[0]
+    if len(axes) != 1:
+        raise CodegenUnsupportedError(f"indexing along {len(axes)} axes at once (the kernel takes one)")
+    outer, n, inner = _axis_view(x.shape, axes[0])
+    m = e.node.inputs[1].type.size
+    index = f"{e.args[1]}.reshape(({m},))"
+    if e.node.inputs[1].dtype != "int64":
+        index = f"{e.args[1]}.reshape(({m},)).astype(np.int64)"
+    return [f"{e.call(take)}({e.args[0]}.reshape({lit((outer, n, inner))}), {index}, "
+            f"{e.outs[0]}.reshape({lit((outer, m, inner))}))"]

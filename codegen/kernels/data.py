@@ -139,3 +139,22 @@ def _runs_task(t, buf, runs, rows, dst_step, count):
         dst = buf[runs[i, 1] + r * dst_step:runs[i, 1] + r * dst_step + n]
         for j in range(n):
             dst[j] = src[j]
+
+
+@numba.njit(cache=True, nogil=True)
+def take(x, index, out):
+    """out[o, j, :] = x[o, index[j], :] for x (outer, n, inner), out (outer, m, inner) and m int64 indices
+    (negative ones count from the end, as torch's): index along one axis, the whole run of every
+    index copied at once (an embedding's rows, a relative position bias's entries)."""
+    outer, n, inner = x.shape
+    m = index.shape[0]
+    for j in range(m):
+        if not -n <= index[j] < n:
+            raise IndexError("index out of range of the indexed axis")
+    for o in range(outer):
+        for j in range(m):
+            k = index[j]
+            src = x[o, k + n if k < 0 else k]
+            dst = out[o, j]
+            for i in range(inner):
+                dst[i] = src[i]

@@ -12,7 +12,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import compiler
-from ir.errors import UnsupportedOperatorError
+from ir.errors import NodeExecutionError, UnsupportedOperatorError
 from ir.op_registry import get_op
 from tests.optest import BACKENDS, check_module, export
 
@@ -133,6 +133,17 @@ class Embedding32(nn.Module):
 
 def test_embedding_of_int32_indices():
     check_module(Embedding32(), torch.randint(0, 10, (2, 13), dtype=torch.int32))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_an_index_out_of_range_is_an_index_error(backend):
+    """The numba kernel checks indices as numpy does: no read outside the table."""
+    param = export(Embedding32(), torch.tensor([[1, 2], [3, 0]], dtype=torch.int32))
+    model = compiler.compile(param, backend=backend)
+    with pytest.raises(IndexError if backend == "numba" else NodeExecutionError, match="out of"):
+        model(np.array([[1, 2], [3, 50]], np.int32))
+    if backend == "numba":
+        assert not model.interpreted  # one-axis indexing runs the take kernel
 
 
 class TensorIndices(nn.Module):
