@@ -170,6 +170,18 @@ TORCH_DTYPES = {
 }
 
 
+@lowers("Tensor.type_as")
+def type_as(ctx: OpContext) -> None:
+    """input converted to other's dtype."""
+    x, other = ctx.input_named("input"), ctx.input_named("other")
+    if x is None or other is None:
+        raise ctx.format_error("needs $input and $other")
+    if x.dtype == other.dtype:
+        ctx.alias(ctx.op.outputs[0], x)
+    else:
+        ctx.emit("cast", [x], {"dtype": other.dtype})
+
+
 @lowers("Tensor.to", "Tensor.type")
 def to_dtype(ctx: OpContext) -> None:
     """A dtype conversion (pnnx drops conversions that change nothing)."""

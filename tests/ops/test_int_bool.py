@@ -15,7 +15,7 @@ class IntsAndMasks(torch.nn.Module):
         mask = (x > 0) & b
         chosen = torch.where(mask, x, torch.zeros_like(x))
         return (k, mask, chosen, k.reshape(2, -1).permute(1, 0), j.sum(1), (i // 3) % 2,
-                i.to(torch.float32) * x, ~b | (i > 0))
+                i.to(torch.float32) * x, ~b | (i > 0), i.type_as(x) * x, x.type_as(i), b.type_as(x))
 
 
 def test_int64_and_bool_inputs_and_intermediates():
