@@ -93,6 +93,21 @@ def test_profile_prints_nodes_and_writes_a_chrome_trace(cache, tmp_path):
     assert events and all(e["ph"] == "X" and e["dur"] >= 0 for e in events)
 
 
+def test_show_marks_the_nodes_the_numba_backend_interprets(cache, tmp_path):
+    from tests.test_interpreter import write_model
+
+    param = write_model(tmp_path, [
+        "pnnx.Input in 0 1 0 #0=(2,5)f32",
+        "torch.cumsum c 1 1 0 1 dim=1 $input=0 #0=(2,5)f32 #1=(2,5)f32",
+        "nn.ReLU r 1 1 1 2 #1=(2,5)f32 #2=(2,5)f32",
+        "pnnx.Output out 1 0 2",
+    ])
+    shown = cli("show", str(param), cache=cache)
+    assert shown.returncode == 0, shown.stderr
+    marked = [line for line in shown.stdout.splitlines() if "# interpreted" in line]
+    assert len(marked) == 1 and "cumsum(" in marked[0]
+
+
 def test_show_prints_ir_after_a_pass_and_writes_dot(cache, tmp_path):
     lowered = cli("show", str(SHIPPED), cache=cache)
     assert lowered.returncode == 0 and "conv2d(" in lowered.stdout and "fused_conv2d" not in lowered.stdout
