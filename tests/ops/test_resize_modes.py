@@ -211,3 +211,14 @@ def _hand_written_model(tmp_path, op_line: str) -> str:
 def test_refused_params(tmp_path, op_line, error, message):
     with pytest.raises(error, match=message):
         compiler.compile(_hand_written_model(tmp_path, op_line), backend="interpreter")
+
+
+class Area(nn.Module):
+    def forward(self, x, y):
+        return (F.interpolate(x, scale_factor=1.5, mode="area"), F.interpolate(x, size=(3, 4), mode="area"),
+                F.interpolate(y, scale_factor=2.0, mode="area"))
+
+
+def test_area_mode_up_and_down():
+    """pnnx writes mode=area as adaptive average pools, also where the output is larger."""
+    check_module(Area(), torch.randn(2, 3, 7, 9), torch.randn(2, 3, 5))
