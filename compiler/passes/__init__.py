@@ -12,6 +12,7 @@ from compiler.passes.fold_batchnorm import fold_batchnorm
 from compiler.passes.fold_constants import fold_constants
 from compiler.passes.fuse_conv_epilogue import fuse_conv_epilogue
 from compiler.passes.fuse_elementwise import fuse_elementwise
+from compiler.passes.hoist_activations import hoist_activations
 from compiler.passes.lower_expressions import lower_expressions
 from compiler.passes.manager import Pass, PassManager
 from compiler.passes.prune_outputs import prune_outputs
@@ -31,6 +32,7 @@ def pipeline(outputs: Sequence[str] | None = None, fuse: bool = True) -> list[Pa
     ]
     if fuse:
         passes += [
+            Pass("hoist-activations", hoist_activations),
             Pass("fuse-conv-epilogue", fuse_conv_epilogue),
             Pass("fuse-elementwise", fuse_elementwise),
         ]
