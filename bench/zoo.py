@@ -20,6 +20,12 @@ The architectures are written here (no torchvision) and follow the reference
 layouts: torchvision's ResNet-18/50, MobileNetV2, AlexNet, DenseNet-121,
 EfficientNet-B0 and ConvNeXt-T (same layer shapes, so the same parameter counts
 and FLOPs), and Ultralytics' YOLOv5s (v6.0 stem, v7.0 inference decode).
+
+The ``*_mini`` entries are reduced-size variants of today's architectures (ViT,
+Swin, MobileNetV3-Small, RegNetY, Inception-v3, ShuffleNetV2, the M5 audio net,
+an LSTM/GRU sequence model, a LLaMA-style decoder): every layer pattern of the
+real model, wired the same way, at a width, depth and input size that run in
+milliseconds, so the tests can check each on both backends at two batch sizes.
 """
 
 from __future__ import annotations
@@ -725,6 +731,684 @@ def _convnext_tiny() -> ConvNeXt:
 
 
 # ----------------------------------------------------------------------------
+# Reduced-size variants of today's architectures: every layer pattern of the real
+# model (the same kinds of layers, wired the same way), at a width, depth and
+# resolution that run in milliseconds, so the test suite can check each on both
+# backends at two batch sizes.
+# ----------------------------------------------------------------------------
+
+
+def _random_extra_params(model: nn.Module, seed: int) -> None:
+    """Seeded values for the parameters that torch initialises to constants and _randomize_norms
+    leaves alone (RMSNorm's weight: ones; MultiheadAttention's biases: zeros; 1-D conv biases),
+    so that a dropped or misplaced one shows up in the numbers."""
+    g = torch.Generator().manual_seed(seed + 54321)
+    with torch.no_grad():
+        for m in model.modules():
+            if isinstance(m, nn.RMSNorm):
+                m.weight.copy_(0.5 + torch.rand(m.weight.shape, generator=g))
+            elif isinstance(m, nn.MultiheadAttention):
+                m.in_proj_bias.copy_(0.1 * torch.randn(m.in_proj_bias.shape, generator=g))
+                m.out_proj.bias.copy_(0.1 * torch.randn(m.out_proj.bias.shape, generator=g))
+            elif isinstance(m, nn.Conv1d) and m.bias is not None:
+                m.bias.copy_(0.1 * torch.randn(m.bias.shape, generator=g))
+
+
+# ViT (torchvision's VisionTransformer layout) ---------------------------------
+
+
+class ViTEncoderBlock(nn.Module):
+    """Pre-norm encoder block: LayerNorm -> nn.MultiheadAttention (batch_first) -> residual,
+    LayerNorm -> Linear-GELU-Linear -> residual (torchvision's EncoderBlock; dropout 0)."""
+
+    def __init__(self, dim: int, heads: int, mlp_dim: int):
+        super().__init__()
+        self.ln_1 = nn.LayerNorm(dim, eps=1e-6)
+        self.self_attention = nn.MultiheadAttention(dim, heads, dropout=0.0, batch_first=True)
+        self.dropout = nn.Dropout(0.0)
+        self.ln_2 = nn.LayerNorm(dim, eps=1e-6)
+        self.mlp = nn.Sequential(
+            nn.Linear(dim, mlp_dim), nn.GELU(), nn.Dropout(0.0), nn.Linear(mlp_dim, dim), nn.Dropout(0.0),
+        )
+
+    def forward(self, inputs):
+        x = self.ln_1(inputs)
+        x, _ = self.self_attention(x, x, x, need_weights=False)
+        x = self.dropout(x) + inputs
+        return x + self.mlp(self.ln_2(x))
+
+
+class VisionTransformer(nn.Module):
+    """torchvision's VisionTransformer, reduced: 32x32 images, 8x8 patches (16 tokens + class
+    token), width 64, 4 heads, 3 blocks, MLP 128, 10 classes."""
+
+    def __init__(self, image_size: int = 32, patch_size: int = 8, num_layers: int = 3, num_heads: int = 4,
+                 hidden_dim: int = 64, mlp_dim: int = 128, num_classes: int = 10):
+        super().__init__()
+        self.hidden_dim = hidden_dim
+        self.conv_proj = nn.Conv2d(3, hidden_dim, patch_size, patch_size)
+        seq_length = (image_size // patch_size) ** 2 + 1
+        # torchvision starts the class token at zeros (pos_embedding at std 0.02): seeded
+        # N(0, 0.5^2) makes both count in the numbers
+        self.class_token = nn.Parameter(0.5 * torch.randn(1, 1, hidden_dim))
+        self.pos_embedding = nn.Parameter(0.5 * torch.randn(1, seq_length, hidden_dim))
+        self.layers = nn.Sequential(*(ViTEncoderBlock(hidden_dim, num_heads, mlp_dim) for _ in range(num_layers)))
+        self.ln = nn.LayerNorm(hidden_dim, eps=1e-6)
+        self.head = nn.Linear(hidden_dim, num_classes)
+
+    def forward(self, x):
+        n = x.shape[0]
+        x = self.conv_proj(x)  # (n, hidden, h/p, w/p)
+        x = x.reshape(n, self.hidden_dim, -1).permute(0, 2, 1)
+        x = torch.cat([self.class_token.expand(n, -1, -1), x], dim=1)
+        x = self.ln(self.layers(x + self.pos_embedding))
+        return self.head(x[:, 0])
+
+
+# Swin (the reference implementation's layout: tokens (B, H*W, C), attention mask buffers) ---
+
+
+def window_partition(x, ws: int):
+    """(B, H, W, C) -> (B * H/ws * W/ws, ws, ws, C)."""
+    b, h, w, c = x.shape
+    x = x.view(b, h // ws, ws, w // ws, ws, c)
+    return x.permute(0, 1, 3, 2, 4, 5).contiguous().view(-1, ws, ws, c)
+
+
+def window_reverse(windows, ws: int, h: int, w: int):
+    """(B * H/ws * W/ws, ws, ws, C) -> (B, H, W, C)."""
+    b = windows.shape[0] // ((h // ws) * (w // ws))
+    x = windows.view(b, h // ws, w // ws, ws, ws, -1)
+    return x.permute(0, 1, 3, 2, 4, 5).contiguous().view(b, h, w, -1)
+
+
+class WindowAttention(nn.Module):
+    """Multi-head self-attention within a window, with a relative position bias gathered from a
+    learned table by a constant index buffer, and an optional additive mask per window."""
+
+    def __init__(self, dim: int, ws: int, heads: int):
+        super().__init__()
+        self.ws, self.heads = ws, heads
+        self.scale = (dim // heads) ** -0.5
+        self.relative_position_bias_table = nn.Parameter(torch.randn((2 * ws - 1) ** 2, heads))
+        coords = torch.stack(torch.meshgrid(torch.arange(ws), torch.arange(ws), indexing="ij")).flatten(1)
+        rel = (coords[:, :, None] - coords[:, None, :]).permute(1, 2, 0).contiguous() + (ws - 1)
+        self.register_buffer("relative_position_index", rel[:, :, 0] * (2 * ws - 1) + rel[:, :, 1])
+        self.qkv = nn.Linear(dim, dim * 3)
+        self.proj = nn.Linear(dim, dim)
+
+    def forward(self, x, mask=None):
+        b_, n, c = x.shape
+        qkv = self.qkv(x).reshape(b_, n, 3, self.heads, c // self.heads).permute(2, 0, 3, 1, 4)
+        q, k, v = qkv[0], qkv[1], qkv[2]
+        attn = (q * self.scale) @ k.transpose(-2, -1)
+        bias = self.relative_position_bias_table[self.relative_position_index.view(-1)].view(n, n, -1)
+        attn = attn + bias.permute(2, 0, 1).contiguous().unsqueeze(0)
+        if mask is not None:
+            nw = mask.shape[0]
+            attn = attn.view(b_ // nw, nw, self.heads, n, n) + mask.unsqueeze(1).unsqueeze(0)
+            attn = attn.view(-1, self.heads, n, n)
+        attn = attn.softmax(dim=-1)
+        return self.proj((attn @ v).transpose(1, 2).reshape(b_, n, c))
+
+
+class SwinBlock(nn.Module):
+    """LayerNorm, cyclic shift (torch.roll), window partition, window attention (masked across the
+    shift's seams), window reverse, reverse shift, residual; LayerNorm-MLP(GELU)-residual."""
+
+    def __init__(self, dim: int, resolution: tuple[int, int], heads: int, ws: int, shift: int, mlp_ratio: int = 4):
+        super().__init__()
+        self.resolution, self.ws, self.shift = resolution, ws, shift
+        self.norm1 = nn.LayerNorm(dim)
+        self.attn = WindowAttention(dim, ws, heads)
+        self.norm2 = nn.LayerNorm(dim)
+        self.mlp = nn.Sequential(nn.Linear(dim, mlp_ratio * dim), nn.GELU(), nn.Linear(mlp_ratio * dim, dim))
+        self.register_buffer("attn_mask", self._mask() if shift else None)
+
+    def _mask(self) -> torch.Tensor:
+        """-100 where two tokens of a shifted window come from different regions of the image."""
+        h, w = self.resolution
+        img = torch.zeros(1, h, w, 1)
+        cuts = (slice(0, -self.ws), slice(-self.ws, -self.shift), slice(-self.shift, None))
+        for i, (hs, wsl) in enumerate((a, b) for a in cuts for b in cuts):
+            img[:, hs, wsl, :] = i
+        windows = window_partition(img, self.ws).view(-1, self.ws * self.ws)
+        mask = windows.unsqueeze(1) - windows.unsqueeze(2)
+        return mask.masked_fill(mask != 0, -100.0).masked_fill(mask == 0, 0.0)
+
+    def forward(self, x):
+        h, w = self.resolution
+        b, _, c = x.shape
+        shortcut = x
+        x = self.norm1(x).view(b, h, w, c)
+        if self.shift:
+            x = torch.roll(x, shifts=(-self.shift, -self.shift), dims=(1, 2))
+        windows = window_partition(x, self.ws).view(-1, self.ws * self.ws, c)
+        windows = self.attn(windows, mask=self.attn_mask).view(-1, self.ws, self.ws, c)
+        x = window_reverse(windows, self.ws, h, w)
+        if self.shift:
+            x = torch.roll(x, shifts=(self.shift, self.shift), dims=(1, 2))
+        x = shortcut + x.view(b, h * w, c)
+        return x + self.mlp(self.norm2(x))
+
+
+class PatchMerging(nn.Module):
+    """2x2 neighbours by strided slicing, concatenated (4C), LayerNorm, Linear to 2C (no bias)."""
+
+    def __init__(self, resolution: tuple[int, int], dim: int):
+        super().__init__()
+        self.resolution = resolution
+        self.norm = nn.LayerNorm(4 * dim)
+        self.reduction = nn.Linear(4 * dim, 2 * dim, bias=False)
+
+    def forward(self, x):
+        h, w = self.resolution
+        b, _, c = x.shape
+        x = x.view(b, h, w, c)
+        x0 = x[:, 0::2, 0::2, :]
+        x1 = x[:, 1::2, 0::2, :]
+        x2 = x[:, 0::2, 1::2, :]
+        x3 = x[:, 1::2, 1::2, :]
+        x = torch.cat([x0, x1, x2, x3], -1).view(b, -1, 4 * c)
+        return self.reduction(self.norm(x))
+
+
+class SwinTransformer(nn.Module):
+    """Swin-T's layout, reduced: 64x64 images, 4x4 patch embedding (conv + LayerNorm), window 4,
+    stage 1 (16x16 tokens, width 32, 2 heads) and stage 2 (8x8, width 64, 4 heads) of two blocks
+    each, the second block of a stage shifted by 2, patch merging between them; LayerNorm,
+    AdaptiveAvgPool1d over the tokens, 10 classes."""
+
+    def __init__(self, image_size: int = 64, patch_size: int = 4, dim: int = 32, depths=(2, 2), heads=(2, 4),
+                 ws: int = 4, num_classes: int = 10):
+        super().__init__()
+        self.patch_embed = nn.Conv2d(3, dim, patch_size, patch_size)
+        self.patch_norm = nn.LayerNorm(dim)
+        res = image_size // patch_size
+        stages: list[nn.Module] = []
+        for i, (depth, nh) in enumerate(zip(depths, heads, strict=True)):
+            stages += [SwinBlock(dim, (res, res), nh, ws, 0 if j % 2 == 0 else ws // 2) for j in range(depth)]
+            if i + 1 < len(depths):
+                stages.append(PatchMerging((res, res), dim))
+                dim, res = 2 * dim, res // 2
+        self.layers = nn.Sequential(*stages)
+        self.norm = nn.LayerNorm(dim)
+        self.avgpool = nn.AdaptiveAvgPool1d(1)
+        self.head = nn.Linear(dim, num_classes)
+
+    def forward(self, x):
+        x = self.patch_norm(self.patch_embed(x).flatten(2).transpose(1, 2))  # (B, H*W, C)
+        x = self.norm(self.layers(x))
+        return self.head(torch.flatten(self.avgpool(x.transpose(1, 2)), 1))
+
+
+# MobileNetV3-small (torchvision layout) ----------------------------------------
+
+
+def _make_divisible(v: float, divisor: int = 8) -> int:
+    new_v = max(divisor, int(v + divisor / 2) // divisor * divisor)
+    return new_v + divisor if new_v < 0.9 * v else new_v
+
+
+def _conv_bn_act(cin: int, cout: int, k: int, stride: int = 1, groups: int = 1, act=None) -> nn.Sequential:
+    """torchvision's Conv2dNormActivation: conv (no bias, padding (k - 1) // 2), BatchNorm
+    (MobileNetV3's eps 1e-3), then the activation module `act` (None: none)."""
+    layers: list[nn.Module] = [
+        nn.Conv2d(cin, cout, k, stride, (k - 1) // 2, groups=groups, bias=False),
+        nn.BatchNorm2d(cout, eps=1e-3, momentum=0.01),
+    ]
+    if act is not None:
+        layers.append(act(inplace=True))
+    return nn.Sequential(*layers)
+
+
+class SqueezeExcitationHard(nn.Module):
+    """MobileNetV3's squeeze-excitation: avgpool -> conv1x1 -> ReLU -> conv1x1 -> hardsigmoid -> * x."""
+
+    def __init__(self, channels: int, squeeze: int):
+        super().__init__()
+        self.avgpool = nn.AdaptiveAvgPool2d(1)
+        self.fc1 = nn.Conv2d(channels, squeeze, 1)
+        self.fc2 = nn.Conv2d(squeeze, channels, 1)
+        self.activation = nn.ReLU()
+        self.scale_activation = nn.Hardsigmoid()
+
+    def forward(self, x):
+        return self.scale_activation(self.fc2(self.activation(self.fc1(self.avgpool(x))))) * x
+
+
+class InvertedResidualV3(nn.Module):
+    """Expand 1x1 (when the expansion differs), depthwise kxk, optional SE, project 1x1; ReLU or
+    Hardswish; residual when the shape is kept."""
+
+    def __init__(self, cin: int, k: int, expanded: int, cout: int, use_se: bool, act: str, stride: int):
+        super().__init__()
+        self.use_res_connect = stride == 1 and cin == cout
+        activation = nn.Hardswish if act == "HS" else nn.ReLU
+        layers: list[nn.Module] = []
+        if expanded != cin:
+            layers.append(_conv_bn_act(cin, expanded, 1, act=activation))
+        layers.append(_conv_bn_act(expanded, expanded, k, stride, groups=expanded, act=activation))
+        if use_se:
+            layers.append(SqueezeExcitationHard(expanded, _make_divisible(expanded // 4)))
+        layers.append(_conv_bn_act(expanded, cout, 1))
+        self.block = nn.Sequential(*layers)
+
+    def forward(self, x):
+        result = self.block(x)
+        if self.use_res_connect:
+            result += x
+        return result
+
+
+class MobileNetV3Small(nn.Module):
+    """torchvision's mobilenet_v3_small, reduced: its first four bneck rows, one more SE/Hardswish
+    row at 48 channels, last conv 288, classifier 256 (Hardswish), 10 classes."""
+
+    # input channels, kernel, expanded channels, output channels, SE, activation, stride
+    SETTINGS = (
+        (16, 3, 16, 16, True, "RE", 2),
+        (16, 3, 72, 24, False, "RE", 2),
+        (24, 3, 88, 24, False, "RE", 1),
+        (24, 5, 96, 40, True, "HS", 2),
+        (40, 5, 120, 48, True, "HS", 1),
+    )
+
+    def __init__(self, last_channel: int = 256, num_classes: int = 10):
+        super().__init__()
+        layers: list[nn.Module] = [_conv_bn_act(3, 16, 3, 2, act=nn.Hardswish)]
+        layers += [InvertedResidualV3(*s) for s in self.SETTINGS]
+        last_conv = 6 * self.SETTINGS[-1][3]
+        layers.append(_conv_bn_act(self.SETTINGS[-1][3], last_conv, 1, act=nn.Hardswish))
+        self.features = nn.Sequential(*layers)
+        self.avgpool = nn.AdaptiveAvgPool2d(1)
+        self.classifier = nn.Sequential(
+            nn.Linear(last_conv, last_channel), nn.Hardswish(inplace=True), nn.Dropout(0.2, inplace=True),
+            nn.Linear(last_channel, num_classes),
+        )
+        for m in self.modules():
+            if isinstance(m, nn.Conv2d):
+                nn.init.kaiming_normal_(m.weight, mode="fan_out")
+
+    def forward(self, x):
+        x = self.avgpool(self.features(x))
+        return self.classifier(torch.flatten(x, 1))
+
+
+# RegNetY (torchvision layout: ResBottleneckBlock with grouped 3x3 and SE) ----------
+
+
+class ResBottleneckBlock(nn.Module):
+    """1x1 -> grouped 3x3 (stride; groups = width / group_width) -> SE (ReLU, sigmoid) -> 1x1,
+    BatchNorm after each conv, plus the input (a strided 1x1 + BatchNorm projection when the
+    shape changes), then ReLU."""
+
+    def __init__(self, cin: int, cout: int, stride: int, group_width: int, se_ratio: float | None):
+        super().__init__()
+        self.proj = None
+        if cin != cout or stride != 1:
+            self.proj = nn.Sequential(*_conv_bn(cin, cout, 1, stride))
+        layers: list[nn.Module] = [
+            *_conv_bn(cin, cout, 1), nn.ReLU(inplace=True),
+            *_conv_bn(cout, cout, 3, stride, groups=cout // group_width), nn.ReLU(inplace=True),
+        ]
+        if se_ratio:
+            layers.append(SqueezeExcitationReLU(cout, int(round(se_ratio * cin))))
+        layers += _conv_bn(cout, cout, 1)
+        self.f = nn.Sequential(*layers)
+        self.activation = nn.ReLU(inplace=True)
+
+    def forward(self, x):
+        shortcut = x if self.proj is None else self.proj(x)
+        return self.activation(shortcut + self.f(x))
+
+
+class SqueezeExcitationReLU(nn.Module):
+    """torchvision.ops.SqueezeExcitation as RegNet uses it: ReLU inside, sigmoid gate."""
+
+    def __init__(self, channels: int, squeeze: int):
+        super().__init__()
+        self.avgpool = nn.AdaptiveAvgPool2d(1)
+        self.fc1 = nn.Conv2d(channels, squeeze, 1)
+        self.activation = nn.ReLU()
+        self.fc2 = nn.Conv2d(squeeze, channels, 1)
+        self.scale_activation = nn.Sigmoid()
+
+    def forward(self, x):
+        return self.scale_activation(self.fc2(self.activation(self.fc1(self.avgpool(x))))) * x
+
+
+class RegNet(nn.Module):
+    """torchvision's RegNetY, reduced: stem 3x3 s2 (24), three stages of widths 24/48/96 and
+    depths 1/2/2, group width 8 (3/6/12 groups), SE ratio 0.25 in stages 1-2 and none in stage 3
+    (a ResNeXt bottleneck), 10 classes."""
+
+    def __init__(self, stem: int = 24, widths=(24, 48, 96), depths=(1, 2, 2), group_width: int = 8,
+                 se=(0.25, 0.25, None), num_classes: int = 10):
+        super().__init__()
+        self.stem = nn.Sequential(*_conv_bn(3, stem, 3, 2), nn.ReLU(inplace=True))
+        blocks: list[nn.Module] = []
+        cin = stem
+        for w, d, se_ratio in zip(widths, depths, se, strict=True):
+            for i in range(d):
+                blocks.append(ResBottleneckBlock(cin, w, 2 if i == 0 else 1, group_width, se_ratio))
+                cin = w
+        self.trunk_output = nn.Sequential(*blocks)
+        self.avgpool = nn.AdaptiveAvgPool2d((1, 1))
+        self.fc = nn.Linear(cin, num_classes)
+        for m in self.modules():
+            if isinstance(m, nn.Conv2d):
+                nn.init.kaiming_normal_(m.weight, mode="fan_out")
+
+    def forward(self, x):
+        x = self.avgpool(self.trunk_output(self.stem(x)))
+        return self.fc(x.flatten(start_dim=1))
+
+
+# Inception v3 (torchvision layout) -------------------------------------------------
+
+
+class BasicConv2d(nn.Module):
+    """Inception's conv (no bias) + BatchNorm (eps 1e-3) + ReLU; any kernel/padding/stride."""
+
+    def __init__(self, cin: int, cout: int, **kwargs):
+        super().__init__()
+        self.conv = nn.Conv2d(cin, cout, bias=False, **kwargs)
+        self.bn = nn.BatchNorm2d(cout, eps=0.001)
+
+    def forward(self, x):
+        return nn.functional.relu(self.bn(self.conv(x)), inplace=True)
+
+
+class InceptionA(nn.Module):
+    """1x1 | 1x1 -> 5x5 | 1x1 -> 3x3 -> 3x3 | avgpool 3x3 s1 -> 1x1, concatenated."""
+
+    def __init__(self, cin: int, pool_features: int):
+        super().__init__()
+        self.branch1x1 = BasicConv2d(cin, 16, kernel_size=1)
+        self.branch5x5_1 = BasicConv2d(cin, 12, kernel_size=1)
+        self.branch5x5_2 = BasicConv2d(12, 16, kernel_size=5, padding=2)
+        self.branch3x3dbl_1 = BasicConv2d(cin, 16, kernel_size=1)
+        self.branch3x3dbl_2 = BasicConv2d(16, 24, kernel_size=3, padding=1)
+        self.branch3x3dbl_3 = BasicConv2d(24, 24, kernel_size=3, padding=1)
+        self.branch_pool = BasicConv2d(cin, pool_features, kernel_size=1)
+
+    def forward(self, x):
+        b1 = self.branch1x1(x)
+        b5 = self.branch5x5_2(self.branch5x5_1(x))
+        b3 = self.branch3x3dbl_3(self.branch3x3dbl_2(self.branch3x3dbl_1(x)))
+        bp = self.branch_pool(nn.functional.avg_pool2d(x, kernel_size=3, stride=1, padding=1))
+        return torch.cat([b1, b5, b3, bp], 1)
+
+
+class InceptionB(nn.Module):
+    """Grid reduction: 3x3 s2 | 1x1 -> 3x3 -> 3x3 s2 | maxpool 3x3 s2, concatenated."""
+
+    def __init__(self, cin: int):
+        super().__init__()
+        self.branch3x3 = BasicConv2d(cin, 24, kernel_size=3, stride=2)
+        self.branch3x3dbl_1 = BasicConv2d(cin, 16, kernel_size=1)
+        self.branch3x3dbl_2 = BasicConv2d(16, 24, kernel_size=3, padding=1)
+        self.branch3x3dbl_3 = BasicConv2d(24, 24, kernel_size=3, stride=2)
+
+    def forward(self, x):
+        b3 = self.branch3x3(x)
+        bd = self.branch3x3dbl_3(self.branch3x3dbl_2(self.branch3x3dbl_1(x)))
+        bp = nn.functional.max_pool2d(x, kernel_size=3, stride=2)
+        return torch.cat([b3, bd, bp], 1)
+
+
+class InceptionC(nn.Module):
+    """1x1 | 1x1 -> 1x7 -> 7x1 | 1x1 -> 7x1 -> 1x7 -> 7x1 -> 1x7 | avgpool -> 1x1, concatenated."""
+
+    def __init__(self, cin: int, c7: int, cout: int = 48):
+        super().__init__()
+        self.branch1x1 = BasicConv2d(cin, cout, kernel_size=1)
+        self.branch7x7_1 = BasicConv2d(cin, c7, kernel_size=1)
+        self.branch7x7_2 = BasicConv2d(c7, c7, kernel_size=(1, 7), padding=(0, 3))
+        self.branch7x7_3 = BasicConv2d(c7, cout, kernel_size=(7, 1), padding=(3, 0))
+        self.branch7x7dbl_1 = BasicConv2d(cin, c7, kernel_size=1)
+        self.branch7x7dbl_2 = BasicConv2d(c7, c7, kernel_size=(7, 1), padding=(3, 0))
+        self.branch7x7dbl_3 = BasicConv2d(c7, c7, kernel_size=(1, 7), padding=(0, 3))
+        self.branch7x7dbl_4 = BasicConv2d(c7, c7, kernel_size=(7, 1), padding=(3, 0))
+        self.branch7x7dbl_5 = BasicConv2d(c7, cout, kernel_size=(1, 7), padding=(0, 3))
+        self.branch_pool = BasicConv2d(cin, cout, kernel_size=1)
+
+    def forward(self, x):
+        b1 = self.branch1x1(x)
+        b7 = self.branch7x7_3(self.branch7x7_2(self.branch7x7_1(x)))
+        bd = self.branch7x7dbl_1(x)
+        for conv in (self.branch7x7dbl_2, self.branch7x7dbl_3, self.branch7x7dbl_4, self.branch7x7dbl_5):
+            bd = conv(bd)
+        bp = self.branch_pool(nn.functional.avg_pool2d(x, kernel_size=3, stride=1, padding=1))
+        return torch.cat([b1, b7, bd, bp], 1)
+
+
+class InceptionE(nn.Module):
+    """1x1 | 1x1 -> (1x3 | 3x1) | 1x1 -> 3x3 -> (1x3 | 3x1) | avgpool -> 1x1, concatenated."""
+
+    def __init__(self, cin: int):
+        super().__init__()
+        self.branch1x1 = BasicConv2d(cin, 32, kernel_size=1)
+        self.branch3x3_1 = BasicConv2d(cin, 48, kernel_size=1)
+        self.branch3x3_2a = BasicConv2d(48, 48, kernel_size=(1, 3), padding=(0, 1))
+        self.branch3x3_2b = BasicConv2d(48, 48, kernel_size=(3, 1), padding=(1, 0))
+        self.branch3x3dbl_1 = BasicConv2d(cin, 56, kernel_size=1)
+        self.branch3x3dbl_2 = BasicConv2d(56, 48, kernel_size=3, padding=1)
+        self.branch3x3dbl_3a = BasicConv2d(48, 48, kernel_size=(1, 3), padding=(0, 1))
+        self.branch3x3dbl_3b = BasicConv2d(48, 48, kernel_size=(3, 1), padding=(1, 0))
+        self.branch_pool = BasicConv2d(cin, 24, kernel_size=1)
+
+    def forward(self, x):
+        b1 = self.branch1x1(x)
+        b3 = self.branch3x3_1(x)
+        b3 = torch.cat([self.branch3x3_2a(b3), self.branch3x3_2b(b3)], 1)
+        bd = self.branch3x3dbl_2(self.branch3x3dbl_1(x))
+        bd = torch.cat([self.branch3x3dbl_3a(bd), self.branch3x3dbl_3b(bd)], 1)
+        bp = self.branch_pool(nn.functional.avg_pool2d(x, kernel_size=3, stride=1, padding=1))
+        return torch.cat([b1, b3, bd, bp], 1)
+
+
+class InceptionV3(nn.Module):
+    """torchvision's Inception3, reduced: stem 3x3 s2 / 3x3 / maxpool 3x3 s2, one block each of
+    A, B (reduction), C (1x7/7x1) and E (1x3/3x1 splits), about a quarter of the widths, adaptive
+    avgpool, dropout, 10 classes; 64x64 images."""
+
+    def __init__(self, num_classes: int = 10):
+        super().__init__()
+        self.Conv2d_1a_3x3 = BasicConv2d(3, 32, kernel_size=3, stride=2)
+        self.Conv2d_2a_3x3 = BasicConv2d(32, 32, kernel_size=3, padding=1)
+        self.maxpool1 = nn.MaxPool2d(kernel_size=3, stride=2)
+        self.Mixed_5b = InceptionA(32, pool_features=8)  # 16 + 16 + 24 + 8 = 64
+        self.Mixed_6a = InceptionB(64)  # 24 + 24 + 64 = 112
+        self.Mixed_6b = InceptionC(112, c7=16)  # 4 * 48 = 192
+        self.Mixed_7c = InceptionE(192)  # 32 + 96 + 96 + 24 = 248
+        self.avgpool = nn.AdaptiveAvgPool2d((1, 1))
+        self.dropout = nn.Dropout(0.5)
+        self.fc = nn.Linear(248, num_classes)
+        for m in self.modules():
+            if isinstance(m, nn.Conv2d):
+                nn.init.kaiming_normal_(m.weight)
+
+    def forward(self, x):
+        x = self.maxpool1(self.Conv2d_2a_3x3(self.Conv2d_1a_3x3(x)))
+        x = self.Mixed_7c(self.Mixed_6b(self.Mixed_6a(self.Mixed_5b(x))))
+        x = self.dropout(self.avgpool(x))
+        return self.fc(torch.flatten(x, 1))
+
+
+# ShuffleNetV2 (torchvision layout) -------------------------------------------------
+
+
+def channel_shuffle(x, groups: int):
+    """torchvision's channel shuffle: view (b, g, c/g, h, w), swap the two channel dims, view back."""
+    b, c, h, w = x.size()
+    x = x.view(b, groups, c // groups, h, w)
+    x = torch.transpose(x, 1, 2).contiguous()
+    return x.view(b, -1, h, w)
+
+
+class ShuffleUnit(nn.Module):
+    """ShuffleNetV2's unit: stride 1 splits the channels in two (chunk) and transforms one half;
+    stride 2 transforms the whole input twice (branch1: dw 3x3 s2 -> 1x1; branch2: 1x1 -> dw 3x3 s2
+    -> 1x1); the halves are concatenated and channel-shuffled (view/transpose/view, or
+    nn.ChannelShuffle when `module_shuffle`)."""
+
+    def __init__(self, cin: int, cout: int, stride: int, module_shuffle: bool = False):
+        super().__init__()
+        self.stride = stride
+        bf = cout // 2
+        self.branch1 = nn.Sequential()
+        if stride > 1:
+            self.branch1 = nn.Sequential(
+                nn.Conv2d(cin, cin, 3, stride, 1, groups=cin, bias=False), nn.BatchNorm2d(cin),
+                nn.Conv2d(cin, bf, 1, bias=False), nn.BatchNorm2d(bf), nn.ReLU(inplace=True),
+            )
+        self.branch2 = nn.Sequential(
+            nn.Conv2d(cin if stride > 1 else bf, bf, 1, bias=False), nn.BatchNorm2d(bf), nn.ReLU(inplace=True),
+            nn.Conv2d(bf, bf, 3, stride, 1, groups=bf, bias=False), nn.BatchNorm2d(bf),
+            nn.Conv2d(bf, bf, 1, bias=False), nn.BatchNorm2d(bf), nn.ReLU(inplace=True),
+        )
+        self.shuffle = nn.ChannelShuffle(2) if module_shuffle else None
+
+    def forward(self, x):
+        if self.stride == 1:
+            x1, x2 = x.chunk(2, dim=1)
+            out = torch.cat((x1, self.branch2(x2)), dim=1)
+        else:
+            out = torch.cat((self.branch1(x), self.branch2(x)), dim=1)
+        return channel_shuffle(out, 2) if self.shuffle is None else self.shuffle(out)
+
+
+class ShuffleNetV2(nn.Module):
+    """torchvision's ShuffleNetV2, reduced: conv 3x3 s2 (24) + maxpool, two stages (48, 96) of a
+    stride-2 unit and a stride-1 unit (the last one shuffles with nn.ChannelShuffle), conv5 1x1
+    (256), global mean, 10 classes; 64x64 images."""
+
+    def __init__(self, stages=(48, 96), conv5: int = 256, num_classes: int = 10):
+        super().__init__()
+        self.conv1 = nn.Sequential(nn.Conv2d(3, 24, 3, 2, 1, bias=False), nn.BatchNorm2d(24), nn.ReLU(inplace=True))
+        self.maxpool = nn.MaxPool2d(kernel_size=3, stride=2, padding=1)
+        units: list[nn.Module] = []
+        cin = 24
+        for i, c in enumerate(stages):
+            units += [ShuffleUnit(cin, c, 2), ShuffleUnit(c, c, 1, module_shuffle=i == len(stages) - 1)]
+            cin = c
+        self.stages = nn.Sequential(*units)
+        self.conv5 = nn.Sequential(nn.Conv2d(cin, conv5, 1, bias=False), nn.BatchNorm2d(conv5), nn.ReLU(inplace=True))
+        self.fc = nn.Linear(conv5, num_classes)
+
+    def forward(self, x):
+        x = self.conv5(self.stages(self.maxpool(self.conv1(x))))
+        return self.fc(x.mean([2, 3]))
+
+
+# 1-D conv audio net (M5, Dai et al. 2017) ------------------------------------------
+
+
+class M5(nn.Module):
+    """M5 on raw audio, reduced: Conv1d k80 s16 + BatchNorm1d + ReLU + MaxPool1d 4, Conv1d k3 +
+    BN + ReLU + MaxPool1d 4, Conv1d k3 p1, a strided Conv1d k3 s2, AdaptiveAvgPool1d, Linear,
+    log_softmax; 4000 samples (a quarter second at 16 kHz)."""
+
+    def __init__(self, n_channel: int = 32, num_classes: int = 10):
+        super().__init__()
+        c = n_channel
+        self.features = nn.Sequential(
+            nn.Conv1d(1, c, 80, stride=16), nn.BatchNorm1d(c), nn.ReLU(inplace=True), nn.MaxPool1d(4),
+            nn.Conv1d(c, c, 3), nn.BatchNorm1d(c), nn.ReLU(inplace=True), nn.MaxPool1d(4),
+            nn.Conv1d(c, 2 * c, 3, padding=1), nn.BatchNorm1d(2 * c), nn.ReLU(inplace=True),
+            nn.Conv1d(2 * c, 2 * c, 3, stride=2), nn.BatchNorm1d(2 * c), nn.ReLU(inplace=True),
+        )
+        self.pool = nn.AdaptiveAvgPool1d(1)
+        self.fc = nn.Linear(2 * c, num_classes)
+
+    def forward(self, x):
+        x = self.pool(self.features(x)).flatten(1)
+        return nn.functional.log_softmax(self.fc(x), dim=-1)
+
+
+# Recurrent sequence model -------------------------------------------------------------
+
+
+class LSTMGRU(nn.Module):
+    """A sequence tagger/classifier: (B, T, F) batch_first, 2-layer bidirectional LSTM, then a GRU;
+    a Linear head on the last step (classification) and one on every step (tagging)."""
+
+    def __init__(self, features: int = 16, lstm_hidden: int = 24, gru_hidden: int = 32, classes: int = 5,
+                 tags: int = 7):
+        super().__init__()
+        self.lstm = nn.LSTM(features, lstm_hidden, num_layers=2, batch_first=True, bidirectional=True)
+        self.gru = nn.GRU(2 * lstm_hidden, gru_hidden, batch_first=True)
+        self.head_last = nn.Linear(gru_hidden, classes)
+        self.head_all = nn.Linear(gru_hidden, tags)
+
+    def forward(self, x):
+        y, _ = self.lstm(x)
+        y, _ = self.gru(y)
+        return self.head_last(y[:, -1]), self.head_all(y)
+
+
+# LLaMA-style decoder ------------------------------------------------------------------
+
+
+class DecoderBlock(nn.Module):
+    """Pre-norm decoder block: RMSNorm -> q/k/v Linears -> causal scaled_dot_product_attention ->
+    output Linear -> residual; RMSNorm -> SwiGLU MLP (w2(silu(w1 x) * w3 x)) -> residual. No
+    rotary embedding, no biases (LLaMA's layout)."""
+
+    def __init__(self, dim: int, heads: int, hidden: int):
+        super().__init__()
+        self.heads, self.head_dim = heads, dim // heads
+        self.attention_norm = nn.RMSNorm(dim, eps=1e-6)
+        self.wq = nn.Linear(dim, dim, bias=False)
+        self.wk = nn.Linear(dim, dim, bias=False)
+        self.wv = nn.Linear(dim, dim, bias=False)
+        self.wo = nn.Linear(dim, dim, bias=False)
+        self.ffn_norm = nn.RMSNorm(dim, eps=1e-6)
+        self.w1 = nn.Linear(dim, hidden, bias=False)
+        self.w2 = nn.Linear(hidden, dim, bias=False)
+        self.w3 = nn.Linear(dim, hidden, bias=False)
+
+    def forward(self, x):
+        b, t, d = x.shape
+        h = self.attention_norm(x)
+        q = self.wq(h).view(b, t, self.heads, self.head_dim).transpose(1, 2)
+        k = self.wk(h).view(b, t, self.heads, self.head_dim).transpose(1, 2)
+        v = self.wv(h).view(b, t, self.heads, self.head_dim).transpose(1, 2)
+        a = nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+        x = x + self.wo(a.transpose(1, 2).reshape(b, t, d))
+        h = self.ffn_norm(x)
+        return x + self.w2(nn.functional.silu(self.w1(h)) * self.w3(h))
+
+
+class Decoder(nn.Module):
+    """LLaMA's decoder stack, reduced, on token features (B, T, D) (no embedding table): width 64,
+    4 heads, 2 blocks, SwiGLU hidden 176, final RMSNorm, Linear head to a 50-token vocabulary."""
+
+    def __init__(self, dim: int = 64, heads: int = 4, layers: int = 2, hidden: int = 176, vocab: int = 50):
+        super().__init__()
+        self.layers = nn.Sequential(*(DecoderBlock(dim, heads, hidden) for _ in range(layers)))
+        self.norm = nn.RMSNorm(dim, eps=1e-6)
+        self.output = nn.Linear(dim, vocab, bias=False)
+
+    def forward(self, x):
+        return self.output(self.norm(self.layers(x)))
+
+
+def _with_extra_params(factory: Callable[[], nn.Module], seed: int = 0) -> Callable[[], nn.Module]:
+    """factory, then _random_extra_params on what it built."""
+
+    def build() -> nn.Module:
+        model = factory()
+        _random_extra_params(model, seed)
+        return model
+
+    return build
+
+
+
+# ----------------------------------------------------------------------------
 # Registry
 # ----------------------------------------------------------------------------
 
@@ -872,6 +1556,42 @@ ZOO: dict[str, ZooEntry] = {
         _entry("convnext_tiny", _convnext_tiny, (1, 3, 224, 224),
                "ConvNeXt-T (torchvision layout): dw 7x7, channels-last LayerNorm, Linear-GELU-Linear, "
                "layer scale U[0.1, 1), LayerNorm2d downsampling, 1000 classes"),
+        # reduced-size variants (every layer pattern of the real model, small width/depth/input)
+        _entry("vit_mini", _with_extra_params(VisionTransformer), (1, 3, 32, 32),
+               "reduced ViT-B/16 (torchvision layout): 8x8 patch conv, class token (a Parameter, expanded "
+               "and concatenated), position embedding, 3 pre-norm blocks of nn.MultiheadAttention "
+               "(batch_first, 4 heads, width 64) and LayerNorm-Linear-GELU-Linear, head on the class "
+               "token, 10 classes"),
+        _entry("swin_mini", SwinTransformer, (1, 3, 64, 64),
+               "reduced Swin-T (reference layout): 4x4 patch embedding, window 4 partition/reverse by "
+               "view/permute, torch.roll shifted windows with an attention mask buffer, relative position "
+               "bias gathered from a table by an index buffer, patch merging (strided slices, cat, "
+               "LayerNorm, Linear), 2 stages of 2 blocks (width 32, 64), AdaptiveAvgPool1d, 10 classes"),
+        _entry("mobilenet_v3_mini", MobileNetV3Small, (1, 3, 64, 64),
+               "reduced MobileNetV3-Small (torchvision layout): depthwise convs, ReLU and Hardswish, "
+               "squeeze-excitation with a hardsigmoid gate, 5 bneck blocks, Linear-Hardswish classifier, "
+               "10 classes"),
+        _entry("regnety_mini", RegNet, (1, 3, 64, 64),
+               "reduced RegNetY (torchvision layout): bottlenecks with grouped 3x3 convs (group width 8), "
+               "squeeze-excitation in two stages, plain ResNeXt bottlenecks in the third, widths "
+               "24/48/96, 10 classes"),
+        _entry("inception_v3_mini", InceptionV3, (1, 3, 64, 64),
+               "reduced Inception-v3 (torchvision layout): branchy blocks A, B (grid reduction), C "
+               "(1x7/7x1) and E (1x3/3x1 splits), 3x3 avg/max pools, channel concat, 10 classes"),
+        _entry("shufflenet_v2_mini", ShuffleNetV2, (1, 3, 64, 64),
+               "reduced ShuffleNetV2 (torchvision layout): channel split by chunk, depthwise convs, "
+               "concat, channel shuffle by view/transpose/view and once by nn.ChannelShuffle, stages "
+               "48/96, 10 classes"),
+        _entry("m5_audio_mini", _with_extra_params(M5), (1, 1, 4000),
+               "reduced M5 raw-audio net: Conv1d k80 s16 + BatchNorm1d + ReLU + MaxPool1d, strided "
+               "Conv1d, AdaptiveAvgPool1d, Linear, log_softmax on 4000 samples, 10 classes"),
+        _entry("lstm_gru_mini", LSTMGRU, (1, 12, 16),
+               "recurrent sequence model: (B, 12, 16) batch_first, 2-layer bidirectional LSTM (24), GRU "
+               "(32), Linear heads on the last step (5) and on every step (7); two outputs"),
+        _entry("llama_decoder_mini", _with_extra_params(Decoder), (1, 16, 64),
+               "reduced LLaMA decoder stack on (B, 16, 64) token features: RMSNorm, q/k/v Linears, causal "
+               "scaled_dot_product_attention (4 heads), SwiGLU MLP, residuals, 2 blocks, final RMSNorm, "
+               "Linear head (50)"),
     ]
 }
 

@@ -76,6 +76,7 @@ from collections.abc import Sequence
 
 import numpy as np
 import torch
+from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.weak import WeakTensorKeyDictionary
 
@@ -92,12 +93,15 @@ _ROUND_SD = math.sqrt(_ROUND)
 _ACC_SD = math.sqrt(2) * _ROUND_SD  # an accumulation's u M, and rounding its result (|y| <= M)
 _aten = torch.ops.aten
 
-# ops that only move or copy values: the variance moves the same way
+# ops that only move or copy values (or zero some: tril, triu): the variance moves the same way
 _DATA = {
     "view", "_unsafe_view", "reshape", "t", "permute", "transpose", "expand", "split", "split_with_sizes",
     "clone", "contiguous", "cat", "stack", "upsample_nearest1d", "upsample_nearest2d", "squeeze", "unsqueeze",
     "flatten", "select", "slice", "alias", "detach", "unbind", "constant_pad_nd", "index_select", "unfold",
+    "index", "roll", "channel_shuffle", "unsafe_split", "unsafe_split_with_sizes", "tril", "triu",
 }
+# elementwise ops that torch does not tag pointwise (hardsigmoid is tagged, hardswish is not)
+_POINTWISE_UNTAGGED = {"hardswish"}
 _FACTORY = {"empty", "empty_like", "empty_strided", "zeros", "zeros_like", "ones", "ones_like", "full", "full_like",
             "arange", "scalar_tensor", "lift_fresh", "lift_fresh_copy"}
 
@@ -318,17 +322,17 @@ class _ErrorScale(TorchDispatchMode):
             if vx is not None:  # the Jacobian rstd * w * (I - 1/n - xhat xhat^T / n), by rows
                 v += (vx + vx.mean(dims, keepdim=True) * (1 + xhat.square()) / n).sqrt_().mul_(g).square_()
             return v, None, None
-        if name in ("_softmax", "_log_softmax"):
+        if name in ("_softmax", "_log_softmax", "_safe_softmax"):
             x, dim = args[0], args[1]
             y32 = y.float()
-            p = y32 if name == "_softmax" else y32.exp()
-            vx = self.get_or_zero(x)
+            p = y32 if name != "_log_softmax" else y32.exp()
+            vx = self.get_or_zero(x).masked_fill(x.isinf(), 0)  # -inf (masked out): p = 0 exactly
             # d p_i = p_i (d x_i - sum_j p_j d x_j); log_softmax: d x_i - sum_j p_j d x_j
             v = ((1 - 2 * p) * vx + (p.square() * vx).sum(dim, keepdim=True)).clamp_(min=0)
-            if name == "_softmax":
+            if name != "_log_softmax":
                 v = v.sqrt_().mul_(p).square_()
             return v + y32.mul(2 * _ROUND_SD).square_()  # exp, the sum, the division (or log)
-        if torch.Tag.pointwise in func.tags:
+        if torch.Tag.pointwise in func.tags or name in _POINTWISE_UNTAGGED:
             if not (isinstance(y, torch.Tensor) and y.is_floating_point()):
                 return None
             v = y.float().mul_(_ROUND_SD).square_()
@@ -453,8 +457,15 @@ def float64_with_error_scale(module: torch.nn.Module, *inputs: np.ndarray) -> tu
     float64 in place."""
     module = module.double().eval()
     mode = _ErrorScale()
-    with torch.no_grad(), mode:
-        out = module(*(torch.from_numpy(np.ascontiguousarray(x)).double() for x in inputs))
+    # fused attention kernels (nn.MultiheadAttention's fast path, SDPA's flash kernel) have no rule:
+    # torch's composite forms compute the same function from ops that have one
+    fastpath = torch.backends.mha.get_fastpath_enabled()
+    torch.backends.mha.set_fastpath_enabled(False)
+    try:
+        with torch.no_grad(), sdpa_kernel(SDPBackend.MATH), mode:
+            out = module(*(torch.from_numpy(np.ascontiguousarray(x)).double() for x in inputs))
+    finally:
+        torch.backends.mha.set_fastpath_enabled(fastpath)
     outs = out if isinstance(out, (tuple, list)) else (out,)
     return [o.numpy() for o in outs], [(mode.get_or_zero(o).double() / _SCALE).sqrt().numpy() for o in outs]
 

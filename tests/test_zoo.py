@@ -1,6 +1,8 @@
 """Every zoo model, exported by pnnx: the IR round-trips, and both backends compute what the torch
 model computes, to float32 accuracy: MODELS at batch 1 and 4, the real ARCHITECTURES (AlexNet,
-DenseNet-121, EfficientNet-B0, ConvNeXt-T) at batch 1.
+DenseNet-121, EfficientNet-B0, ConvNeXt-T) at batch 1 and 2, and the reduced-size PATTERNS of today's
+architectures (ViT, Swin, MobileNetV3, RegNetY, Inception-v3, ShuffleNetV2, a 1-D conv audio net,
+LSTM/GRU, a LLaMA-style decoder) at batch 1 and 2.
 
 Accuracy is judged against the torch model evaluated in float64, element by element, within
 K * sigma + u |y| + TINY, where sigma is the scale of a correct float32 evaluation's rounding
@@ -28,6 +30,9 @@ from tests.numerics import check_float32, float64_with_error_scale
 MODELS = ["tiny_cnn", "mlp", "transformer_block", "unet_small", "mobilenet_v2", "resnet18", "resnet50", "yolov5s"]
 # interpreter and IR only for now: not in test_compiled_matches_torch_and_the_interpreter
 ARCHITECTURES = ["alexnet", "densenet121", "efficientnet_b0", "convnext_tiny"]
+# reduced-size variants: every layer pattern of the real model, each runs in milliseconds
+PATTERNS = ["vit_mini", "swin_mini", "mobilenet_v3_mini", "regnety_mini", "inception_v3_mini", "shufflenet_v2_mini",
+            "m5_audio_mini", "lstm_gru_mini", "llama_decoder_mini"]
 
 
 @functools.cache
@@ -47,7 +52,7 @@ def check(got, name: str, batch: int, label: str) -> None:
                   [s[:batch] for s in sigma], label)
 
 
-@pytest.mark.parametrize("name", MODELS + ARCHITECTURES)
+@pytest.mark.parametrize("name", MODELS + ARCHITECTURES + PATTERNS)
 def test_ir_round_trips(name):
     graph = compiler.load_graph(export_zoo(name))
     text = print_graph(graph)
@@ -74,10 +79,25 @@ def test_compiled_matches_torch_and_the_interpreter(name, batch):
 
 @pytest.mark.parametrize("name", ARCHITECTURES)
 def test_compiled_architecture_matches_torch(name):
-    """The real architectures compiled at batch 1 (their interpreter runs are checked above; batch 4
-    costs a second export and compile each, and the zoo models above cover batching)."""
+    """The real architectures compiled at batch 1 (their interpreter runs are checked above), and
+    both backends at batch 2 (a second export: pnnx bakes the batch into reshapes)."""
     x = reference(name)[0][:1]
     check(compiler.compile(export_zoo(name))(x), name, 1, f"{name} numba batch 1")
+    param = export_zoo(name, batch=2)
+    for backend in ("numba", "interpreter"):
+        got = compiler.compile(param, backend=backend)(reference(name)[0][:2])
+        check(got, name, 2, f"{name} {backend} batch 2")
+
+
+@pytest.mark.parametrize("backend", ["interpreter", "numba"])
+@pytest.mark.parametrize("batch", [1, 2])
+@pytest.mark.parametrize("name", PATTERNS)
+def test_pattern_matches_torch(name, batch, backend):
+    """The reduced architectures on both backends, at batch 1 and 2 (each batch is its own export:
+    pnnx bakes the batch into reshapes, window counts and the like)."""
+    x = reference(name)[0][:batch]
+    check(compiler.compile(export_zoo(name, batch=batch), backend=backend)(x), name, batch,
+          f"{name} {backend} batch {batch}")
 
 
 def _with_one_weight_changed(param: Path, entry: str, index: int | None, relative: float, out_dir: Path) -> Path:

@@ -25,6 +25,15 @@ EXPECTED_OUTPUT_SHAPES = {
     "densenet121": (1, 1000),
     "efficientnet_b0": (1, 1000),
     "convnext_tiny": (1, 1000),
+    "vit_mini": (1, 10),
+    "swin_mini": (1, 10),
+    "mobilenet_v3_mini": (1, 10),
+    "regnety_mini": (1, 10),
+    "inception_v3_mini": (1, 10),
+    "shufflenet_v2_mini": (1, 10),
+    "m5_audio_mini": (1, 10),
+    "lstm_gru_mini": ((1, 5), (1, 12, 7)),  # two outputs: the last step's head, every step's
+    "llama_decoder_mini": (1, 16, 50),
 }
 
 
@@ -45,9 +54,12 @@ def test_zoo_model_runs_in_torch(name):
     assert x.dtype == np.float32 and x.shape == entry.input_shape
     with torch.no_grad():
         y = model(torch.from_numpy(x))
-    assert tuple(y.shape) == EXPECTED_OUTPUT_SHAPES[name]
-    assert torch.isfinite(y).all()
-    assert y.std() > 0
+    outputs = y if isinstance(y, tuple) else (y,)
+    expected = EXPECTED_OUTPUT_SHAPES[name]
+    assert [tuple(o.shape) for o in outputs] == (list(expected) if isinstance(expected[0], tuple) else [expected])
+    for o in outputs:
+        assert torch.isfinite(o).all()
+        assert o.std() > 0
 
 
 def test_build_is_deterministic_and_bn_stats_nontrivial():
