@@ -571,15 +571,16 @@ def _conv_bn_silu(cin: int, cout: int, k: int, stride: int = 1, groups: int = 1,
 
 
 class SqueezeExcitation(nn.Module):
-    """torchvision.ops.SqueezeExcitation: avgpool -> conv1x1 -> SiLU -> conv1x1 -> sigmoid -> * x."""
+    """torchvision.ops.SqueezeExcitation: avgpool -> conv1x1 -> activation -> conv1x1 -> gate -> * x
+    (EfficientNet: SiLU and sigmoid; MobileNetV3: ReLU and hardsigmoid; RegNetY: ReLU and sigmoid)."""
 
-    def __init__(self, channels: int, squeeze: int):
+    def __init__(self, channels: int, squeeze: int, activation=nn.SiLU, scale_activation=nn.Sigmoid):
         super().__init__()
         self.avgpool = nn.AdaptiveAvgPool2d(1)
         self.fc1 = nn.Conv2d(channels, squeeze, 1)
         self.fc2 = nn.Conv2d(squeeze, channels, 1)
-        self.activation = nn.SiLU(inplace=True)
-        self.scale_activation = nn.Sigmoid()
+        self.activation = activation()
+        self.scale_activation = scale_activation()
 
     def forward(self, x):
         scale = self.fc2(self.activation(self.fc1(self.avgpool(x))))
@@ -962,21 +963,6 @@ def _conv_bn_act(cin: int, cout: int, k: int, stride: int = 1, groups: int = 1, 
     return nn.Sequential(*layers)
 
 
-class SqueezeExcitationHard(nn.Module):
-    """MobileNetV3's squeeze-excitation: avgpool -> conv1x1 -> ReLU -> conv1x1 -> hardsigmoid -> * x."""
-
-    def __init__(self, channels: int, squeeze: int):
-        super().__init__()
-        self.avgpool = nn.AdaptiveAvgPool2d(1)
-        self.fc1 = nn.Conv2d(channels, squeeze, 1)
-        self.fc2 = nn.Conv2d(squeeze, channels, 1)
-        self.activation = nn.ReLU()
-        self.scale_activation = nn.Hardsigmoid()
-
-    def forward(self, x):
-        return self.scale_activation(self.fc2(self.activation(self.fc1(self.avgpool(x))))) * x
-
-
 class InvertedResidualV3(nn.Module):
     """Expand 1x1 (when the expansion differs), depthwise kxk, optional SE, project 1x1; ReLU or
     Hardswish; residual when the shape is kept."""
@@ -990,7 +976,7 @@ class InvertedResidualV3(nn.Module):
             layers.append(_conv_bn_act(cin, expanded, 1, act=activation))
         layers.append(_conv_bn_act(expanded, expanded, k, stride, groups=expanded, act=activation))
         if use_se:
-            layers.append(SqueezeExcitationHard(expanded, _make_divisible(expanded // 4)))
+            layers.append(SqueezeExcitation(expanded, _make_divisible(expanded // 4), nn.ReLU, nn.Hardsigmoid))
         layers.append(_conv_bn_act(expanded, cout, 1))
         self.block = nn.Sequential(*layers)
 
@@ -1053,7 +1039,7 @@ class ResBottleneckBlock(nn.Module):
             *_conv_bn(cout, cout, 3, stride, groups=cout // group_width), nn.ReLU(inplace=True),
         ]
         if se_ratio:
-            layers.append(SqueezeExcitationReLU(cout, int(round(se_ratio * cin))))
+            layers.append(SqueezeExcitation(cout, int(round(se_ratio * cin)), nn.ReLU))
         layers += _conv_bn(cout, cout, 1)
         self.f = nn.Sequential(*layers)
         self.activation = nn.ReLU(inplace=True)
@@ -1061,21 +1047,6 @@ class ResBottleneckBlock(nn.Module):
     def forward(self, x):
         shortcut = x if self.proj is None else self.proj(x)
         return self.activation(shortcut + self.f(x))
-
-
-class SqueezeExcitationReLU(nn.Module):
-    """torchvision.ops.SqueezeExcitation as RegNet uses it: ReLU inside, sigmoid gate."""
-
-    def __init__(self, channels: int, squeeze: int):
-        super().__init__()
-        self.avgpool = nn.AdaptiveAvgPool2d(1)
-        self.fc1 = nn.Conv2d(channels, squeeze, 1)
-        self.activation = nn.ReLU()
-        self.fc2 = nn.Conv2d(squeeze, channels, 1)
-        self.scale_activation = nn.Sigmoid()
-
-    def forward(self, x):
-        return self.scale_activation(self.fc2(self.activation(self.fc1(self.avgpool(x))))) * x
 
 
 class RegNet(nn.Module):

@@ -26,12 +26,9 @@ from compiler.lowering.core import OpContext, Unsupported, lowers
 from compiler.lowering.expression import TORCH_DTYPES, Operands, lower_expression
 from compiler.lowering.join import emit_split
 from compiler.lowering.params import axis_of, int_param, int_tuple, param_value, tensor_input
-from compiler.lowering.shape import emit_reshape, select_bound
+from compiler.lowering.shape import emit_reshape, slice_params
 from ir.expr import ListExpr, Literal, parse_expression
 from ir.graph import Value
-
-_NO_SELECT = 2147483647  # pnnx's "this axis is sliced, not selected" marker in `selects`
-
 
 # -- helpers ----------------------------------------------------------------------------------------
 
@@ -511,25 +508,7 @@ def slice_copy(ctx: OpContext) -> None:
     """pnnx's `x[slices] = src` (x.copy_ into a slice), in Tensor.slice's two forms: `dim start
     end step`, or `dims starts ends steps selects` where a select picks one index and drops the dim."""
     x, src = operand(ctx, "self", 0), operand(ctx, "src", 1)
-    rank = x.type.rank
-    if "dims" not in ctx.op.params:
-        axis = axis_of(ctx, int_param(ctx, "dim"), rank)
-        bound = slice(int_param(ctx, "start", 0), int_param(ctx, "end", _NO_SELECT), int_param(ctx, "step", 1))
-        emit_slice_scatter(ctx, x, src, {axis: bound})
-        return
-    dims, starts, ends, steps = (int_tuple(ctx, k) for k in ("dims", "starts", "ends", "steps"))
-    selects = int_tuple(ctx, "selects", None) or (_NO_SELECT,) * len(dims)
-    if not len(dims) == len(starts) == len(ends) == len(steps) == len(selects):
-        raise ctx.format_error("dims, starts, ends, steps and selects differ in length")
-    bounds, drop = {}, []
-    for dim, start, end, step, select in zip(dims, starts, ends, steps, selects, strict=True):
-        axis = axis_of(ctx, dim, rank)
-        if select == _NO_SELECT:
-            bounds[axis] = slice(start, end, step)
-        else:
-            bounds[axis] = select_bound(ctx, select, x.shape[axis])
-            drop.append(axis)
-    emit_slice_scatter(ctx, x, src, bounds, tuple(drop))
+    emit_slice_scatter(ctx, x, src, *slice_params(ctx, x))
 
 
 def emit_slice_scatter(ctx: OpContext, x: Value, src: Value, bounds: dict[int, slice],

@@ -202,15 +202,19 @@ def channel_shuffle(ctx: OpContext) -> None:
 
 @lowers("Tensor.slice")
 def slice_(ctx: OpContext) -> None:
-    """Both pnnx forms: `dim start end step`, and the fused `dims starts ends steps selects`
-    (dims index the input; a selects entry other than 2147483647 picks that index and drops the dim)."""
     x = tensor_input(ctx, "start", "end", "step")
+    emit_slice(ctx, x, *slice_params(ctx, x))
+
+
+def slice_params(ctx: OpContext, x: Value) -> tuple[dict[int, slice], tuple[int, ...]]:
+    """(bounds by axis, axes a select drops) of pnnx's two slice forms: `dim start end step`, and the
+    fused `dims starts ends steps selects` (dims index the input; a selects entry other than
+    2147483647 picks that index and drops the dim). Tensor.slice and Tensor.slice_copy write both."""
     rank = x.type.rank
     if "dims" not in ctx.op.params:
         axis = axis_of(ctx, int_param(ctx, "dim"), rank)
-        bound = slice(int_param(ctx, "start", 0), int_param(ctx, "end", _NO_SELECT), int_param(ctx, "step", 1))
-        emit_slice(ctx, x, {axis: bound})
-        return
+        return {axis: slice(int_param(ctx, "start", 0), int_param(ctx, "end", _NO_SELECT),
+                            int_param(ctx, "step", 1))}, ()
     dims, starts, ends, steps = (int_tuple(ctx, k) for k in ("dims", "starts", "ends", "steps"))
     selects = int_tuple(ctx, "selects", None) or (_NO_SELECT,) * len(dims)
     if not len(dims) == len(starts) == len(ends) == len(steps) == len(selects):
@@ -223,7 +227,7 @@ def slice_(ctx: OpContext) -> None:
         else:
             bounds[axis] = select_bound(ctx, select, x.shape[axis])
             drop.append(axis)
-    emit_slice(ctx, x, bounds, tuple(drop))
+    return bounds, tuple(drop)
 
 
 @lowers("Tensor.select", "torch.select")

@@ -27,19 +27,25 @@ _CONV_ATTRS = {
 }
 
 
-def _conv2d_type(types: list[TensorType], attrs: dict) -> TensorType:
+def _check_channels(types: list[TensorType], attrs: dict) -> None:
+    """A convolution's input channels, weight, groups, bias and padding mode agree (2-D and 3-D)."""
     x, w = types[0], types[1]
-    if x.rank != 4 or w.rank != 4:
-        raise ValueError(f"conv2d expects 4-D input and weight, got {x} and {w}")
-    n, c, h, wd = x.shape
-    o, cg, kh, kw = w.shape
-    groups = attrs["groups"]
+    c, o, cg, groups = x.shape[1], w.shape[0], w.shape[1], attrs["groups"]
     if c != cg * groups or o % groups:
         raise ValueError(f"input channels {c} do not match weight {w.shape} with groups={groups}")
     if len(types) > 2 and types[2].shape != (o,):
         raise ValueError(f"bias shape {types[2].shape} does not match {o} output channels")
     if attrs["padding_mode"] not in PAD_MODES:
         raise ValueError(f"unknown padding_mode {attrs['padding_mode']!r}")
+
+
+def _conv2d_type(types: list[TensorType], attrs: dict) -> TensorType:
+    x, w = types[0], types[1]
+    if x.rank != 4 or w.rank != 4:
+        raise ValueError(f"conv2d expects 4-D input and weight, got {x} and {w}")
+    n, c, h, wd = x.shape
+    o, cg, kh, kw = w.shape
+    _check_channels(types, attrs)
     (sh, sw), (pt, pl, pb, pr), (dh, dw) = attrs["stride"], attrs["padding"], attrs["dilation"]
     oh = conv_out_size(h, kh, sh, pt, pb, dh)
     ow = conv_out_size(wd, kw, sw, pl, pr, dw)
@@ -221,13 +227,7 @@ def _conv3d_type(types: list[TensorType], attrs: dict) -> TensorType:
     _check_rank5("conv3d", x, w, attrs, ("stride", "padding", "dilation"))
     n, c, *size = x.shape
     o, cg, *kernel = w.shape
-    groups = attrs["groups"]
-    if c != cg * groups or o % groups:
-        raise ValueError(f"input channels {c} do not match weight {w.shape} with groups={groups}")
-    if len(types) > 2 and types[2].shape != (o,):
-        raise ValueError(f"bias shape {types[2].shape} does not match {o} output channels")
-    if attrs["padding_mode"] not in PAD_MODES:
-        raise ValueError(f"unknown padding_mode {attrs['padding_mode']!r}")
+    _check_channels(types, attrs)
     pads = attrs["padding"]
     out = [conv_out_size(size[i], kernel[i], attrs["stride"][i], pads[i], pads[3 + i], attrs["dilation"][i])
            for i in range(3)]
