@@ -32,6 +32,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from compiler.lowering.core import OpContext, Unsupported, lowers
+from compiler.lowering.params import reshaped
 from ir.graph import Value
 
 _NEG_INF = -np.inf
@@ -40,21 +41,12 @@ _NEG_INF = -np.inf
 # -- small emitters -------------------------------------------------------------------------------
 
 
-def _node(ctx: OpContext, op: str, inputs: list[Value], attrs: dict | None = None, name: str = "t") -> Value:
-    """One intermediate node of the rule; returns its (single) output."""
-    return ctx.emit(op, inputs, attrs, outputs=[ctx.temp(name)])[0]
-
-
 def _scalar(ctx: OpContext, name: str, value: float, dtype: str) -> Value:
     return ctx.const(name, np.array(value, dtype=dtype))
 
 
-def _reshape(ctx: OpContext, x: Value, shape: tuple[int, ...], name: str) -> Value:
-    return x if tuple(shape) == x.shape else _node(ctx, "reshape", [x], {"shape": tuple(shape)}, name)
-
-
 def _transpose(ctx: OpContext, x: Value, perm: tuple[int, ...], name: str) -> Value:
-    return _node(ctx, "transpose", [x], {"perm": perm}, name)
+    return ctx.intermediate("transpose", [x], {"perm": perm}, name)
 
 
 def _swap_last(ctx: OpContext, x: Value, name: str) -> Value:
@@ -82,11 +74,11 @@ def _mask_term(ctx: OpContext, mask: Value, shape: tuple[int, ...], masks_where:
                name: str) -> _Term:
     """`mask` reshaped to `shape` as an additive term: float masks as they are; bool masks
     -inf where they equal `masks_where` (True for MultiheadAttention, False for SDPA), else 0."""
-    value = _reshape(ctx, mask, shape, f"{name}_view")
+    value = reshaped(ctx, mask, shape, f"{name}_view")
     data = None if not mask.is_constant else mask.data.reshape(shape)
     if mask.dtype == "bool":
         neg, zero = _scalar(ctx, f"{name}_neg_inf", _NEG_INF, dtype), _scalar(ctx, f"{name}_zero", 0.0, dtype)
-        value = _node(ctx, "where", [value, neg, zero] if masks_where else [value, zero, neg], name=name)
+        value = ctx.intermediate("where", [value, neg, zero] if masks_where else [value, zero, neg], name=name)
         if data is not None:
             data = np.where(data == masks_where, _NEG_INF, 0.0).astype(dtype)
     elif not _is_float(mask):
@@ -103,7 +95,7 @@ def _causal_term(ctx: OpContext, rows: int, cols: int, dtype: str) -> _Term:
 def _sum_terms(ctx: OpContext, terms: list[_Term]) -> Value | None:
     bias = terms[0].value if terms else None
     for i, term in enumerate(terms[1:]):
-        bias = _node(ctx, "add", [bias, term.value], name=f"bias_{i}")
+        bias = ctx.intermediate("add", [bias, term.value], name=f"bias_{i}")
     return bias
 
 
@@ -123,16 +115,16 @@ def _attend(ctx: OpContext, q: Value, kt: Value, v: Value, bias: Value | None, z
             out_name: str | None = None) -> tuple[Value, Value]:
     """softmax(q @ kt + bias, -1) @ v, with q already scaled; returns (output, probabilities).
     zero_masked_rows: rows whose bias is -inf throughout give 0 (SDPA) instead of NaN."""
-    scores = _node(ctx, "matmul", [q, kt], name="scores")
+    scores = ctx.intermediate("matmul", [q, kt], name="scores")
     if bias is not None:
-        scores = _node(ctx, "add", [scores, bias], name="masked_scores")
-    probs = _node(ctx, "softmax", [scores], {"dim": -1}, name="probs")
+        scores = ctx.intermediate("add", [scores, bias], name="masked_scores")
+    probs = ctx.intermediate("softmax", [scores], {"dim": -1}, name="probs")
     name = out_name or ctx.temp("context")
     if not zero_masked_rows:
         return ctx.emit("matmul", [probs, v], outputs=[name])[0], probs
-    out = _node(ctx, "matmul", [probs, v], name="context")
-    row_max = _node(ctx, "reduce_max", [bias], {"dims": (-1,), "keepdim": True}, name="bias_row_max")
-    masked = _node(ctx, "eq", [row_max, _scalar(ctx, "neg_inf", _NEG_INF, bias.dtype)], name="masked_rows")
+    out = ctx.intermediate("matmul", [probs, v], name="context")
+    row_max = ctx.intermediate("reduce_max", [bias], {"dims": (-1,), "keepdim": True}, name="bias_row_max")
+    masked = ctx.intermediate("eq", [row_max, _scalar(ctx, "neg_inf", _NEG_INF, bias.dtype)], name="masked_rows")
     return ctx.emit("where", [masked, _scalar(ctx, "zero", 0.0, out.dtype), out], outputs=[name])[0], probs
 
 
@@ -152,9 +144,9 @@ def _repeat_heads(ctx: OpContext, x: Value, heads: int, name: str) -> Value:
     *batch, h, rows, cols = x.shape
     if heads % h:
         raise ctx.format_error(f"enable_gqa: {heads} query heads are not a multiple of {h} key/value heads")
-    grouped = _reshape(ctx, x, (*batch, h, 1, rows, cols), f"{name}_grouped")
-    repeated = _node(ctx, "expand", [grouped], {"shape": (*batch, h, heads // h, rows, cols)}, f"{name}_repeated")
-    return _reshape(ctx, repeated, (*batch, heads, rows, cols), f"{name}_heads")
+    grouped = reshaped(ctx, x, (*batch, h, 1, rows, cols), f"{name}_grouped")
+    repeated = ctx.intermediate("expand", [grouped], {"shape": (*batch, h, heads // h, rows, cols)}, f"{name}_repeated")
+    return reshaped(ctx, repeated, (*batch, heads, rows, cols), f"{name}_heads")
 
 
 @lowers("F.scaled_dot_product_attention")
@@ -171,7 +163,7 @@ def scaled_dot_product_attention(ctx: OpContext) -> None:
     scale = ctx.param("scale", None)
     scale = 1 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
     if scale != 1:
-        q = _node(ctx, "mul", [q, _scalar(ctx, "scale", scale, q.dtype)], name="scaled_query")
+        q = ctx.intermediate("mul", [q, _scalar(ctx, "scale", scale, q.dtype)], name="scaled_query")
     kt = _swap_last(ctx, k, "key_t")
     if ctx.param("enable_gqa", False) and min(q.type.rank, k.type.rank, v.type.rank) >= 3:
         heads = q.shape[-3]
@@ -316,13 +308,13 @@ def _project(ctx: OpContext, x: Value, weight: np.ndarray, bias: np.ndarray | No
     inputs = [x, ctx.const(f"{name}_weight", weight)]
     if bias is not None:
         inputs.append(ctx.const(f"{name}_bias", bias))
-    return _node(ctx, "linear", inputs, name=name)
+    return ctx.intermediate("linear", inputs, name=name)
 
 
 def _split_heads(ctx: OpContext, mha: _Mha, x: Value, transposed: bool, name: str) -> Value:
     """A projected (T, N, E) or (N, T, E) sequence as (N, H, T, D), or (N, H, D, T) if transposed."""
     a, b, _ = x.shape
-    heads = _reshape(ctx, x, (a, b, mha.heads, mha.embed // mha.heads), f"{name}_heads")
+    heads = reshaped(ctx, x, (a, b, mha.heads, mha.embed // mha.heads), f"{name}_heads")
     n, t = (0, 1) if mha.batch_first else (1, 0)
     perm = (n, 2, 3, t) if transposed else (n, 2, t, 3)
     return _transpose(ctx, heads, perm, f"{name}_split")
@@ -335,8 +327,8 @@ def _extra_columns(ctx: OpContext, mha: _Mha, columns: list[np.ndarray], x: Valu
     extra = ctx.const(f"{name}_extra", data.astype(x.dtype))
     shape = x.shape[:axis] + (len(columns),) + x.shape[axis + 1:]
     if extra.shape != shape:
-        extra = _node(ctx, "expand", [extra], {"shape": shape}, f"{name}_extra_batch")
-    return _node(ctx, "concat", [x, extra], {"dim": axis}, f"{name}_extended")
+        extra = ctx.intermediate("expand", [extra], {"shape": shape}, f"{name}_extra_batch")
+    return ctx.intermediate("concat", [x, extra], {"dim": axis}, f"{name}_extended")
 
 
 def _mha_bias(ctx: OpContext, mha: _Mha, dtype: str) -> list[_Term]:
@@ -373,7 +365,7 @@ def multihead_attention(ctx: OpContext) -> None:
     dtype = mha.query.dtype
     if not mha.batched:  # torch: an unbatched sequence is a batch of one, sequence first
         mha.batch_first = False
-        q, k, v = (_reshape(ctx, x, (x.shape[0], 1, x.shape[1]), f"{n}_batched")
+        q, k, v = (reshaped(ctx, x, (x.shape[0], 1, x.shape[1]), f"{n}_batched")
                    for x, n in ((mha.query, "query"), (mha.key, "key"), (mha.value, "value")))
     else:
         q, k, v = mha.query, mha.key, mha.value
@@ -397,20 +389,20 @@ def multihead_attention(ctx: OpContext) -> None:
     terms = _mha_bias(ctx, mha, dtype)
     bias = _sum_terms(ctx, terms)
     if bias is not None and k_columns:  # the extra columns are never masked
-        bias = _node(ctx, "pad", [bias], {"pads": (0, len(k_columns))}, "bias_padded")
+        bias = ctx.intermediate("pad", [bias], {"pads": (0, len(k_columns))}, "bias_padded")
     zero_rows = not need_weights and not _fast_path(mha, ctx) and not k_columns and _may_mask_whole_rows(terms)
     context, probs = _attend(ctx, qp, kt, vp, bias, zero_rows)
 
     n, length = mha.batch, mha.seq(mha.query)
     merged = _transpose(ctx, context, (0, 2, 1, 3) if mha.batch_first else (2, 0, 1, 3), "merged_heads")
-    merged = _reshape(ctx, merged, (n, length, embed) if mha.batch_first else (length, n, embed), "merged")
+    merged = reshaped(ctx, merged, (n, length, embed) if mha.batch_first else (length, n, embed), "merged")
     out_inputs = [ctx.attr_const("out_proj.weight", dtype)]
     if ctx.has_attr("out_proj.bias"):
         out_inputs.append(ctx.attr_const("out_proj.bias", dtype))
     if mha.batched:
         ctx.emit("linear", [merged] + out_inputs, outputs=[ctx.op.outputs[0]])
     else:
-        out = _node(ctx, "linear", [merged] + out_inputs, name="out_proj")
+        out = ctx.intermediate("linear", [merged] + out_inputs, name="out_proj")
         ctx.emit("reshape", [out], {"shape": (length, embed)}, outputs=[ctx.op.outputs[0]])
     if need_weights:
         _emit_weights(ctx, mha, probs)
@@ -426,7 +418,7 @@ def _emit_weights(ctx: OpContext, mha: _Mha, probs: Value) -> None:
     average = annotated is None or len(annotated) != per_head_rank
     weights = probs
     if average:
-        weights = _node(ctx, "reduce_mean", [probs], {"dims": (1,), "keepdim": False}, "mean_weights")
+        weights = ctx.intermediate("reduce_mean", [probs], {"dims": (1,), "keepdim": False}, "mean_weights")
     if not mha.batched:
-        weights = _reshape(ctx, weights, weights.shape[1:], "unbatched_weights")
+        weights = reshaped(ctx, weights, weights.shape[1:], "unbatched_weights")
     ctx.alias(name, weights)

@@ -184,6 +184,12 @@ class OpContext:
                 self._lowerer.bind(pnnx_name, v, self.op)
         return node.outputs
 
+    def intermediate(self, ir_op: str, inputs: Sequence[Value], attrs: dict[str, Any] | None = None,
+                     name: str | None = None) -> Value:
+        """One IR node whose single output is an intermediate of the rule (a temp named after `name`,
+        or the op); returns that output."""
+        return self.emit(ir_op, inputs, attrs, outputs=[self.temp(name or ir_op)])[0]
+
     def temp(self, suffix: str) -> str:
         """A name for an intermediate value that no pnnx operand refers to."""
         return f"{self.op.name}.{suffix}"

@@ -77,8 +77,8 @@ def _list_item(ctx: OpContext, item, table, inputs: Sequence[Value], k: int) -> 
     folded, used = fold_expression(item, table)
     if isinstance(folded, Ref):
         return inputs[used[0]]
-    return ctx.emit("expression", [inputs[i] for i in used], {"expr": format_expression(folded)},
-                    outputs=[ctx.temp(f"item{k}")])[0]
+    return ctx.intermediate("expression", [inputs[i] for i in used], {"expr": format_expression(folded)},
+                            name=f"item{k}")
 
 
 @lowers("pnnx.Expression")

@@ -25,7 +25,7 @@ import numpy as np
 from compiler.lowering.core import OpContext, Unsupported, lowers
 from compiler.lowering.expression import TORCH_DTYPES, Operands, lower_expression
 from compiler.lowering.join import emit_split
-from compiler.lowering.params import axis_of, int_param, int_tuple, param_value, tensor_input
+from compiler.lowering.params import axis_of, int_param, int_tuple, param_value, reshaped, tensor_input
 from compiler.lowering.shape import emit_reshape, slice_params
 from ir.expr import ListExpr, Literal, parse_expression
 from ir.graph import Value
@@ -46,20 +46,13 @@ def operand(ctx: OpContext, name: str, position: int) -> Value:
 def emit_slice_to(ctx: OpContext, x: Value, axis: int, start: int, end: int, step: int, name: str) -> Value:
     """x[start:end:step] along `axis` (bounds already in range) into a temporary."""
     attrs = {"axes": (axis,), "starts": (start,), "ends": (end,), "steps": (step,)}
-    return ctx.emit("slice", [x], attrs, outputs=[ctx.temp(name)])[0]
-
-
-def reshape_to(ctx: OpContext, x: Value, shape: tuple[int, ...], name: str) -> Value:
-    """x reshaped into a temporary (x itself when the shape does not change)."""
-    if tuple(shape) == x.shape:
-        return x
-    return ctx.emit("reshape", [x], {"shape": tuple(shape)}, outputs=[ctx.temp(name)])[0]
+    return ctx.intermediate("slice", [x], attrs, name=name)
 
 
 def cast_to(ctx: OpContext, x: Value, dtype: str, name: str) -> Value:
     if x.dtype == dtype:
         return x
-    return ctx.emit("cast", [x], {"dtype": dtype}, outputs=[ctx.temp(name)])[0]
+    return ctx.intermediate("cast", [x], {"dtype": dtype}, name=name)
 
 
 def torch_dtype(ctx: OpContext, default: str) -> str:
@@ -84,7 +77,7 @@ def roll(ctx: OpContext) -> None:
     if dims is None:
         if len(shifts) != 1:
             raise ctx.format_error(f"roll without dims takes one shift, got {shifts}")
-        flat = reshape_to(ctx, x, (x.type.size,), "flat")
+        flat = reshaped(ctx, x, (x.type.size,), "flat")
         emit_reshape(ctx, _roll_axes(ctx, flat, {0: shifts[0]}), x.shape)
         return
     if len(shifts) != len(dims):
@@ -156,14 +149,14 @@ def repeat_interleave(ctx: OpContext) -> None:
     x = tensor_input(ctx, "repeats")
     dim = param_value(ctx, "dim", None)
     if dim is None:
-        x, axis = reshape_to(ctx, x, (x.type.size,), "flat"), 0
+        x, axis = reshaped(ctx, x, (x.type.size,), "flat"), 0
     else:
         axis = axis_of(ctx, dim, x.type.rank)
     repeats = _repeats(ctx)
     n, shape = x.shape[axis], x.shape
     if repeats.size == 1:
         r = int(repeats.reshape(()))
-        ones = reshape_to(ctx, x, shape[:axis + 1] + (1,) + shape[axis + 1:], "unsqueeze")
+        ones = reshaped(ctx, x, shape[:axis + 1] + (1,) + shape[axis + 1:], "unsqueeze")
         (wide,) = ctx.emit("expand", [ones], {"shape": shape[:axis + 1] + (r,) + shape[axis + 1:]},
                            outputs=[ctx.temp("expand")])
         emit_reshape(ctx, wide, shape[:axis] + (n * r,) + shape[axis + 1:])
@@ -243,8 +236,7 @@ def _diag_matrix(ctx: OpContext, v: Value, k: int) -> None:
     """out[i, j] = row[j] where j == i + k, else 0: `row` is v padded to m = n + |k| on the side
     that puts v[i] in column i + k (k >= 0) or i (k < 0)."""
     m = v.shape[0] + abs(k)
-    row = v if k == 0 else ctx.emit("pad", [v], {"pads": (k, 0) if k > 0 else (0, -k)},
-                                    outputs=[ctx.temp("row")])[0]
+    row = v if k == 0 else ctx.intermediate("pad", [v], {"pads": (k, 0) if k > 0 else (0, -k)}, name="row")
     mask = ctx.const("mask", np.eye(m, k=k, dtype=bool))
     spell = Operands()
     zero = "False" if v.dtype == "bool" else "0"
@@ -265,7 +257,7 @@ def emit_diagonal(ctx: OpContext, x: Value, offset: int, dim1: int, dim2: int) -
     length = max(0, min(r, c - offset) if offset >= 0 else min(r + offset, c))
     start = (offset if offset >= 0 else -offset * c) if length else 0
     end = start + (length - 1) * (c + 1) + 1 if length else 0
-    flat = reshape_to(ctx, x, (*lead, r * c), "flat")
+    flat = reshaped(ctx, x, (*lead, r * c), "flat")
     ctx.emit("slice", [flat], {"axes": (len(lead),), "starts": (start,), "ends": (end,), "steps": (c + 1,)})
 
 
@@ -397,8 +389,8 @@ def _masked_put(ctx: OpContext, x: Value, items: list[Item], values: Value, accu
     if values.type.size != 1:
         raise Unsupported("index_put of a tensor of values under a runtime boolean mask: "
                           "how many it takes depends on the mask's values")
-    mask = reshape_to(ctx, mask, mask.shape + (1,) * (x.type.rank - lead - mask.type.rank), "mask")
-    values = cast_to(ctx, reshape_to(ctx, values, (), "value"), x.dtype, "value_cast")
+    mask = reshaped(ctx, mask, mask.shape + (1,) * (x.type.rank - lead - mask.type.rank), "mask")
+    values = cast_to(ctx, reshaped(ctx, values, (), "value"), x.dtype, "value_cast")
     spell = Operands()
     m, v, s = spell(mask), spell(values), spell(x)
     new = f"add({s},{v})" if accumulate else v
@@ -450,7 +442,7 @@ def index_add(ctx: OpContext) -> None:
         spell = Operands()
         text = f"mul({spell(source)},{spell(alpha[0])})"
         (source,) = ctx.emit("expression", spell.values, {"expr": text}, outputs=[ctx.temp("scaled")])
-    index = reshape_to(ctx, index, (index.type.size,), "index")
+    index = reshaped(ctx, index, (index.type.size,), "index")
     axis = axis_of(ctx, int(dim.data), x.type.rank)
     ctx.emit("index_put", [x, source, index], {"axes": (axis,), "accumulate": True})
 
@@ -461,7 +453,7 @@ def index_select(ctx: OpContext) -> None:
     axis = axis_of(ctx, int_param(ctx, "dim"), x.type.rank)
     if index.type.rank > 1:
         raise ctx.format_error(f"index_select takes a vector of indices, got {index.type}")
-    index = reshape_to(ctx, index, (index.type.size,), "index")
+    index = reshaped(ctx, index, (index.type.size,), "index")
     ctx.emit("index", [x, index], {"axes": (axis,)})
 
 
@@ -487,7 +479,7 @@ def masked_select(ctx: OpContext) -> None:
     shape = tuple(np.broadcast_shapes(x.shape, mask.shape))
     if x.shape != shape:
         (x,) = ctx.emit("expand", [x], {"shape": shape}, outputs=[ctx.temp("expand")])
-    flat = reshape_to(ctx, x, (math.prod(shape),), "flat")
+    flat = reshaped(ctx, x, (math.prod(shape),), "flat")
     positions = np.flatnonzero(np.broadcast_to(mask.data.astype(bool), shape))
     ctx.emit("index", [flat, ctx.const("index", positions.astype(np.int64))], {"axes": (0,)})
 
@@ -524,7 +516,7 @@ def emit_slice_scatter(ctx: OpContext, x: Value, src: Value, bounds: dict[int, s
         if src.type.rank > len(kept) or np.broadcast_shapes(src.shape, kept) != kept:
             raise ctx.format_error(f"source {src.type} does not broadcast to the slice's shape {kept}")
         (src,) = ctx.emit("expand", [src], {"shape": kept}, outputs=[ctx.temp("expand")])
-    src = cast_to(ctx, reshape_to(ctx, src, target, "src"), x.dtype, "cast")
+    src = cast_to(ctx, reshaped(ctx, src, target, "src"), x.dtype, "cast")
     attrs = {
         "axes": tuple(canonical),
         "starts": tuple(b[0] for b in canonical.values()),
@@ -544,7 +536,7 @@ def fill(ctx: OpContext) -> None:
         return
     if value.type.size != 1:
         raise ctx.format_error(f"fill value {value.type} is not a single value")
-    value = cast_to(ctx, reshape_to(ctx, value, (), "value"), x.dtype, "cast")
+    value = cast_to(ctx, reshaped(ctx, value, (), "value"), x.dtype, "cast")
     ctx.emit("expand", [value], {"shape": x.shape})
 
 
@@ -571,7 +563,7 @@ def unfold(ctx: OpContext) -> None:
     x = tensor_input(ctx)
     if x.type.rank not in (3, 4):
         raise ctx.format_error(f"unfold takes a (N, C, H, W) or (C, H, W) tensor, got {x.type}")
-    batched = reshape_to(ctx, x, (1,) * (4 - x.type.rank) + x.shape, "batched")
+    batched = reshaped(ctx, x, (1,) * (4 - x.type.rank) + x.shape, "batched")
     if x.type.rank == 4:
         ctx.emit("unfold", [batched], _block_attrs(ctx))
         return
@@ -586,7 +578,7 @@ def fold(ctx: OpContext) -> None:
     if x.type.rank not in (2, 3):
         raise ctx.format_error(f"fold takes a (N, C*kh*kw, L) or (C*kh*kw, L) tensor, got {x.type}")
     attrs = {"output_size": _pair(ctx, "output_size", ...), **_block_attrs(ctx)}
-    batched = reshape_to(ctx, x, (1,) * (3 - x.type.rank) + x.shape, "batched")
+    batched = reshaped(ctx, x, (1,) * (3 - x.type.rank) + x.shape, "batched")
     if x.type.rank == 3:
         ctx.emit("fold", [batched], attrs)
         return

@@ -15,6 +15,7 @@ from collections import Counter
 import numpy as np
 
 from compiler.lowering.core import OpContext, lowers
+from compiler.lowering.params import reshaped
 from ir.graph import Value
 
 
@@ -60,7 +61,7 @@ def scaled(ctx: OpContext, value: Value, factor: float, name: str) -> Value:
     if factor == 1:
         return value
     scale = ctx.const(name, np.array(factor, dtype=value.dtype))
-    return ctx.emit("mul", [value, scale], outputs=[ctx.temp(f"times_{name}")])[0]
+    return ctx.intermediate("mul", [value, scale], name=f"times_{name}")
 
 
 @lowers("torch.mv")
@@ -137,18 +138,10 @@ def _label_sizes(ctx: OpContext, operands: list[Value], inputs: list[Labels]) ->
     return sizes
 
 
-def _emit(ctx: OpContext, ir_op: str, value: Value, attrs: dict, name: str) -> Value:
-    return ctx.emit(ir_op, [value], attrs, outputs=[ctx.temp(name)])[0]
-
-
 def _transposed(ctx: OpContext, value: Value, labels: Labels, order: Labels) -> Value:
     if labels == order:
         return value
-    return _emit(ctx, "transpose", value, {"perm": tuple(labels.index(label) for label in order)}, "transposed")
-
-
-def _reshaped(ctx: OpContext, value: Value, shape: tuple[int, ...]) -> Value:
-    return value if value.shape == shape else _emit(ctx, "reshape", value, {"shape": shape}, "reshaped")
+    return ctx.intermediate("transpose", [value], {"perm": tuple(labels.index(label) for label in order)}, "transposed")
 
 
 def _diagonal(ctx: OpContext, value: Value, labels: Labels) -> tuple[Value, Labels]:
@@ -161,10 +154,10 @@ def _diagonal(ctx: OpContext, value: Value, labels: Labels) -> tuple[Value, Labe
         others = tuple(lab for lab in labels if lab != label)
         value = _transposed(ctx, value, labels, others + (label,) * count)
         flat = size ** count
-        value = _reshaped(ctx, value, tuple(value.shape[:len(others)]) + (flat,))
+        value = reshaped(ctx, value, tuple(value.shape[:len(others)]) + (flat,), "reshaped")
         step = sum(size ** i for i in range(count))
-        value = _emit(ctx, "slice", value, {"axes": (len(others),), "starts": (0,), "ends": (flat,), "steps": (step,)},
-                      "diagonal")
+        value = ctx.intermediate("slice", [value], {"axes": (len(others),), "starts": (0,), "ends": (flat,),
+                                                    "steps": (step,)}, "diagonal")
         labels = others + (label,)
     return value, labels
 
@@ -176,10 +169,10 @@ def _prepared(ctx: OpContext, value: Value, labels: Labels, sizes: dict[str, int
     value, labels = _diagonal(ctx, value, labels)
     shape = tuple(sizes[label] for label in labels)
     if value.shape != shape:
-        value = _emit(ctx, "expand", value, {"shape": shape}, "broadcast")
+        value = ctx.intermediate("expand", [value], {"shape": shape}, "broadcast")
     summed = tuple(i for i, label in enumerate(labels) if label not in needed)
     if summed:
-        value = _emit(ctx, "reduce_sum", value, {"dims": summed, "keepdim": False}, "summed")
+        value = ctx.intermediate("reduce_sum", [value], {"dims": summed, "keepdim": False}, "summed")
         labels = tuple(label for label in labels if label in needed)
     return value, labels
 
@@ -196,11 +189,11 @@ def _contract(ctx: OpContext, a: Value, a_labels: Labels, b: Value, b_labels: La
         return math.prod(sizes[label] for label in group)
 
     lead = (size(batch),) if batch else ()
-    a = _reshaped(ctx, _transposed(ctx, a, a_labels, batch + rows + inner), lead + (size(rows), size(inner)))
-    b = _reshaped(ctx, _transposed(ctx, b, b_labels, batch + inner + cols), lead + (size(inner), size(cols)))
-    product = ctx.emit("matmul", [a, b], outputs=[ctx.temp("product")])[0]
+    a = reshaped(ctx, _transposed(ctx, a, a_labels, batch + rows + inner), lead + (size(rows), size(inner)), "a")
+    b = reshaped(ctx, _transposed(ctx, b, b_labels, batch + inner + cols), lead + (size(inner), size(cols)), "b")
+    product = ctx.intermediate("matmul", [a, b], name="product")
     labels = batch + rows + cols
-    return _reshaped(ctx, product, tuple(sizes[label] for label in labels)), labels
+    return reshaped(ctx, product, tuple(sizes[label] for label in labels), "reshaped"), labels
 
 
 @lowers("torch.einsum")

@@ -17,7 +17,7 @@ import numpy as np
 
 from compiler.lowering.core import OpContext, Unsupported, lowers
 from compiler.lowering.params import axis_of
-from compiler.lowering.reduce import emit_temp, scalar, vector_norm
+from compiler.lowering.reduce import scalar, vector_norm
 from ir.graph import Value
 
 
@@ -190,14 +190,14 @@ def _rms_norm(ctx: OpContext, x: Value, shape: tuple[int, ...], weight: Value | 
     eps = ctx.param("eps", None)
     eps = float(np.finfo(x.dtype).eps) if eps is None else float(eps)
     dims = tuple(range(x.type.rank - len(shape), x.type.rank))
-    squares = emit_temp(ctx, "square", [x])
-    mean = emit_temp(ctx, "reduce_mean", [squares], {"dims": dims, "keepdim": True}, "mean_square")
-    shifted = emit_temp(ctx, "add", [mean, scalar(ctx, "eps", eps, x.dtype)], name="plus_eps")
-    inverse = emit_temp(ctx, "rsqrt", [shifted])
+    squares = ctx.intermediate("square", [x])
+    mean = ctx.intermediate("reduce_mean", [squares], {"dims": dims, "keepdim": True}, "mean_square")
+    shifted = ctx.intermediate("add", [mean, scalar(ctx, "eps", eps, x.dtype)], name="plus_eps")
+    inverse = ctx.intermediate("rsqrt", [shifted])
     if weight is None:
         ctx.emit("mul", [x, inverse])
         return
-    ctx.emit("mul", [emit_temp(ctx, "mul", [x, inverse], name="normalized"), weight])
+    ctx.emit("mul", [ctx.intermediate("mul", [x, inverse], name="normalized"), weight])
 
 
 @lowers("nn.RMSNorm")
@@ -228,7 +228,7 @@ def normalize(ctx: OpContext) -> None:
     x = ctx.input_named("input") or ctx.input(0)
     dim = axis_of(ctx, ctx.param("dim", 1), x.type.rank)
     length = vector_norm(ctx, x, _p(ctx, 2.0), (dim,), True)
-    denominator = emit_temp(ctx, "maximum", [length, scalar(ctx, "eps", ctx.param("eps", 1e-12), x.dtype)],
+    denominator = ctx.intermediate("maximum", [length, scalar(ctx, "eps", ctx.param("eps", 1e-12), x.dtype)],
                             name="clamped_norm")
     ctx.emit("div", [x, denominator])
 
@@ -240,8 +240,8 @@ def pairwise_distance(ctx: OpContext) -> None:
     rank = max(x1.type.rank, x2.type.rank)
     if rank == 0:
         raise Unsupported("0-d inputs")
-    difference = emit_temp(ctx, "sub", [x1, x2], name="difference")
-    shifted = emit_temp(ctx, "add", [difference, scalar(ctx, "eps", ctx.param("eps", 1e-6), difference.dtype)],
+    difference = ctx.intermediate("sub", [x1, x2], name="difference")
+    shifted = ctx.intermediate("add", [difference, scalar(ctx, "eps", ctx.param("eps", 1e-6), difference.dtype)],
                         name="plus_eps")
     distance = vector_norm(ctx, shifted, _p(ctx, 2.0), (rank - 1,), bool(ctx.param("keepdim", False)))
     ctx.alias(ctx.op.outputs[0], distance)
@@ -261,14 +261,14 @@ def local_response_norm(ctx: OpContext) -> None:
     size = ctx.param("size")
     alpha, beta, k = float(ctx.param("alpha", 1e-4)), float(ctx.param("beta", 0.75)), float(ctx.param("k", 1.0))
     n, c, rest = x.shape[0], x.shape[1], math.prod(x.shape[2:])
-    squares = emit_temp(ctx, "square", [x])
-    planes = emit_temp(ctx, "reshape", [squares], {"shape": (n, 1, c, rest)}, "square_planes")
+    squares = ctx.intermediate("square", [x])
+    planes = ctx.intermediate("reshape", [squares], {"shape": (n, 1, c, rest)}, "square_planes")
     pool = {"kernel": (size, 1), "stride": (1, 1), "padding": (size // 2, 0, (size - 1) // 2, 0)}
-    mean = emit_temp(ctx, "reshape", [emit_temp(ctx, "avg_pool2d", [planes], pool, "window_sums")],
+    mean = ctx.intermediate("reshape", [ctx.intermediate("avg_pool2d", [planes], pool, "window_sums")],
                      {"shape": x.shape}, "window_mean")
-    scaled = emit_temp(ctx, "mul", [mean, scalar(ctx, "alpha", alpha, x.dtype)], name="scaled")
-    base = emit_temp(ctx, "add", [scaled, scalar(ctx, "k", k, x.dtype)], name="base")
-    ctx.emit("div", [x, emit_temp(ctx, "pow", [base, scalar(ctx, "beta", beta, x.dtype)], name="divisor")])
+    scaled = ctx.intermediate("mul", [mean, scalar(ctx, "alpha", alpha, x.dtype)], name="scaled")
+    base = ctx.intermediate("add", [scaled, scalar(ctx, "k", k, x.dtype)], name="base")
+    ctx.emit("div", [x, ctx.intermediate("pow", [base, scalar(ctx, "beta", beta, x.dtype)], name="divisor")])
 
 
 # -- GLU --------------------------------------------------------------------------------------------------
@@ -284,4 +284,4 @@ def glu(ctx: OpContext) -> None:
         raise ctx.format_error(f"GLU halves dim {dim} of {x.type}, whose size {size} is odd")
     first, second = ctx.emit("split", [x], {"dim": dim, "sizes": (size // 2, size // 2)},
                              outputs=[ctx.temp("first_half"), ctx.temp("second_half")])
-    ctx.emit("mul", [first, emit_temp(ctx, "sigmoid", [second], name="gate")])
+    ctx.emit("mul", [first, ctx.intermediate("sigmoid", [second], name="gate")])

@@ -71,4 +71,4 @@ def reshaped(ctx: OpContext, value: Value, shape: tuple[int, ...], suffix: str) 
         return value
     if value.is_constant:
         return ctx.const(suffix, value.data.reshape(shape))
-    return ctx.emit("reshape", [value], {"shape": shape}, outputs=[ctx.temp(suffix)])[0]
+    return ctx.intermediate("reshape", [value], {"shape": shape}, name=suffix)

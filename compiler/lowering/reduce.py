@@ -81,12 +81,6 @@ def arg_reduction(ctx: OpContext) -> None:
 # -- helpers for composed reductions ----------------------------------------------------------
 
 
-def emit_temp(ctx: OpContext, ir_op: str, inputs: list[Value], attrs: dict | None = None,
-              name: str | None = None) -> Value:
-    """One IR node whose single output is an intermediate of the rule (named after `name`)."""
-    return ctx.emit(ir_op, inputs, attrs, outputs=[ctx.temp(name or ir_op)])[0]
-
-
 def scalar(ctx: OpContext, name: str, value: float, dtype: str) -> Value:
     """A 0-d constant of `dtype` (the tensor operand's, so that the elementwise op keeps it)."""
     return ctx.const(name, np.array(value, dtype=dtype))
@@ -96,7 +90,7 @@ def _as_float(ctx: OpContext, x: Value) -> Value:
     """Integers and bools as float32, torch's default dtype, for ops that only take floats."""
     if np.issubdtype(np.dtype(x.dtype), np.floating):
         return x
-    return emit_temp(ctx, "cast", [x], {"dtype": "float32"}, "as_float")
+    return ctx.intermediate("cast", [x], {"dtype": "float32"}, "as_float")
 
 
 def vector_norm(ctx: OpContext, x: Value, p: float, dims: tuple[int, ...] | None, keepdim: bool) -> Value:
@@ -104,20 +98,20 @@ def vector_norm(ctx: OpContext, x: Value, p: float, dims: tuple[int, ...] | None
     for 0, sum |x| for 1, sqrt(sum x^2) for 2, else (sum |x|^p)^(1/p)."""
     reduce = {"dims": dims, "keepdim": keepdim}
     if p == 2:
-        squares = emit_temp(ctx, "square", [x])
-        return emit_temp(ctx, "sqrt", [emit_temp(ctx, "reduce_sum", [squares], reduce)])
+        squares = ctx.intermediate("square", [x])
+        return ctx.intermediate("sqrt", [ctx.intermediate("reduce_sum", [squares], reduce)])
     if p == 0:
-        nonzero = emit_temp(ctx, "ne", [x, scalar(ctx, "zero", 0, x.dtype)], name="nonzero")
-        counted = emit_temp(ctx, "cast", [nonzero], {"dtype": x.dtype}, "nonzero_as_float")
-        return emit_temp(ctx, "reduce_sum", [counted], reduce)
-    magnitude = emit_temp(ctx, "abs", [x])
+        nonzero = ctx.intermediate("ne", [x, scalar(ctx, "zero", 0, x.dtype)], name="nonzero")
+        counted = ctx.intermediate("cast", [nonzero], {"dtype": x.dtype}, "nonzero_as_float")
+        return ctx.intermediate("reduce_sum", [counted], reduce)
+    magnitude = ctx.intermediate("abs", [x])
     if math.isinf(p):
-        return emit_temp(ctx, "reduce_max" if p > 0 else "reduce_min", [magnitude], reduce)
+        return ctx.intermediate("reduce_max" if p > 0 else "reduce_min", [magnitude], reduce)
     if p == 1:
-        return emit_temp(ctx, "reduce_sum", [magnitude], reduce)
-    powers = emit_temp(ctx, "pow", [magnitude, scalar(ctx, "p", p, x.dtype)], name="powers")
-    total = emit_temp(ctx, "reduce_sum", [powers], reduce)
-    return emit_temp(ctx, "pow", [total, scalar(ctx, "inverse_p", 1 / p, x.dtype)], name="root")
+        return ctx.intermediate("reduce_sum", [magnitude], reduce)
+    powers = ctx.intermediate("pow", [magnitude, scalar(ctx, "p", p, x.dtype)], name="powers")
+    total = ctx.intermediate("reduce_sum", [powers], reduce)
+    return ctx.intermediate("pow", [total, scalar(ctx, "inverse_p", 1 / p, x.dtype)], name="root")
 
 
 def _norm_order(ctx: OpContext) -> float:
@@ -140,16 +134,16 @@ def logsumexp(ctx: OpContext) -> None:
     x = _as_float(ctx, tensor_input(ctx))
     attrs = reduce_attrs(ctx, x.type.rank)
     dims, keepdim = attrs["dims"], attrs["keepdim"]
-    peak = emit_temp(ctx, "reduce_max", [x], {"dims": dims, "keepdim": True}, "max")
-    infinite = emit_temp(ctx, "eq", [emit_temp(ctx, "abs", [peak], name="abs_max"),
+    peak = ctx.intermediate("reduce_max", [x], {"dims": dims, "keepdim": True}, "max")
+    infinite = ctx.intermediate("eq", [ctx.intermediate("abs", [peak], name="abs_max"),
                                      scalar(ctx, "inf", np.inf, x.dtype)], name="max_is_inf")
-    peak = emit_temp(ctx, "where", [infinite, scalar(ctx, "zero", 0, x.dtype), peak], name="finite_max")
-    shifted = emit_temp(ctx, "exp", [emit_temp(ctx, "sub", [x, peak], name="shifted")], name="exp")
-    total = emit_temp(ctx, "reduce_sum", [shifted], {"dims": dims, "keepdim": keepdim}, "sum")
+    peak = ctx.intermediate("where", [infinite, scalar(ctx, "zero", 0, x.dtype), peak], name="finite_max")
+    shifted = ctx.intermediate("exp", [ctx.intermediate("sub", [x, peak], name="shifted")], name="exp")
+    total = ctx.intermediate("reduce_sum", [shifted], {"dims": dims, "keepdim": keepdim}, "sum")
     if not keepdim:
         shape = reduced_shape(x.shape, reduce_axes(x.type.rank, dims), False)
-        peak = emit_temp(ctx, "reshape", [peak], {"shape": shape}, "finite_max_squeezed")
-    ctx.emit("add", [emit_temp(ctx, "log", [total]), peak])
+        peak = ctx.intermediate("reshape", [peak], {"shape": shape}, "finite_max_squeezed")
+    ctx.emit("add", [ctx.intermediate("log", [total]), peak])
 
 
 def _correction(ctx: OpContext) -> float:
@@ -168,11 +162,11 @@ def _variance(ctx: OpContext, x: Value) -> Value:
     attrs = reduce_attrs(ctx, x.type.rank)
     dims, keepdim = attrs["dims"], attrs["keepdim"]
     count = math.prod(x.shape[a] for a in reduce_axes(x.type.rank, dims))
-    mean = emit_temp(ctx, "reduce_mean", [x], {"dims": dims, "keepdim": True}, "mean")
-    squares = emit_temp(ctx, "square", [emit_temp(ctx, "sub", [x, mean], name="centered")])
-    total = emit_temp(ctx, "reduce_sum", [squares], {"dims": dims, "keepdim": keepdim}, "sum_of_squares")
+    mean = ctx.intermediate("reduce_mean", [x], {"dims": dims, "keepdim": True}, "mean")
+    squares = ctx.intermediate("square", [ctx.intermediate("sub", [x, mean], name="centered")])
+    total = ctx.intermediate("reduce_sum", [squares], {"dims": dims, "keepdim": keepdim}, "sum_of_squares")
     divisor = scalar(ctx, "divisor", max(0.0, count - _correction(ctx)), x.dtype)
-    return emit_temp(ctx, "div", [total, divisor], name="variance")
+    return ctx.intermediate("div", [total, divisor], name="variance")
 
 
 @lowers("torch.var")
@@ -207,7 +201,7 @@ def _scan_input(ctx: OpContext) -> Value:
     dtype = TORCH_DTYPES[spelled] if spelled is not None else DTYPES.get(ctx.annotated_dtype(ctx.op.outputs[0]))
     if dtype is None or dtype == x.dtype or (dtype == "int64" and not np.issubdtype(np.dtype(x.dtype), np.floating)):
         return x  # integers and bools accumulate in int64 anyway
-    return emit_temp(ctx, "cast", [x], {"dtype": dtype}, f"as_{dtype}")
+    return ctx.intermediate("cast", [x], {"dtype": dtype}, f"as_{dtype}")
 
 
 @lowers("torch.cumsum", "torch.cumprod")
