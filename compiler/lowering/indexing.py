@@ -602,12 +602,13 @@ def _number_dtype(value) -> str:
     return "bool" if isinstance(value, bool) else "int64" if isinstance(value, int) else "float32"
 
 
-_LIKE_VALUES = {"torch.zeros_like": 0, "torch.ones_like": 1, "torch.empty_like": 0}
+# (torch.empty, empty_like and Tensor.new_empty are out of scope: compiler/lowering/core.py)
+_LIKE_VALUES = {"torch.zeros_like": 0, "torch.ones_like": 1}
 
 
-@lowers("torch.zeros_like", "torch.ones_like", "torch.empty_like", "torch.full_like")
+@lowers("torch.zeros_like", "torch.ones_like", "torch.full_like")
 def full_like(ctx: OpContext) -> None:
-    """A constant of x's shape; empty_like's unspecified contents are zeros."""
+    """A constant of x's shape."""
     x = tensor_input(ctx)
     value = _LIKE_VALUES.get(ctx.op.type)
     if value is None:
@@ -620,10 +621,10 @@ def _size(ctx: OpContext) -> tuple[int, ...]:
     return int_tuple(ctx, "size", None) or ()
 
 
-_NEW_VALUES = {"Tensor.new_zeros": 0, "Tensor.new_ones": 1, "Tensor.new_empty": 0}
+_NEW_VALUES = {"Tensor.new_zeros": 0, "Tensor.new_ones": 1}
 
 
-@lowers("Tensor.new_zeros", "Tensor.new_ones", "Tensor.new_empty", "Tensor.new_full")
+@lowers("Tensor.new_zeros", "Tensor.new_ones", "Tensor.new_full")
 def new_full(ctx: OpContext) -> None:
     """A constant of the given size in x's dtype (unless dtype= says otherwise)."""
     x = tensor_input(ctx, "size")
@@ -640,10 +641,10 @@ def _only_size_operands(ctx: OpContext, *params: str) -> None:
         raise Unsupported(f"{', '.join(unknown)} given as a tensor")
 
 
-_FULL_VALUES = {"torch.zeros": 0, "torch.ones": 1, "torch.empty": 0}
+_FULL_VALUES = {"torch.zeros": 0, "torch.ones": 1}
 
 
-@lowers("torch.zeros", "torch.ones", "torch.empty", "torch.full")
+@lowers("torch.zeros", "torch.ones", "torch.full")
 def full(ctx: OpContext) -> None:
     """A constant of the given size: float32 by default; torch.full's from its fill value."""
     _only_size_operands(ctx, "size")

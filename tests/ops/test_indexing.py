@@ -265,7 +265,7 @@ class SizedFactories(nn.Module):
             torch.zeros_like(x),
             torch.ones_like(x) * 2,
             torch.full_like(x, 1.5),
-            torch.empty_like(x).fill_(3),
+            torch.zeros_like(x).fill_(3),
             x.new_zeros(x.shape[1], 3),
             x.new_ones((2, x.size(2))),
             torch.zeros(x.size(1), 4),
