@@ -85,8 +85,8 @@ def compile(  # noqa: A001 - the public name is the point
     (numba). threads: threads for numba's loops and OpenBLAS (default: all
     cores). cache / cache_dir: the AOT cache (default directory: the user cache
     dir, or $PNNX_JIT_CACHE_DIR); `m.cache_info` says what it did. profile:
-    interpreter: per-node times of each run in `m.last_profile`; numba: a timed
-    forward for `m.profile_kernels(x)`. dump_ir: write the IR after each pass
+    numba: also build a timed forward for `m.profile_kernels(x)` (the interpreter
+    records every run's step stats in `m.last_step_stats` anyway). dump_ir: write the IR after each pass
     into this directory (or set PNNX_JIT_DUMP_IR); it bypasses the cache.
     on_step(name) is called as each step of a compile starts (a progress display).
     """
@@ -97,7 +97,7 @@ def compile(  # noqa: A001 - the public name is the point
     param, bin_ = model_paths(path)
     if backend == "interpreter":
         graph = optimize(load_graph(param, input_shapes), outputs, fuse=False, dump_ir=dump_ir, on_step=on_step)
-        return Interpreter(graph, profile=profile)
+        return Interpreter(graph)
 
     from compiler.numba_backend import compile_numba  # imports numba: only when asked for
 

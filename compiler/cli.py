@@ -13,7 +13,6 @@ Errors print one line on stderr and exit with status 2.
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import sys
 import time
@@ -139,7 +138,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
     runs = []
     for _ in range(args.iterations):
         model(*arrays)
-        runs.append(model.last_profile)
+        runs.append(model.last_step_stats)
     median = {t.node: float(np.median([run[i].seconds for run in runs])) * 1e3 for i, t in enumerate(runs[0])}
     total = sum(median.values())
     print(f"{'node':<40}{'op':<24}{'ms':>9}{'%':>7}")
@@ -147,12 +146,9 @@ def cmd_profile(args: argparse.Namespace) -> int:
         print(f"{t.node[:39]:<40}{t.op:<24}{median[t.node]:>9.3f}{100 * median[t.node] / total:>6.1f}%")
     print(f"{'total':<64}{total:>9.3f}")
     if args.trace:
-        events, clock = [], 0.0
-        for t in runs[-1]:
-            events.append({"name": t.node, "cat": t.op, "ph": "X", "ts": clock * 1e6, "dur": t.seconds * 1e6,
-                           "pid": 0, "tid": 0, "args": {"op": t.op}})
-            clock += t.seconds
-        Path(args.trace).write_text(json.dumps({"traceEvents": events, "displayTimeUnit": "ms"}))
+        from compiler.step_stats import write_chrome_trace
+
+        write_chrome_trace(runs[-1], args.trace)
         print(f"wrote Chrome trace to {args.trace} (open in chrome://tracing or ui.perfetto.dev)")
     return 0
 

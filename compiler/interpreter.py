@@ -2,53 +2,50 @@
 
 As KuiperInfer's RuntimeGraph: the execution order is computed once, and each
 intermediate is released right after its last reader runs, so peak memory is the
-live set, not the whole graph.
+live set, not the whole graph. Every run records its step stats (`m.last_step_stats`,
+compiler/step_stats.py) and checks its RunControl before each node.
 """
 
 from __future__ import annotations
 
+import threading
 import time
-from dataclasses import dataclass
 
 import numpy as np
 
 from compiler.model import CompiledModel, owned
+from compiler.run_control import RunControl
+from compiler.step_stats import output_stat
 from ir.errors import NodeExecutionError
 from ir.graph import Graph, Node, Value
 from ir.topological_order import topological_order
 
 
-@dataclass(frozen=True)
-class NodeTiming:
-    node: str
-    op: str
-    seconds: float
-
-
 class Interpreter(CompiledModel):
     backend = "interpreter"
 
-    def __init__(self, graph: Graph, profile: bool = False):
+    def __init__(self, graph: Graph):
         super().__init__(graph)
-        self.profile = profile
-        self.last_profile: list[NodeTiming] = []
         self.order = topological_order(graph)
         self.release_after = _release_plan(graph, self.order)
 
-    def _execute(self, arrays: list[np.ndarray]) -> list[np.ndarray]:
+    def _execute(self, arrays: list[np.ndarray], control: RunControl) -> list[np.ndarray]:
         env: dict[Value, np.ndarray] = dict(zip(self.graph.inputs, arrays))
         env.update((c, c.data) for c in self.graph.constants.values())
-        timings = []
+        stats = []
+        thread = threading.current_thread().name
         for node, dead in zip(self.order, self.release_after):
-            start = time.perf_counter() if self.profile else 0.0
+            control.check(node.name)
+            start = time.perf_counter()
             results = run_node(node, [env[v] for v in node.inputs])
-            if self.profile:
-                timings.append(NodeTiming(node.name, node.op, time.perf_counter() - start))
+            stats.append(output_stat(node.name, node.op, start, time.perf_counter(), thread, results))
+            if control.on_node_output is not None:
+                for r in results:
+                    control.on_node_output(node.name, r)
             env.update(zip(node.outputs, results))
             for v in dead:
                 del env[v]
-        if self.profile:
-            self.last_profile = timings
+        self.last_step_stats = stats
         return [owned(env[v]) for v in self.graph.outputs]
 
 

@@ -2,6 +2,9 @@
 
     y = m(x)                         # positional arrays in, array (or tuple) out
     ys = m.run(None, {"in0": x})     # names -> list of arrays, as onnxruntime
+    ys = m.run(None, {"in0": x}, timeout=0.5, on_node_output=print)   # deadline; every node's output
+    f = m.run_async(None, {"in0": x})  # a Future; f.cancel() stops it at its next node
+    m.last_step_stats                # per node: start, end, thread, output shapes (compiler/step_stats.py)
     m.inputs, m.outputs              # TensorSpec(name, shape, dtype) each
     m.ir                             # the IR it runs, as text
 """
@@ -13,6 +16,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from compiler.run_control import NodeOutputCallback, RunControl, RunFuture, start_async
+from compiler.step_stats import NodeStat
 from ir.errors import InputError
 from ir.graph import Graph
 
@@ -31,6 +36,8 @@ class CompiledModel:
 
     def __init__(self, graph: Graph):
         self.graph = graph
+        # the stats of the last run that recorded them (node-by-node backends: every run)
+        self.last_step_stats: list[NodeStat] = []
         self.inputs = [TensorSpec(v.name, v.shape, v.dtype) for v in graph.inputs]
         self.outputs = [TensorSpec(v.name, v.shape, v.dtype) for v in graph.outputs]
         # what an input that needs no conversion looks like: (shape, dtype) per input (numpy's dtype
@@ -42,16 +49,32 @@ class CompiledModel:
         return str(self.graph)
 
     def __call__(self, *arrays: np.ndarray) -> np.ndarray | tuple[np.ndarray, ...]:
-        outs = self._execute(self.check_inputs(arrays))
+        outs = self._execute(self.check_inputs(arrays), RunControl())
         return outs[0] if len(outs) == 1 else tuple(outs)
 
-    def run(self, output_names: Sequence[str] | None, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+    def run(self, output_names: Sequence[str] | None, feeds: dict[str, np.ndarray], *,
+            timeout: float | None = None, on_node_output: NodeOutputCallback | None = None) -> list[np.ndarray]:
+        """The values named by output_names (None: every output), given arrays for the inputs.
+
+        timeout: seconds; a run past it stops (at the next node, for node-by-node backends) and
+        raises RunTimeoutError. on_node_output(node name, array) is called with each node's
+        outputs as they are made, on the thread that made them (node-by-node backends)."""
+        return self._run(output_names, feeds, RunControl(timeout, on_node_output))
+
+    def run_async(self, output_names: Sequence[str] | None, feeds: dict[str, np.ndarray], *,
+                  timeout: float | None = None, on_node_output: NodeOutputCallback | None = None) -> RunFuture:
+        """run() on a thread of its own; the Future's cancel() stops the run at its next node."""
+        control = RunControl(timeout, on_node_output)
+        return start_async(lambda c: self._run(output_names, feeds, c), control)
+
+    def _run(self, output_names: Sequence[str] | None, feeds: dict[str, np.ndarray],
+             control: RunControl) -> list[np.ndarray]:
         names = [s.name for s in self.inputs]
         missing = [n for n in names if n not in feeds]
         extra = [n for n in feeds if n not in names]
         if missing or extra:
             raise InputError(f"feeds must name exactly the inputs {names}; missing {missing}, unknown {extra}")
-        outs = self._execute(self.check_inputs([feeds[n] for n in names]))
+        outs = self._execute(self.check_inputs([feeds[n] for n in names]), control)
         if output_names is None:
             return outs
         index = {s.name: i for i, s in enumerate(self.outputs)}
@@ -88,7 +111,9 @@ class CompiledModel:
             checked.append(a)
         return checked
 
-    def _execute(self, arrays: list[np.ndarray]) -> list[np.ndarray]:
+    def _execute(self, arrays: list[np.ndarray], control: RunControl) -> list[np.ndarray]:
+        """Run on checked inputs; consult `control` (cancellation, deadline, node-output callback).
+        Run state lives in locals: several threads may run one model at once."""
         raise NotImplementedError
 
 

@@ -40,6 +40,7 @@ from codegen.memory_plan import ALIGN, MemoryPlan, plan_memory
 from codegen.opt_level import FORWARD_OPT_LEVEL, opt_level
 from compiler.cache import CacheInfo, ModelCache, cache_key
 from compiler.model import CompiledModel
+from compiler.run_control import RunControl
 from ir.graph import Graph
 from ir.parser import parse_graph
 from ir.printer import print_graph
@@ -259,7 +260,8 @@ class NumbaModel(CompiledModel):
         median = np.median(np.array(runs[1:]), axis=0)
         return [(n.name, n.op, float(ms)) for n, ms in zip(self.graph.nodes, median)]
 
-    def _execute(self, arrays: list[np.ndarray]) -> list[np.ndarray]:
+    def _execute(self, arrays: list[np.ndarray], control: RunControl) -> list[np.ndarray]:
+        control.check(None)
         if self.threads is not None:  # numba's thread count is per calling thread: set it for this one
             codegen.runtime.set_threads(self.threads)
         arena = self.arenas.take()

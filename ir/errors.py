@@ -12,10 +12,14 @@ It lives in the IR, the bottom layer, and imports nothing else of ours, so every
     ├── IRParseError              IR text could not be parsed (names the line)
     ├── CodegenUnsupportedError   the numba backend cannot generate code for a node (names it)
     ├── LinkError                 a kernel call of the generated forward cannot be bound
-    └── NodeExecutionError        a node failed while running (names it)
+    ├── NodeExecutionError        a node failed while running (names it)
+    └── RunCancelledError         a run was cancelled (names the node it stopped at)
+        └── RunTimeoutError       ... because it passed its deadline (also a TimeoutError)
 """
 
 from __future__ import annotations
+
+from concurrent.futures import CancelledError
 
 
 class CompilerError(Exception):
@@ -77,3 +81,15 @@ class LinkError(CompilerError):
 
 class NodeExecutionError(CompilerError, RuntimeError):
     """A node failed while running; the message names it."""
+
+
+class RunCancelledError(CompilerError, CancelledError):
+    """A run was cancelled before it finished; `node` is the node it stopped at (None: before the first)."""
+
+    def __init__(self, message: str, node: str | None = None):
+        super().__init__(message)
+        self.node = node
+
+
+class RunTimeoutError(RunCancelledError, TimeoutError):
+    """A run passed the deadline given by run(..., timeout=s)."""

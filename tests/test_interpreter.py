@@ -204,11 +204,16 @@ def test_intermediates_are_released_after_their_last_use(two_inputs):
             assert step == max(readers, default=position[v.producer])
 
 
-def test_profiling_records_each_node(two_inputs):
+def test_every_run_records_step_stats(two_inputs):
     param, x, y, _ = two_inputs
-    m = compiler.compile(param, backend="interpreter", profile=True)
-    assert isinstance(m, Interpreter) and m.last_profile == []
+    m = compiler.compile(param, backend="interpreter")
+    assert isinstance(m, Interpreter) and m.last_step_stats == []
     m(x, y)
-    assert [t.node for t in m.last_profile] == [n.name for n in m.order]
-    assert all(t.seconds >= 0 for t in m.last_profile)
-    assert {t.op for t in m.last_profile} >= {"conv2d", "relu", "sigmoid"}
+    stats = m.last_step_stats
+    assert [s.node for s in stats] == [n.name for n in m.order]
+    assert all(s.end >= s.start for s in stats)
+    assert all(a.end <= b.start for a, b in zip(stats, stats[1:]))  # one thread, in order
+    assert {s.op for s in stats} >= {"conv2d", "relu", "sigmoid"}
+    for s, node in zip(stats, m.order):
+        assert s.shapes == tuple(v.shape for v in node.outputs)
+        assert s.nbytes == sum(v.type.size * np.dtype(v.dtype).itemsize for v in node.outputs)
