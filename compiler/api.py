@@ -16,7 +16,7 @@ from ir.errors import ModelFormatError
 from ir.graph import Graph
 from ir.verifier import verify
 
-BACKENDS = ("numba", "interpreter")
+BACKENDS = ("numba", "interpreter", "executor")
 
 
 def model_paths(path: str | os.PathLike) -> tuple[Path, Path]:
@@ -78,8 +78,9 @@ def compile(  # noqa: A001 - the public name is the point
 ) -> CompiledModel:
     """Compile a pnnx model into a callable on numpy arrays.
 
-    backend: "numba" (one generated, jitted forward function) or "interpreter"
-    (op-by-op numpy reference). outputs: compute only these values (any value
+    backend: "numba" (one generated, jitted forward function), "interpreter"
+    (op-by-op numpy reference) or "executor" (the numba backend's kernels, node by
+    node, independent branches at once on a thread pool). outputs: compute only these values (any value
     or node name of the IR; see `m.ir`). input_shapes fills dims that pnnx left
     dynamic ('?'), by input name (in0, in1, ...). fuse: run the fusion passes
     (numba). threads: threads for numba's loops and OpenBLAS (default: all
@@ -98,6 +99,11 @@ def compile(  # noqa: A001 - the public name is the point
     if backend == "interpreter":
         graph = optimize(load_graph(param, input_shapes), outputs, fuse=False, dump_ir=dump_ir, on_step=on_step)
         return Interpreter(graph)
+    if backend == "executor":
+        from compiler.executor import Executor  # imports numba: only when asked for
+
+        graph = optimize(load_graph(param, input_shapes), outputs, fuse=fuse, dump_ir=dump_ir, on_step=on_step)
+        return Executor(graph, threads=threads)
 
     from compiler.numba_backend import compile_numba  # imports numba: only when asked for
 
