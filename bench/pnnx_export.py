@@ -93,12 +93,18 @@ def _pnnx_type(t: torch.Tensor) -> str:
         raise ValueError(f"pnnx takes no {t.dtype} input") from None
 
 
-def export_pnnx(module: torch.nn.Module, example_input, out_dir, name: str) -> Path:
+def _shapes_argument(inputs: tuple[torch.Tensor, ...]) -> str:
+    """The converter's inputshape= value: [1,3,224,224]f32,[1,16]i64"""
+    return ",".join(f"[{','.join(map(str, t.shape))}]{_pnnx_type(t)}" for t in inputs)
+
+
+def export_pnnx(module: torch.nn.Module, example_input, out_dir, name: str, example_input2=None) -> Path:
     """Export ``module`` with pnnx; return ``out_dir/<name>.pnnx.param``.
 
     ``example_input`` is a numpy array (or torch tensor) or a tuple of them, one per
-    model input. Every other file pnnx writes is deleted. Raises RuntimeError with
-    the tail of pnnx's output if the conversion fails.
+    model input. ``example_input2``, the same inputs at other sizes, makes pnnx mark the
+    dims that differ dynamic ('?'). Every other file pnnx writes is deleted. Raises
+    RuntimeError with the tail of pnnx's output if the conversion fails.
     """
     out_dir = Path(out_dir).resolve()
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -127,10 +133,12 @@ def export_pnnx(module: torch.nn.Module, example_input, out_dir, name: str) -> P
                     # graph that keeps an aten:: op (and builds a torch model we do not need)
                     pt = out_dir / f"{name}.pt"
                     torch.jit.trace(module, inputs_arg).save(str(pt))
-                    shapes = ",".join(f"[{','.join(map(str, t.shape))}]{_pnnx_type(t)}" for t in inputs)
+                    arguments = [f"inputshape={_shapes_argument(inputs)}"]
+                    if example_input2 is not None:
+                        arguments.append(f"inputshape2={_shapes_argument(_as_tensors(example_input2))}")
                     # not check=True: the converter may crash converting to ncnn, after the pnnx
                     # files are written (as pnnx.convert, we judge by the files)
-                    subprocess.run([pnnx.EXEC_PATH, pt.name, f"inputshape={shapes}"], cwd=out_dir, check=False)
+                    subprocess.run([pnnx.EXEC_PATH, pt.name, *arguments], cwd=out_dir, check=False)
                 except BaseException as e:  # noqa: BLE001 - re-raised below with the log
                     error = e
         finally:

@@ -4,16 +4,20 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from compiler.interpreter import Interpreter
-from compiler.lowering import lower_model
-from compiler.model import CompiledModel
+from compiler.lowering import DynamicInputError, check_supported, declared_inputs, declared_outputs, lower_model
+from compiler.model import CompiledModel, DynamicShapeModel, TensorSpec
 from compiler.passes import PassManager, pipeline
 from compiler.passes.manager import DUMP_ENV
+from compiler.passes.prune_outputs import UnknownOutputError
 from compiler.pnnx_format import load_pnnx
-from ir.errors import ModelFormatError
+from compiler.signatures import Signature, SignatureCache
+from ir.errors import InputError, ModelFormatError, ShapeMismatchError, UnsupportedOperatorError
 from ir.graph import Graph
+from ir.types import DTYPES
 from ir.verifier import verify
 
 BACKENDS = ("numba", "interpreter", "executor")
@@ -49,11 +53,12 @@ def load_graph(path: str | os.PathLike, input_shapes: dict[str, Sequence[int]] |
 
 def optimize(graph: Graph, outputs: Sequence[str] | None = None, fuse: bool = True,
              dump_ir: str | os.PathLike | None = None, on_step: Callable[[str], None] | None = None,
-             stop_after: str | None = None) -> Graph:
+             stop_after: str | None = None, feeds: Sequence[str] | None = None) -> Graph:
     """Run the pass pipeline (compiler/passes/__init__.py) over a lowered graph.
 
-    on_step(name) is called before each pass; stop_after ends the pipeline after that pass."""
-    passes = pipeline(outputs, fuse=fuse)
+    feeds: start from these values (cut-at-feeds); on_step(name) is called before each pass;
+    stop_after ends the pipeline after that pass."""
+    passes = pipeline(outputs, fuse=fuse, feeds=feeds)
     if stop_after is not None:
         names = [p.name for p in passes]
         if stop_after not in names:
@@ -81,8 +86,10 @@ def compile(  # noqa: A001 - the public name is the point
     backend: "numba" (one generated, jitted forward function), "interpreter"
     (op-by-op numpy reference) or "executor" (the numba backend's kernels, node by
     node, independent branches at once on a thread pool). outputs: compute only these values (any value
-    or node name of the IR; see `m.ir`). input_shapes fills dims that pnnx left
-    dynamic ('?'), by input name (in0, in1, ...). fuse: run the fusion passes
+    or node name of the IR; see `m.ir`). input_shapes: shapes of inputs by name (in0, in1, ...), for
+    dims pnnx left dynamic ('?') or to compile for other sizes than pnnx traced; without it, a model
+    with dynamic dims is compiled for each input shape at its first call (as is a call with any other
+    shape than the model's: compiler/signatures.py). fuse: run the fusion passes
     (numba). threads: threads for numba's loops and OpenBLAS (default: all
     cores). cache / cache_dir: the AOT cache (default directory: the user cache
     dir, or $PNNX_JIT_CACHE_DIR); `m.cache_info` says what it did. profile:
@@ -96,24 +103,104 @@ def compile(  # noqa: A001 - the public name is the point
     if isinstance(outputs, str):
         outputs = [outputs]
     param, bin_ = model_paths(path)
-    if backend == "interpreter":
-        graph = optimize(load_graph(param, input_shapes), outputs, fuse=False, dump_ir=dump_ir, on_step=on_step)
-        return Interpreter(graph)
-    if backend == "executor":
-        from compiler.executor import Executor  # imports numba: only when asked for
+    recipe = Recipe(param, bin_, backend, list(outputs) if outputs else None,
+                    {k: tuple(v) for k, v in (input_shapes or {}).items()}, fuse, threads, cache, cache_dir, profile)
+    try:
+        model = recipe.build(recipe.outputs, None, recipe.input_shapes, dump_ir=dump_ir, on_step=on_step)
+    except DynamicInputError:
+        if input_shapes:
+            raise  # some input's dynamic dims are still not given
+        model = dynamic_shape_model(recipe)
+    names = [s.name for s in model.inputs]
+    model.signatures = SignatureCache(lambda signature: recipe.for_signature(signature, names))
+    return model
 
-        graph = optimize(load_graph(param, input_shapes), outputs, fuse=fuse, dump_ir=dump_ir, on_step=on_step)
-        return Executor(graph, threads=threads)
 
-    from compiler.numba_backend import compile_numba  # imports numba: only when asked for
+@dataclass(frozen=True)
+class Recipe:
+    """What compile() was asked for: it builds the model for the declared signature and, on first use,
+    the model of any other (compiler/signatures.py), with the same options."""
 
-    options = {"backend": backend, "outputs": list(outputs) if outputs else None, "fuse": fuse,
-               "input_shapes": {k: list(v) for k, v in (input_shapes or {}).items()}, "threads": threads}
+    param: Path
+    bin: Path
+    backend: str
+    outputs: list[str] | None
+    input_shapes: dict[str, tuple[int, ...]]
+    fuse: bool
+    threads: int | None
+    cache: bool
+    cache_dir: str | os.PathLike | None
+    profile: bool
 
-    def build() -> Graph:
-        if on_step:
-            on_step("read and lower")
-        return optimize(load_graph(param, input_shapes), outputs, fuse=fuse, dump_ir=dump_ir, on_step=on_step)
+    def build(self, outputs: Sequence[str] | None, feeds: Sequence[str] | None,
+              input_shapes: dict[str, tuple[int, ...]], dump_ir: str | os.PathLike | None = None,
+              on_step: Callable[[str], None] | None = None) -> CompiledModel:
+        def graph() -> Graph:
+            lowered = load_graph(self.param, input_shapes)
+            return optimize(lowered, outputs, fuse=self.fuse and self.backend != "interpreter", dump_ir=dump_ir,
+                            on_step=on_step, feeds=feeds)
 
-    use_cache = cache and not profile and not dump_ir and not os.environ.get(DUMP_ENV)
-    return compile_numba(param, bin_, build, options, use_cache, cache_dir, threads, profile, on_step)
+        if self.backend == "interpreter":
+            return Interpreter(graph())
+        if self.backend == "executor":
+            from compiler.executor import Executor  # imports numba: only when asked for
+
+            return Executor(graph(), threads=self.threads)
+
+        from compiler.numba_backend import compile_numba  # imports numba: only when asked for
+
+        options = {"backend": self.backend, "outputs": list(outputs) if outputs else None, "fuse": self.fuse,
+                   "input_shapes": {k: list(v) for k, v in input_shapes.items()}, "threads": self.threads}
+        if feeds is not None:
+            options["feeds"] = list(feeds)
+
+        def traced() -> Graph:
+            if on_step:
+                on_step("read and lower")
+            return graph()
+
+        use_cache = self.cache and not self.profile and not dump_ir and not os.environ.get(DUMP_ENV)
+        return compile_numba(self.param, self.bin, traced, options, use_cache, self.cache_dir, self.threads,
+                             self.profile, on_step)
+
+    def for_signature(self, signature: Signature, input_names: Sequence[str]) -> CompiledModel:
+        """The model of a run signature: its fed inputs' shapes, cut at fed intermediates, pruned to its fetches."""
+        fed = set(signature.names)
+        shapes = {**self.input_shapes, **{f.name: f.shape for f in signature.feeds if f.name in input_names}}
+        feeds = None if fed == set(input_names) else signature.names
+        outputs = list(signature.fetches) if signature.fetches is not None else self.outputs
+        try:
+            model = self.build(outputs, feeds, shapes)
+        except UnknownOutputError as exc:
+            raise InputError(str(exc)) from exc
+        except (ShapeMismatchError, ModelFormatError, UnsupportedOperatorError) as exc:
+            # the model compiled with its own shapes (or has dynamic dims): these shapes are the cause (a rule
+            # that cannot lower an op at these shapes, a pnnx.Expression say, reports it unsupported)
+            why = str(exc) if not isinstance(exc, UnsupportedOperatorError) else "; ".join(
+                f"{what}: {', '.join(nodes)}" for what, nodes in exc.unsupported.items())
+            raise InputError(f"{signature.describe()}: the model cannot take these shapes: {why}") from exc
+        if signature.fetches is not None and len(model.outputs) != len(signature.fetches):
+            several = [n for n in signature.fetches if n not in {s.name for s in model.outputs}]
+            raise InputError(f"fetch {', '.join(several)} names a node of several outputs; fetch each of them by "
+                             f"its value's name ({', '.join(s.name for s in model.outputs)})")
+        for f in signature.feeds:
+            spec = next((s for s in model.inputs if s.name == f.name), None)
+            if spec is not None and tuple(spec.shape) != f.shape:
+                raise InputError(f"feed {f.name}: expected shape {spec.shape} {spec.dtype}, got shape {f.shape}")
+        return model
+
+
+def dynamic_shape_model(recipe: Recipe) -> DynamicShapeModel:
+    """The model of a pnnx file whose inputs have dynamic dims ('?') and no input_shapes: checked now as far as
+    it can be without shapes (its format, its operators), compiled per input shape at each new call."""
+    pnnx = load_pnnx(recipe.param, recipe.bin if recipe.bin.exists() else None)
+    check_supported(pnnx)
+
+    def specs(declared) -> list[TensorSpec]:
+        return [TensorSpec(name, tuple(shape or ()), DTYPES.get(dtype or "f32", "float32"))
+                for name, shape, dtype in declared]
+
+    outputs = specs(declared_outputs(pnnx))
+    if recipe.outputs:
+        outputs = [s for s in outputs if s.name in recipe.outputs]
+    return DynamicShapeModel(recipe.backend, model_name(recipe.param), specs(declared_inputs(pnnx)), outputs)

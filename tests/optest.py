@@ -43,12 +43,14 @@ def _module_key(module: torch.nn.Module, inputs: Sequence[torch.Tensor]) -> str:
     return h.hexdigest()[:24]
 
 
-def export(module: torch.nn.Module, *inputs: torch.Tensor) -> Path:
-    """pnnx-export `module` (eval mode) once per session; return the .pnnx.param path."""
+def export(module: torch.nn.Module, *inputs: torch.Tensor, other_sizes: Sequence[torch.Tensor] | None = None) -> Path:
+    """pnnx-export `module` (eval mode) once per session; return the .pnnx.param path. other_sizes: the
+    inputs at other sizes, which makes pnnx mark the dims that differ dynamic ('?')."""
     module = module.eval()
-    key = _module_key(module, inputs)
+    key = _module_key(module, [*inputs, *(other_sizes or ())]) + ("_dynamic" if other_sizes else "")
     if key not in _EXPORTS:
-        _EXPORTS[key] = export_pnnx(module, tuple(inputs), _EXPORT_DIR / key, "m")
+        _EXPORTS[key] = export_pnnx(module, tuple(inputs), _EXPORT_DIR / key, "m",
+                                    tuple(other_sizes) if other_sizes else None)
     return _EXPORTS[key]
 
 

@@ -51,9 +51,14 @@ def test_bad_paths_and_inputs_exit_with_2_and_a_message(cache, tmp_path):
     (tmp_path / "bad.npy").write_text("not numpy")
     bad = cli("run", str(SHIPPED), "--input", str(tmp_path / "bad.npy"), cache=cache)
     assert bad.returncode == 2 and "cannot read input file" in bad.stderr
-    np.save(tmp_path / "wrong.npy", np.zeros((1, 3, 8, 8), np.float32))
+    np.save(tmp_path / "wrong.npy", np.zeros((3, 32, 32), np.float32))
     wrong = cli("run", str(SHIPPED), "--input", str(tmp_path / "wrong.npy"), cache=cache)
     assert wrong.returncode == 2 and "input in0: expected shape (1, 3, 32, 32)" in wrong.stderr
+    np.save(tmp_path / "channels.npy", np.zeros((1, 4, 32, 32), np.float32))  # the right rank: a specialization
+    channels = cli("run", str(SHIPPED), "--input", str(tmp_path / "channels.npy"), cache=cache)
+    assert channels.returncode == 2, channels.stdout
+    assert "in0 (1, 4, 32, 32): the model cannot take these shapes" in channels.stderr
+    assert "nn.Conv2d convbn2d_0: cannot lower to conv2d: input channels 4 do not match" in channels.stderr
 
 
 def test_unsupported_operator_exits_with_2_listing_it(cache, tmp_path):

@@ -128,8 +128,9 @@ class OpContext:
         return key in self.op.attrs
 
     def annotated_shape(self, operand: str) -> tuple[int | None, ...] | None:
-        info = self._lowerer.model.operands.get(operand)
-        return info.shape if info else None
+        """pnnx's shape annotation of an operand (None for a dim pnnx left dynamic), if any. When the
+        input shapes are not the ones pnnx traced, every size is None: only the rank still holds."""
+        return self._lowerer.annotated_shape(operand)
 
     def annotated_dtype(self, operand: str) -> str | None:
         """pnnx's dtype annotation of an operand ('f32', 'i64', ...), if any."""
@@ -203,6 +204,8 @@ class _Lowerer:
     def __init__(self, model: PnnxModel, input_shapes: dict[str, Sequence[int]] | None):
         self.model = model
         self.input_shapes = dict(input_shapes or {})
+        # input shapes other than those pnnx traced (a specialization): its annotations' sizes are stale
+        self.retraced = _changes_traced_shapes(model, self.input_shapes)
         self.values: dict[str, Value | list[Value]] = {}
         self.nodes: list[Node] = []
         self.constants: dict[str, Value] = {}
@@ -252,18 +255,23 @@ class _Lowerer:
         self.constants[v.name] = v
         return v
 
+    def annotated_shape(self, name: str) -> tuple[int | None, ...] | None:
+        info = self.model.operands.get(name)
+        if info is None or info.shape is None:
+            return None
+        return (None,) * len(info.shape) if self.retraced else info.shape
+
     def check_annotation(self, name: str, value: Value, op: PnnxOperator) -> None:
         info = self.model.operands.get(name)
         if info is None:
             return
         ours = value.type
         problems = []
-        if info.shape is not None:
-            same = len(info.shape) == len(ours.shape) and all(
-                a is None or a == b for a, b in zip(info.shape, ours.shape))
+        theirs = self.annotated_shape(name)
+        if theirs is not None:
+            same = len(theirs) == len(ours.shape) and all(a is None or a == b for a, b in zip(theirs, ours.shape))
             if not same:
-                theirs = "(" + ",".join("?" if d is None else str(d) for d in info.shape) + ")"
-                problems.append(f"shape {theirs} per pnnx, {ours.shape} per our shape rule")
+                problems.append(f"shape {_fmt_shape(info.shape)} per pnnx, {ours.shape} per our shape rule")
         if info.dtype is not None and info.dtype in DTYPES and DTYPES[info.dtype] != ours.dtype:
             problems.append(f"dtype {info.dtype} per pnnx, {ours.dtype} per our shape rule")
         if problems:
@@ -341,11 +349,12 @@ class _Lowerer:
             raise ModelFormatError(f"input operand {name} has no shape annotation", self.model.param_path, op.line)
         given = self.input_shapes.get(in_name)
         if given is None and any(d is None for d in info.shape):
-            raise InputError(
+            raise DynamicInputError(
                 f"input {in_name} has dynamic shape {_fmt_shape(info.shape)}; pass input_shapes={{'{in_name}': (...)}}")
         shape = tuple(given) if given is not None else tuple(info.shape)
-        if len(shape) != len(info.shape) or any(a is not None and a != b for a, b in zip(info.shape, shape)):
-            raise InputError(f"input_shapes gives {in_name} shape {shape}, the model declares {_fmt_shape(info.shape)}")
+        if len(shape) != len(info.shape) or not all(isinstance(d, int) and d >= 0 for d in shape):
+            raise InputError(f"input_shapes gives {in_name} shape {shape}, the model declares {_fmt_shape(info.shape)}"
+                             f" (a shape of {len(info.shape)} sizes)")
         dtype = DTYPES.get(info.dtype or "f32")
         if dtype is None:
             raise ModelFormatError(f"input {name} has unsupported dtype {info.dtype}", self.model.param_path, op.line)
@@ -373,6 +382,53 @@ class _Lowerer:
 
 def _fmt_shape(shape: Sequence[int | None]) -> str:
     return "(" + ",".join("?" if d is None else str(d) for d in shape) + ")"
+
+
+class DynamicInputError(InputError):
+    """An input has dims pnnx left dynamic ('?') and input_shapes does not give them."""
+
+
+def declared_inputs(model: PnnxModel) -> list[tuple[str, tuple[int | None, ...] | None, str | None]]:
+    """(name, shape with None for '?', pnnx dtype) of each graph input, named in0, in1, ... as lowered."""
+    operands = [name for op in model.operators if op.type == "pnnx.Input" for name in op.outputs]
+    declared = []
+    for i, name in enumerate(operands):
+        info = model.operands.get(name)
+        declared.append((f"in{i}", info.shape if info else None, info.dtype if info else None))
+    return declared
+
+
+def declared_outputs(model: PnnxModel) -> list[tuple[str, tuple[int | None, ...] | None, str | None]]:
+    """(name, shape with None for '?', pnnx dtype) of each graph output, named out0, out1, ... as lowered."""
+    operands = [name for op in model.operators if op.type == "pnnx.Output" for name in op.inputs]
+    declared = []
+    for i, name in enumerate(operands):
+        info = model.operands.get(name)
+        declared.append((f"out{i}", info.shape if info else None, info.dtype if info else None))
+    return declared
+
+
+def check_supported(model: PnnxModel) -> None:
+    """Raise UnsupportedOperatorError listing every op type of the model that has no lowering rule (what
+    lowering reports, short of the rules that refuse some params: those need the shapes)."""
+    _load_rules()
+    unsupported: dict[str, list[str]] = {}
+    for op in model.operators:
+        if op.type not in _RULES and op.type not in _STRUCTURAL:
+            why = out_of_scope(op.type)
+            unsupported.setdefault(f"{op.type} (out of scope: {why})" if why else op.type, []).append(op.name)
+    if unsupported:
+        raise UnsupportedOperatorError(unsupported, model.param_path)
+
+
+def _changes_traced_shapes(model: PnnxModel, input_shapes: dict[str, Sequence[int]]) -> bool:
+    """Whether input_shapes gives some input a size other than the one pnnx traced (not a '?')."""
+    for name, shape, _ in declared_inputs(model):
+        given = input_shapes.get(name)
+        if given is not None and shape is not None and len(given) == len(shape) and any(
+                d is not None and d != g for d, g in zip(shape, given)):
+            return True
+    return False
 
 
 def lower_model(model: PnnxModel, input_shapes: dict[str, Sequence[int]] | None = None,

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from compiler.passes.cut_at_feeds import cut_at_feeds
 from compiler.passes.eliminate_dead_code import eliminate_dead_code
 from compiler.passes.fold_batchnorm import fold_batchnorm
 from compiler.passes.fold_constants import fold_constants
@@ -21,9 +22,12 @@ from compiler.passes.schedule import schedule
 __all__ = ["Pass", "PassManager", "pipeline"]
 
 
-def pipeline(outputs: Sequence[str] | None = None, fuse: bool = True) -> list[Pass]:
-    """The passes compile() runs, in order. outputs: prune to these values; fuse: run the fusion passes."""
+def pipeline(outputs: Sequence[str] | None = None, fuse: bool = True, feeds: Sequence[str] | None = None) -> list[Pass]:
+    """The passes compile() runs, in order. outputs: prune to these values; fuse: run the fusion passes;
+    feeds: start from these values (graph inputs or intermediates), dropping the inputs nothing needs."""
     passes = [Pass("prune-outputs", prune_outputs(outputs).run)] if outputs is not None else []
+    if feeds is not None:
+        passes.append(cut_at_feeds(feeds))
     passes += [
         Pass("lower-expressions", lower_expressions),
         Pass("fold-constants", fold_constants),
