@@ -3,7 +3,7 @@
     run [MODEL] [--input x.npy ...] [--output-dir DIR]   compile and run (default: the shipped demo model)
     compile MODEL                                        compile into the cache and say where
     bench MODEL [--threads N] [--iterations N]           latency percentiles, throughput, vs the interpreter
-    profile MODEL [--trace out.json]                     time per node (interpreter), Chrome trace
+    profile MODEL [--backend B] [--trace out.json]       time per node (per kernel: numba), Chrome trace
     show MODEL [--after PASS] [--dot out.dot]            print the IR, or write Graphviz DOT
     cache list|info|clear                                the AOT cache
 
@@ -133,22 +133,29 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 
 def cmd_profile(args: argparse.Namespace) -> int:
-    model = compiler.compile(Path(args.model), backend="interpreter", profile=True)
+    """Per-node times of any backend, from its step stats (compiler/step_stats.py): the numba backend's
+    timed forward (a clock reading after each kernel), the executor's and the interpreter's nodes."""
+    model = compile_with_progress(Path(args.model), backend=args.backend, profile=True, threads=args.threads)
     arrays = random_inputs(model)
+    model(*arrays)  # warm-up: numba's first call of the timed forward, the executor's kernels loading
     runs = []
     for _ in range(args.iterations):
         model(*arrays)
         runs.append(model.last_step_stats)
     median = {t.node: float(np.median([run[i].seconds for run in runs])) * 1e3 for i, t in enumerate(runs[0])}
+    wall = float(np.median([max(s.end for s in run) - min(s.start for s in run) for run in runs])) * 1e3
     total = sum(median.values())
+    threads = len({s.thread for s in runs[-1]})
+    print(f"{args.model}: backend {args.backend}, {len(runs[0])} nodes, median of {len(runs)} runs")
     print(f"{'node':<40}{'op':<24}{'ms':>9}{'%':>7}")
     for t in sorted(runs[0], key=lambda t: -median[t.node]):
-        print(f"{t.node[:39]:<40}{t.op:<24}{median[t.node]:>9.3f}{100 * median[t.node] / total:>6.1f}%")
-    print(f"{'total':<64}{total:>9.3f}")
+        print(f"{t.node[:39]:<40}{t.op[:23]:<24}{median[t.node]:>9.3f}{100 * median[t.node] / total:>6.1f}%")
+    print(f"{'nodes (sum)':<64}{total:>9.3f}")
+    print(f"{'run (first start to last end)':<64}{wall:>9.3f}  on {threads} thread(s)")
     if args.trace:
         from compiler.step_stats import write_chrome_trace
 
-        write_chrome_trace(runs[-1], args.trace)
+        write_chrome_trace(runs[-1], args.trace, process=f"pnnx-jit {args.backend}")
         print(f"wrote Chrome trace to {args.trace} (open in chrome://tracing or ui.perfetto.dev)")
     return 0
 
@@ -238,10 +245,12 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--no-interpreter", action="store_true", help="skip the interpreter comparison")
     bench.set_defaults(func=cmd_bench)
 
-    prof = sub.add_parser("profile", help="time per node (interpreter)")
+    prof = sub.add_parser("profile", help="time per node (per kernel for numba), Chrome trace")
     prof.add_argument("model")
+    prof.add_argument("--backend", choices=BACKENDS, default="numba")
+    prof.add_argument("--threads", type=int)
     prof.add_argument("--iterations", type=int, default=5)
-    prof.add_argument("--trace", metavar="OUT.json", help="also write a Chrome trace")
+    prof.add_argument("--trace", metavar="OUT.json", help="also write a Chrome trace of the last run")
     prof.set_defaults(func=cmd_profile)
 
     show = sub.add_parser("show", help="print the IR (after lowering, or after a pass) or write Graphviz DOT")

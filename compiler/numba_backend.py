@@ -24,6 +24,7 @@ import os
 import pickle
 import sys
 import tempfile
+import threading
 import time
 import warnings
 from collections.abc import Callable
@@ -41,6 +42,7 @@ from codegen.opt_level import FORWARD_OPT_LEVEL, opt_level
 from compiler.cache import CacheInfo, ModelCache, cache_key
 from compiler.model import CompiledModel
 from compiler.run_control import RunControl
+from compiler.step_stats import NodeStat
 from ir.graph import Graph
 from ir.parser import parse_graph
 from ir.printer import print_graph
@@ -241,22 +243,20 @@ class NumbaModel(CompiledModel):
 
     # -- running -------------------------------------------------------------------------
 
+    @property
+    def profiled(self) -> bool:
+        """Compiled with profile=True: every run times each node (m.last_step_stats, profile_kernels)."""
+        return hasattr(self._module, "forward_profiled")
+
     def profile_kernels(self, x: np.ndarray | list[np.ndarray], repeat: int = 10) -> list[tuple[str, str, float]]:
         """(node name, op, median ms) of each node of the forward, timed inside one jitted run."""
-        if not hasattr(self._module, "forward_profiled"):
+        if not self.profiled:
             raise RuntimeError("compile with profile=True to time kernels")
         arrays = self.check_inputs(x if isinstance(x, list) else [x])
-        if self.threads is not None:
-            codegen.runtime.set_threads(self.threads)
         runs = []
-        arena = self.arenas.take()
-        try:
-            for _ in range(repeat + 1):  # the first run compiles
-                times = np.zeros(len(self.graph.nodes) + 1)
-                self._module.forward_profiled(*arrays, *self._weights, arena, times, self._kernels)
-                runs.append(np.diff(times) * 1e3)
-        finally:
-            self.arenas.give_back(arena)
+        for _ in range(repeat + 1):  # the first run compiles
+            self._execute(arrays, RunControl())
+            runs.append([s.seconds * 1e3 for s in self.last_step_stats])
         median = np.median(np.array(runs[1:]), axis=0)
         return [(n.name, n.op, float(ms)) for n, ms in zip(self.graph.nodes, median)]
 
@@ -266,10 +266,24 @@ class NumbaModel(CompiledModel):
             codegen.runtime.set_threads(self.threads)
         arena = self.arenas.take()
         try:
-            result = self._forward(*arrays, *self._weights, arena, self._kernels)
+            if self.profiled:
+                result = self._run_profiled(arrays, arena)
+            else:
+                result = self._forward(*arrays, *self._weights, arena, self._kernels)
         finally:
             self.arenas.give_back(arena)
         return list(result) if isinstance(result, tuple) else [result]
+
+    def _run_profiled(self, arrays: list[np.ndarray], arena: np.ndarray):
+        """The timed forward (a clock reading after every node), its step stats in last_step_stats: one row,
+        the calling thread's (each kernel's parallel loop runs on numba's threads inside its span)."""
+        times = np.zeros(len(self.graph.nodes) + 1)
+        result = self._module.forward_profiled(*arrays, *self._weights, arena, times, self._kernels)
+        thread = threading.current_thread().name
+        self.last_step_stats = [NodeStat(n.name, n.op, float(times[i]), float(times[i + 1]), thread,
+                                         tuple(v.shape for v in n.outputs), sum(v.type.nbytes for v in n.outputs))
+                                for i, n in enumerate(self.graph.nodes)]
+        return result
 
 
 def _entry_module(entry: Path) -> str:

@@ -11,6 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import compiler
+
 ROOT = Path(__file__).resolve().parents[1]
 SHIPPED = ROOT / "compiler" / "data" / "tiny_cnn.pnnx.param"
 
@@ -89,13 +91,22 @@ def test_bench_prints_percentiles_and_the_interpreter_ratio(cache):
     assert "faster than the interpreter" in result.stdout
 
 
-def test_profile_prints_nodes_and_writes_a_chrome_trace(cache, tmp_path):
+@pytest.mark.parametrize("backend", ["numba", "executor", "interpreter"])
+def test_profile_prints_nodes_and_writes_a_chrome_trace(cache, tmp_path, backend):
+    """The same table and trace for every backend: one row per node (per kernel for numba), real timestamps."""
     trace = tmp_path / "trace.json"
-    result = cli("profile", str(SHIPPED), "--trace", str(trace), cache=cache)
+    result = cli("profile", str(SHIPPED), "--backend", backend, "--trace", str(trace), cache=cache)
     assert result.returncode == 0, result.stderr
-    assert "conv2d" in result.stdout and "total" in result.stdout
+    assert f"backend {backend}" in result.stdout and "nodes (sum)" in result.stdout
+    convs = "fused_conv2d" if backend != "interpreter" else "conv2d"
+    assert convs in result.stdout and "convbn2d_3" in result.stdout
     events = [e for e in json.loads(trace.read_text())["traceEvents"] if e["ph"] == "X"]
-    assert events and all(e["dur"] >= 0 and e["ts"] >= 0 for e in events)
+    nodes = compiler.compile(SHIPPED, backend=backend, cache_dir=cache).graph.nodes
+    assert sorted(e["name"] for e in events) == sorted(n.name for n in nodes)
+    assert all(e["dur"] >= 0 and e["ts"] >= 0 for e in events)
+    if backend != "executor":  # one thread, one node after another (the executor may overlap them)
+        spans = sorted((e["ts"], e["ts"] + e["dur"]) for e in events)
+        assert all(start >= end - 1e-3 for (_, end), (start, _) in zip(spans, spans[1:]))
 
 
 def test_show_marks_the_nodes_the_numba_backend_interprets(cache, tmp_path):
