@@ -74,14 +74,17 @@ class WeightPack:
             array.flags.writeable = False
         return pack
 
+    def places(self, names: Callable[[Value, str], str]) -> list[tuple[str, str, int, tuple[int, ...]]]:
+        """(name, dtype, byte offset in the dtype's packed array, shape) of each constant and prepacked array."""
+        places = [(names(c, "c_"), dtype, start * np.dtype(dtype).itemsize, c.shape)
+                  for c, (dtype, start) in self.slots.items()]
+        places += [(name, dtype, start * np.dtype(dtype).itemsize, tuple(shape))
+                   for name, (dtype, start, shape) in self.prepacked.items()]
+        return places
+
     def views(self, names: Callable[[Value, str], str]) -> list[str]:
         """Lines of the forward that bind each constant's name to its view of the packed arrays."""
-        lines = []
-        for c, (dtype, start) in self.slots.items():
-            lines.append(_view(names(c, "c_"), f"w_{dtype}", start * np.dtype(dtype).itemsize, dtype, c.shape))
-        for name, (dtype, start, shape) in self.prepacked.items():
-            lines.append(_view(name, f"w_{dtype}", start * np.dtype(dtype).itemsize, dtype, shape))
-        return lines
+        return [_view(name, f"w_{dtype}", offset, dtype, shape) for name, dtype, offset, shape in self.places(names)]
 
 
 @dataclass
@@ -101,7 +104,7 @@ def is_view(node: Node) -> bool:
     return rule is not None and rule.alias
 
 
-class _Names:
+class ValueNames:
     """Unique, legal Python identifiers for values (torch.fx's namespace idea)."""
 
     def __init__(self) -> None:
@@ -125,10 +128,8 @@ def generate_module(graph: Graph, comment: str = "", profile: bool = False) -> G
     profile: also define forward_profiled(..., times), which records a clock
     reading after every node (times has len(graph.nodes) + 1 entries)."""
     plan = plan_memory(graph, is_view, concat_parts)
-    names = _Names()
-    for c in graph.constants.values():
-        names(c, "c_")
-    inputs = [names(v, "x_") for v in graph.inputs]
+    names = ValueNames()
+    inputs = name_graph_values(graph, names)
     imports: dict[str, str] = {}
     definitions: dict[str, str] = {}
     prepacked: dict[str, np.ndarray] = {}
@@ -136,34 +137,16 @@ def generate_module(graph: Graph, comment: str = "", profile: bool = False) -> G
     timed = ["times[0] = _clock()"]  # the same body, timing each node (profile_kernels)
     interpreted: dict[str, str] = {}
     for step, node in enumerate(graph.nodes):
-        rule = emit_rule(node.op)
-        outs = [names(v, "v_") for v in node.outputs]
-        lines = [] if rule is not None and rule.alias else [_allocate(v, outs[i], plan)
-                                                            for i, v in enumerate(node.outputs)]
-        e = Emit(node, [names(v, "v_") for v in node.inputs], outs, in_place=plan.in_place.get(node, frozenset()),
-                 offsets=plan.offsets, arena_bytes=plan.arena_bytes)
-        if rule is None:
-            interpreted[node.name] = "no numba kernel"
-            lines += _interpreted(e)
-        else:
-            try:
-                lines += rule.fn(e)
-            except CodegenUnsupportedError as exc:  # a limit of the kernel, not of the op
-                interpreted[node.name] = str(exc)
-                e = Emit(node, e.args, outs)  # what the rule added before refusing is dropped
-                lines += _interpreted(e)
-        lines = [_RESHAPE.sub(r"reshaped(\1, ", line) for line in lines]
+        code = emit_node(node, names, plan)
+        if code.interpreted is not None:
+            interpreted[node.name] = code.interpreted
+        lines = code.lines
         lines[-1] += f"  # {node.name}"
         body += lines
         timed += lines + [f"times[{step + 1}] = _clock()"]
-        imports.update(e.imports)
-        definitions.update(e.definitions)
-        for name, array in e.prepacked.items():
-            if name not in prepacked:
-                if name in names.taken:
-                    raise CodegenUnsupportedError(f"{node.name}: prepacked constant {name} clashes with a value")
-                names.taken.add(name)
-                prepacked[name] = array
+        imports.update(code.emit.imports)
+        definitions.update(code.emit.definitions)
+        add_prepacked(prepacked, code.emit, names)
     weights = WeightPack.build(list(graph.constants.values()), prepacked)
     weight_args = [f"w_{dtype}" for dtype in weights.arrays]
     head = weights.views(names)
@@ -175,12 +158,62 @@ def generate_module(graph: Graph, comment: str = "", profile: bool = False) -> G
     functions = _function("forward", inputs + weight_args + ["arena"], body)
     if profile:
         functions += _function("forward_profiled", inputs + weight_args + ["arena", "times"], timed)
-    kernels = _kernels_module(title, imports, list(definitions.values()) + ([_CLOCK] if profile else []))
+    kernels = kernels_module(title, imports, list(definitions.values()) + ([_CLOCK] if profile else []))
     forward = "\n".join([title, "# The forward; codegen/linker.py binds its kernels (kernels.py) by address.",
                           "import math  # noqa: F401", "", "import numba", "import numpy as np", "",
                           "from codegen.array_view import emptied, reshaped, view  # noqa: F401",
                           "from codegen.interpreted import run_reference  # noqa: F401", ""]) + functions
     return GeneratedModule(kernels, forward, weights, plan, inputs, len(graph.nodes), interpreted)
+
+
+def name_graph_values(graph: Graph, names: ValueNames) -> list[str]:
+    """Name the graph's constants (c_...) and inputs (x_...) first, so that names(v, "v_") of any value
+    read by a node gives its name; return the inputs' names."""
+    for c in graph.constants.values():
+        names(c, "c_")
+    return [names(v, "x_") for v in graph.inputs]
+
+
+@dataclass
+class NodeCode:
+    """One node's lines: its outputs allocated as `plan` says, then its kernel calls (or the call of its
+    reference, when `interpreted` says why it has no kernel); `emit` holds what the lines need."""
+
+    lines: list[str]
+    emit: Emit
+    interpreted: str | None = None
+
+
+def emit_node(node: Node, names: ValueNames, plan: MemoryPlan) -> NodeCode:
+    """The lines running `node` by its emit rule, with outputs in the arena where `plan` placed them
+    (elsewhere np.empty). Every `x.reshape(` becomes `reshaped(x, ` (_RESHAPE)."""
+    rule = emit_rule(node.op)
+    outs = [names(v, "v_") for v in node.outputs]
+    lines = [] if rule is not None and rule.alias else [_allocate(v, outs[i], plan) for i, v in enumerate(node.outputs)]
+    e = Emit(node, [names(v, "v_") for v in node.inputs], outs, in_place=plan.in_place.get(node, frozenset()),
+             offsets=plan.offsets, arena_bytes=plan.arena_bytes)
+    interpreted = None
+    if rule is None:
+        interpreted = "no numba kernel"
+        lines += _interpreted(e)
+    else:
+        try:
+            lines += rule.fn(e)
+        except CodegenUnsupportedError as exc:  # a limit of the kernel, not of the op
+            interpreted = str(exc)
+            e = Emit(node, e.args, outs)  # what the rule added before refusing is dropped
+            lines += _interpreted(e)
+    return NodeCode([_RESHAPE.sub(r"reshaped(\1, ", line) for line in lines], e, interpreted)
+
+
+def add_prepacked(prepacked: dict[str, np.ndarray], e: Emit, names: ValueNames) -> None:
+    """Add the arrays e's rule prepacked to `prepacked` (by name, once), reserving their names."""
+    for name, array in e.prepacked.items():
+        if name not in prepacked:
+            if name in names.taken:
+                raise CodegenUnsupportedError(f"{e.node.name}: prepacked constant {name} clashes with a value")
+            names.taken.add(name)
+            prepacked[name] = array
 
 
 def _interpreted(e: Emit) -> list[str]:
@@ -191,7 +224,9 @@ def _interpreted(e: Emit) -> list[str]:
             f"({''.join(o + ', ' for o in e.outs)}))"]
 
 
-def _kernels_module(title: str, imports: dict[str, str], definitions: list[str]) -> str:
+def kernels_module(title: str, imports: dict[str, str], definitions: list[str]) -> str:
+    """Source of a module importing the library kernels `imports` names (local name -> "module:function")
+    and defining `definitions` (kernels generated for a model)."""
     lines = [title, "# The kernels the forward calls: from the library, and generated for this model.",
              "import math  # noqa: F401", "import time", "", "import numba", "import numpy as np", ""]
     lines += [f"from {spec.split(':')[0]} import {spec.split(':')[1]} as {local}"

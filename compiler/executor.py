@@ -1,0 +1,398 @@
+"""The executor backend: the numba backend's kernels, node by node, independent nodes at once.
+
+As TensorFlow's executor (executor.cc): a GraphView built once says, per node, which values it
+reads and writes, which nodes read its outputs and whether it is expensive; each run keeps its own
+pending-input count per node, and a node whose count reaches zero is ready. The thread that
+finished a node runs the cheap nodes it readied itself, in order, and hands the expensive ones to a
+thread pool (kept by the model between runs), but for one it keeps when it has nothing cheap to do:
+a chain (ResNet) runs on the calling thread with no hand-off at all, and the branches of an
+Inception block spread over the pool. Each value is dropped when its last reader is done (a count
+per value, as the interpreter's release plan), so memory stays near the live set.
+
+Nodes run the programs of codegen/node_programs.py: plain Python calling the @njit(nogil=True)
+kernels of the compiled forward, so two nodes' kernels do run at once; each has its own output
+arrays (no arena: branches run at once). A node without a kernel runs its numpy reference.
+
+Threads: the kernels' own parallel loops run on numba's pool (OpenMP here), whose thread count is
+set per calling thread. KERNEL_THREADS below decides each node's count from the nodes running at
+that moment; the measurements that chose it are in its comment.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import threading
+import time
+import weakref
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numba
+import numpy as np
+
+import codegen.runtime  # noqa: F401 - thread policy before numba's pool starts
+from codegen.node_programs import NodePrograms, build_node_programs
+from compiler.interpreter import run_node
+from compiler.model import CompiledModel, owned
+from compiler.run_control import RunControl
+from compiler.step_stats import NodeStat
+from ir.errors import NodeExecutionError, RunCancelledError
+from ir.graph import Graph, Node, Value
+from ir.printer import print_graph
+
+# A node worth a hand-off to another thread (a wake-up, tens of microseconds on a VM): this many
+# multiply-adds x 2 (convs, linear layers, matmuls), or this many bytes written (any other node).
+EXPENSIVE_FLOPS = 1_000_000
+EXPENSIVE_BYTES = 1 << 20
+ALWAYS_EXPENSIVE = frozenset({"lstm", "gru", "rnn"})  # a sequential scan of small GEMMs: long, whatever its size
+
+
+def estimated_flops(node: Node) -> int:
+    """2 x the multiply-adds of a conv, linear or matmul node; 0 for any other."""
+    out = node.outputs[0].shape
+    if node.op in ("conv2d", "fused_conv2d"):
+        return 2 * _prod(out) * _prod(node.inputs[1].shape[1:])
+    if node.op == "conv_transpose2d":
+        return 2 * _prod(node.inputs[0].shape) * _prod(node.inputs[1].shape[1:])
+    if node.op in ("linear", "fused_linear", "matmul"):
+        return 2 * _prod(out) * node.inputs[0].shape[-1]
+    return 0
+
+
+def is_expensive(node: Node) -> bool:
+    """Whether the executor hands `node` to its pool when it is ready with others (the one place that decides)."""
+    if node.op in ALWAYS_EXPENSIVE:
+        return True
+    return (estimated_flops(node) >= EXPENSIVE_FLOPS
+            or sum(v.type.nbytes for v in node.outputs) >= EXPENSIVE_BYTES)
+
+
+def _prod(shape: tuple[int, ...]) -> int:
+    n = 1
+    for d in shape:
+        n *= d
+    return n
+
+
+# -- the graph, as the executor reads it ------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class NodeView:
+    node: Node
+    run: Callable[..., tuple[np.ndarray, ...]]  # the node's program (codegen/node_programs.py)
+    inputs: tuple[int, ...]  # slots of the arrays run() takes
+    outputs: tuple[int, ...]  # slots its outputs go to
+    consumers: tuple[int, ...]  # nodes that read any of its outputs, each once
+    pending: int  # nodes whose outputs it reads: it is ready when they are all done
+    expensive: bool
+
+    def stat(self, start: float, end: float, thread: str) -> NodeStat:
+        """The node's NodeStat; its outputs' shapes and bytes are the IR's (kernels and references fill arrays
+        of the IR's types, interpreter.run_node checks)."""
+        outputs = self.node.outputs
+        return NodeStat(self.node.name, self.node.op, start, end, thread, tuple(v.shape for v in outputs),
+                        sum(v.type.nbytes for v in outputs))
+
+
+@dataclass(frozen=True)
+class GraphView:
+    """What a run needs of the graph, built once: immutable, shared by every run."""
+
+    nodes: tuple[NodeView, ...]
+    roots: tuple[int, ...]  # nodes ready at the start
+    readers: tuple[int, ...]  # per slot: nodes that read it, + 1 for a graph output (never dropped)
+    inputs: tuple[int, ...]  # slots of the graph's inputs
+    outputs: tuple[Value, ...]
+    slots: dict[Value, int]  # every value that is not a constant
+
+    @staticmethod
+    def build(graph: Graph, programs: NodePrograms) -> GraphView:
+        values = list(graph.inputs) + [v for node in graph.nodes for v in node.outputs]
+        slots = {v: i for i, v in enumerate(values)}
+        producer = {v: i for i, node in enumerate(graph.nodes) for v in node.outputs}
+        readers = [0] * len(slots)
+        consumers: list[list[int]] = [[] for _ in graph.nodes]
+        nodes = []
+        for i, (node, program) in enumerate(zip(graph.nodes, programs.programs)):
+            for v in program.inputs:
+                readers[slots[v]] += 1
+            sources = dict.fromkeys(producer[v] for v in program.inputs if v in producer)
+            for p in sources:
+                consumers[p].append(i)
+            nodes.append((node, program, len(sources)))
+        for v in graph.outputs:
+            if v in slots:
+                readers[slots[v]] += 1
+        views = tuple(NodeView(node, program.run, tuple(slots[v] for v in program.inputs),
+                               tuple(slots[v] for v in node.outputs), tuple(consumers[i]), pending, is_expensive(node))
+                      for i, (node, program, pending) in enumerate(nodes))
+        return GraphView(views, tuple(i for i, n in enumerate(views) if n.pending == 0), tuple(readers),
+                         tuple(slots[v] for v in graph.inputs), tuple(graph.outputs), slots)
+
+
+# -- threads ----------------------------------------------------------------------------------------
+
+
+class _Pool:
+    """Threads named executor-0, executor-1 ..., started at the first hand-off and kept between runs;
+    they hold no reference to the model (a finalizer of the model stops them)."""
+
+    def __init__(self, size: int, name: str = "executor"):
+        self.size, self.name = size, name
+        self._work: queue.SimpleQueue = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._started = False
+
+    def submit(self, fn: Callable[[int], None], arg: int) -> None:
+        if not self._started:
+            self._start()
+        self._work.put((fn, arg))
+
+    def _start(self) -> None:
+        with self._lock:
+            if self._started:
+                return
+            for i in range(self.size):
+                threading.Thread(target=_worker, args=(self._work,), name=f"{self.name}-{i}", daemon=True).start()
+            self._started = True
+
+    def stop(self) -> None:
+        for _ in range(self.size):
+            self._work.put(None)
+
+
+def _start(record: tuple[int, float, float, str]) -> float:
+    return record[1]
+
+
+def _worker(work: queue.SimpleQueue) -> None:
+    while (item := work.get()) is not None:
+        fn, arg = item
+        fn(arg)
+
+
+class _Running:
+    """How many nodes (of every executor of the process) are running now: the adaptive thread policy."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.count = 0
+
+    def enter(self) -> int:
+        with self._lock:
+            self.count += 1
+            return self.count
+
+    def leave(self) -> None:
+        with self._lock:
+            self.count -= 1
+
+
+_RUNNING = _Running()
+
+
+class _KernelThreads(threading.local):
+    """numba's thread count of this thread, as the executor last set it: numba.set_num_threads costs
+    microseconds (a lock, a check of its pool), as much as a small node's kernel."""
+
+    count = 0  # unknown
+
+    def set(self, n: int) -> None:
+        if n != self.count:
+            numba.set_num_threads(n)
+            self.count = n
+
+
+_KERNEL_THREADS = _KernelThreads()
+
+# Threads for a node's kernels, from the cores the model may use and the nodes running now (this one
+# included); numba's count is per calling thread, so each node sets its own.
+KERNEL_THREADS: dict[str, Callable[[int, int], int]] = {
+    "all": lambda cores, running: cores,
+    "one": lambda cores, running: 1,
+    "adaptive": lambda cores, running: max(1, cores // running),
+}
+
+
+# -- one run ----------------------------------------------------------------------------------------
+
+
+class _Run:
+    """The state of one run, shared by the threads running its nodes: the values, the pending counts,
+    the readers left per value, the nodes scheduled and not done (`outstanding`), the first error."""
+
+    def __init__(self, view: GraphView, arrays: list[np.ndarray], control: RunControl, pool: _Pool,
+                 cores: int, policy: Callable[[int, int], int]):
+        self.view, self.control, self.pool, self.cores, self.policy = view, control, pool, cores, policy
+        self.values: list[np.ndarray | None] = [None] * len(view.readers)
+        for slot, array in zip(view.inputs, arrays):
+            self.values[slot] = array
+        self.pending = [n.pending for n in view.nodes]
+        self.readers = list(view.readers)
+        self.outstanding = len(view.roots)
+        self.lock = threading.Lock()
+        self.done = threading.Event()
+        self.error: BaseException | None = None
+        self.records: list[tuple[int, float, float, str]] = []  # (node, start, end, thread) of each node run
+        if not view.roots:
+            self.done.set()
+
+    def process(self, first: int) -> None:
+        """Run `first`, then the nodes it readies that stay on this thread, until there are none."""
+        inline = deque([first])
+        thread = threading.current_thread().name
+        while inline:
+            i = inline.popleft()
+            outputs = self._run_node(i, thread) if self.error is None else None
+            self._schedule(self._complete(i, outputs), inline)
+
+    def start(self) -> None:
+        """Run the roots from the calling thread, as a node finishing would have readied them."""
+        inline: deque[int] = deque()
+        self._schedule(list(self.view.roots), inline)
+        while inline:
+            self.process(inline.popleft())
+
+    def _schedule(self, ready: list[int], inline: deque[int]) -> None:
+        """executor.cc's ScheduleReady: cheap nodes stay on this thread, expensive ones go to the pool,
+        but this thread keeps the last of them when it has nothing cheap to do (a chain: no hand-off)."""
+        kept = None
+        for i in ready:
+            if not self.view.nodes[i].expensive:
+                inline.append(i)
+                continue
+            if kept is not None:
+                self.pool.submit(self.process, kept)
+            kept = i
+        if kept is not None:
+            if inline:
+                self.pool.submit(self.process, kept)
+            else:
+                inline.append(kept)
+
+    def _run_node(self, i: int, thread: str) -> tuple[np.ndarray, ...] | None:
+        """Node i's outputs, or None when the run stops (cancelled, past its deadline, or a node failed)."""
+        view, control = self.view.nodes[i], self.control
+        node = view.node
+        try:
+            control.check(node.name)
+        except RunCancelledError as exc:
+            self._fail(exc)
+            return None
+        args = [self.values[s] for s in view.inputs]
+        _KERNEL_THREADS.set(self.policy(self.cores, _RUNNING.enter()))
+        start = time.perf_counter()
+        try:
+            outputs = view.run(*args)
+        except NodeExecutionError as exc:
+            self._fail(exc)
+            return None
+        except Exception as exc:  # a kernel's error, as interpreter.run_node wraps a reference's
+            error = NodeExecutionError(f"node {node.name} ({node.op}) failed: {type(exc).__name__}: {exc}")
+            error.__cause__ = exc
+            self._fail(error)
+            return None
+        finally:
+            _RUNNING.leave()
+        end = time.perf_counter()
+        self.records.append((i, start, end, thread))
+        if control.on_node_output is not None:
+            try:
+                for array in outputs:
+                    control.on_node_output(node.name, array)
+            except Exception as exc:  # the caller's callback: its own error, as the interpreter lets it through
+                self._fail(exc)
+                return None
+        return outputs
+
+    def _complete(self, i: int, outputs: tuple[np.ndarray, ...] | None) -> list[int]:
+        """Book node i as done (or dropped, when outputs is None): store its outputs, drop the values
+        it was the last reader of, and return the nodes it readied (none once the run stops)."""
+        view = self.view.nodes[i]
+        ready = []
+        with self.lock:
+            if outputs is not None and self.error is None:
+                values, readers = self.values, self.readers
+                for slot, array in zip(view.outputs, outputs):
+                    if readers[slot]:
+                        values[slot] = array
+                for slot in view.inputs:
+                    readers[slot] -= 1
+                    if not readers[slot]:
+                        values[slot] = None
+                for c in view.consumers:
+                    self.pending[c] -= 1
+                    if not self.pending[c]:
+                        ready.append(c)
+            self.outstanding += len(ready) - 1
+            if not self.outstanding:
+                self.done.set()
+        return ready
+
+    def _fail(self, error: BaseException) -> None:
+        with self.lock:
+            if self.error is None:
+                self.error = error
+
+
+# -- the model --------------------------------------------------------------------------------------
+
+
+class Executor(CompiledModel):
+    """compile(path, backend="executor"): see the module docstring. threads: the pool's workers and the
+    most threads a node's kernels use (default: every core numba may use)."""
+
+    backend = "executor"
+
+    def __init__(self, graph: Graph, threads: int | None = None, policy: str = "adaptive"):
+        super().__init__(graph)
+        if policy not in KERNEL_THREADS:
+            raise ValueError(f"unknown thread policy {policy!r}; choose one of {tuple(KERNEL_THREADS)}")
+        self.threads = max(1, min(threads or os.cpu_count() or 1, numba.config.NUMBA_NUM_THREADS))
+        self.policy = policy
+        programs = build_node_programs(graph, run_node)
+        self.source = programs.source
+        self.interpreted = programs.interpreted  # node name -> why it runs its numpy reference (no kernel)
+        self.view = GraphView.build(graph, programs)
+        self._pool = _Pool(self.threads)
+        weakref.finalize(self, self._pool.stop)
+
+    @property
+    def ir(self) -> str:
+        return print_graph(self.graph, {name: f"interpreted: {why}" for name, why in self.interpreted.items()})
+
+    @property
+    def last_step_stats(self) -> list[NodeStat]:
+        """A NodeStat per node the last run ran, by start time: made when read, not during the run (one
+        costs a microsecond or two, as much as a small node's kernel)."""
+        nodes = self.view.nodes
+        return [nodes[i].stat(start, end, thread) for i, start, end, thread in sorted(self._records, key=_start)]
+
+    @last_step_stats.setter
+    def last_step_stats(self, stats: list[NodeStat]) -> None:
+        if stats:  # CompiledModel.__init__ empties it; only runs fill it
+            raise AttributeError("an executor's step stats are its last run's")
+        self._records: list[tuple[int, float, float, str]] = []
+
+    def _execute(self, arrays: list[np.ndarray], control: RunControl) -> list[np.ndarray]:
+        run = _Run(self.view, arrays, control, self._pool, self.threads, KERNEL_THREADS[self.policy])
+        caller_threads = numba.get_num_threads()
+        _KERNEL_THREADS.count = caller_threads
+        try:
+            run.start()
+            run.done.wait()
+        finally:
+            _KERNEL_THREADS.set(caller_threads)  # the caller's numba code keeps its own count
+            self._records = run.records
+        if run.error is not None:
+            run.values.clear()  # release the run's buffers before the error travels up with its traceback
+            raise run.error
+        return [self._output(run, v) for v in self.view.outputs]
+
+    def _output(self, run: _Run, v: Value) -> np.ndarray:
+        if v.is_constant or v.producer is None:  # a weight or an input given back: the caller's copy
+            return np.array(v.data if v.is_constant else run.values[self.view.slots[v]], copy=True)
+        return owned(run.values[self.view.slots[v]])
