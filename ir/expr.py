@@ -104,6 +104,13 @@ def _call(name: str, args: tuple[Expr, ...]) -> Call:
     return Call(name, args)
 
 
+MAX_DEPTH = 200  # pnnx's expressions nest a few levels; the AST's users (hashing, printing) recurse
+
+
+class ExpressionTooDeepError(ValueError):
+    """An expression nests more than MAX_DEPTH calls or lists: a malformed file, not an unsupported op."""
+
+
 class _Parser:
     """Recursive descent over the grammar above; with `prefix`, pnnx's own reading:
     parentheses and commas ignored, each function taking its arity (size: 2) in order."""
@@ -112,6 +119,7 @@ class _Parser:
         self.tokens = [t for t in tokens if t[1] not in {"(", ")", ","}] if prefix else tokens
         self.prefix = prefix
         self.pos = 0
+        self.depth = 0
 
     def parse(self) -> Expr:
         expr = self.expr()
@@ -129,6 +137,15 @@ class _Parser:
         return self.tokens[self.pos - 1]
 
     def expr(self) -> Expr:
+        self.depth += 1
+        try:
+            return self._expr()
+        finally:
+            self.depth -= 1
+
+    def _expr(self) -> Expr:
+        if self.depth > MAX_DEPTH:  # a hand-edited file's 5000 nested calls: an error, not Python's stack
+            raise ExpressionTooDeepError(f"expression nested deeper than {MAX_DEPTH} calls or lists")
         kind, text = self.take()
         if kind == "ref":
             return Ref(int(text[1:]))

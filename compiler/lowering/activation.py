@@ -72,6 +72,7 @@ def prelu(ctx: OpContext) -> None:
     if weight is None:
         raise ctx.format_error("PReLU without a weight")
     channels = x.shape[1] if x.type.rank >= 2 else 1
+    ctx.check_param("num_parameters", weight.type.size, f"@weight {weight.shape}")
     if weight.type.size not in (1, channels):
         raise ctx.format_error(f"weight has {weight.type.size} elements; input {x.shape} has {channels} channels")
     shape = (weight.type.size,) + (1,) * max(x.type.rank - 2, 0) if weight.type.size > 1 else (1,)

@@ -74,9 +74,25 @@ def functional_inputs(ctx: OpContext):
 
 
 def _module_weights(ctx: OpContext) -> tuple[Value, Value | None]:
-    """@weight (1-D: with a unit height) and, when the module has one, @bias as constants."""
+    """@weight (1-D: with a unit height) and, when the module has one, @bias as constants; the module's
+    channel counts and kernel size must agree with them."""
     weight = ctx.attr("weight")
-    if _DIMS[ctx.op.type] == 1:
+    dims = _DIMS[ctx.op.type]
+    if weight.ndim != dims + 2:
+        raise ctx.format_error(f"@weight {weight.shape} of {ctx.op.type} is not {dims + 2}-D")
+    groups = ctx.param("groups", 1)
+    if not isinstance(groups, int) or isinstance(groups, bool) or groups < 1:
+        raise ctx.format_error(f"param groups={groups!r} is not a positive int")
+    transposed = "Transpose" in ctx.op.type  # weight (in, out / groups, k...), else (out, in / groups, k...)
+    inner = weight.shape[1] * groups
+    source = f"@weight {weight.shape} (groups={groups})"
+    ctx.check_param("in_channels", weight.shape[0] if transposed else inner, source)
+    ctx.check_param("out_channels", inner if transposed else weight.shape[0], source)
+    ctx.check_param("kernel_size", tuple(weight.shape[2:]), source)
+    if ctx.param("bias", False) != ctx.has_attr("bias"):
+        raise ctx.format_error(f"param bias={ctx.param('bias', False)} but the module "
+                               f"{'has' if ctx.has_attr('bias') else 'has no'} @bias")
+    if dims == 1:
         weight = weight.reshape(weight.shape[:2] + (1,) + weight.shape[2:])
     bias = ctx.attr_const("bias") if ctx.param("bias", False) else None
     return ctx.const("weight", weight), bias

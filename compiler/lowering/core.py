@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from compiler.pnnx_format import PnnxModel, PnnxOperator
-from ir.errors import InputError, ModelFormatError, ShapeMismatchError, UnsupportedOperatorError
+from ir.errors import CompilerError, InputError, ModelFormatError, ShapeMismatchError, UnsupportedOperatorError
 from ir.graph import Graph, Node, Value, make_node
 from ir.types import DTYPES, TensorType
 
@@ -127,6 +127,18 @@ class OpContext:
     def has_attr(self, key: str) -> bool:
         return key in self.op.attrs
 
+    def check_param(self, key: str, expected: Any, source: str) -> None:
+        """A module's param that its weights also give (in_channels, kernel_size, in_features...) agrees with
+        them, if the file has it: a hand-edited kernel_size=(0,0) on a (8,3,3,3) weight must not just run."""
+        if key not in self.op.params:
+            return
+        given = self.op.params[key]
+        if isinstance(expected, tuple) and isinstance(given, int) and not isinstance(given, bool):
+            given = (given,) * len(expected)  # torch's int-or-tuple params
+        if given != expected:
+            raise self.format_error(f"param {key}={self.op.params[key]!r} disagrees with {source}, which gives "
+                                    f"{expected!r}")
+
     def annotated_shape(self, operand: str) -> tuple[int | None, ...] | None:
         """pnnx's shape annotation of an operand (None for a dim pnnx left dynamic), if any. When the
         input shapes are not the ones pnnx traced, every size is None: only the rank still holds."""
@@ -177,7 +189,7 @@ class OpContext:
         value_names = [self._lowerer.fresh_value_name(n) for n in names]
         try:
             node = make_node(ir_op, self._lowerer.fresh_node_name(node_name), inputs, value_names, attrs)
-        except ValueError as exc:
+        except (ValueError, ArithmeticError, IndexError, TypeError) as exc:  # the op's attributes or shape rule
             raise self.format_error(f"cannot lower to {ir_op}: {exc}") from None
         self._lowerer.nodes.append(node)
         for pnnx_name, v in zip(names, node.outputs):
@@ -305,6 +317,11 @@ class _Lowerer:
                 unsupported.setdefault(f"{op.type} ({exc})", []).append(op.name)
                 poisoned.update(op.outputs)
                 continue
+            except CompilerError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - a file no rule anticipated: name its line, never a bare error
+                raise ModelFormatError(f"{op.type} {op.name}: cannot lower: {type(exc).__name__}: {exc}",
+                                       self.model.param_path, op.line) from exc
             missing = [o for o in op.outputs if o not in self.values]
             if missing:
                 raise AssertionError(f"lowering rule for {op.type} left outputs {missing} of {op.name} unbound")

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from compiler.lowering.core import OpContext, Unsupported, lowers
-from ir.expr import Ref, format_expression, format_literal, parse_expression
+from ir.expr import ExpressionTooDeepError, Ref, format_expression, format_literal, parse_expression
 from ir.graph import Value
 from ir.op_registry import get_op
 from ir.ops.expression import fold_expression, type_expression
@@ -45,11 +45,14 @@ class Operands:
 
 def lower_expression(ctx: OpContext, text: str, inputs: Sequence[Value]) -> None:
     """Bind the op's output to expression `text` over `inputs` (an expression node, a constant or an input)."""
+    shown = text if len(text) <= 120 else text[:120] + "..."
     try:
         expr = parse_expression(text)
         table = type_expression(expr, [v.type for v in inputs])
+    except ExpressionTooDeepError as exc:
+        raise ctx.format_error(f"expression {shown!r}: {exc}") from None
     except ValueError as exc:
-        raise Unsupported(f"expression {text!r}: {exc}") from None
+        raise Unsupported(f"expression {shown!r}: {exc}") from None
     root, out = table[expr], ctx.op.outputs[0]
     if root.static:
         if root.value is None:

@@ -464,6 +464,10 @@ def embedding(ctx: OpContext) -> None:
         raise Unsupported("max_norm (renormalises the weight rows it looks up)")
     if ctx.op.type == "nn.Embedding":
         x, weight = ctx.input(0), ctx.attr_const("weight")
+        if weight.type.rank != 2:
+            raise ctx.format_error(f"@weight {weight.type} of nn.Embedding is not 2-D")
+        ctx.check_param("num_embeddings", weight.shape[0], f"@weight {weight.shape}")
+        ctx.check_param("embedding_dim", weight.shape[1], f"@weight {weight.shape}")
     else:
         x, weight = operand(ctx, "input", 0), operand(ctx, "weight", 1)
     ctx.emit("index", [weight, x], {"axes": (0,)})

@@ -21,6 +21,11 @@ from ir.graph import Value
 
 @lowers("nn.Linear")
 def linear_module(ctx: OpContext) -> None:
+    weight = ctx.attr("weight")
+    if weight.ndim != 2:
+        raise ctx.format_error(f"@weight {weight.shape} of nn.Linear is not 2-D")
+    ctx.check_param("in_features", weight.shape[1], f"@weight {weight.shape}")
+    ctx.check_param("out_features", weight.shape[0], f"@weight {weight.shape}")
     inputs = [ctx.input(0), ctx.attr_const("weight")]
     if ctx.param("bias", False):
         inputs.append(ctx.attr_const("bias"))

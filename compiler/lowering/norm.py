@@ -52,6 +52,7 @@ def _eps(ctx: OpContext) -> float:
 def batch_norm_module(ctx: OpContext) -> None:
     x = ctx.input(0)
     mean, var = ctx.attr_const("running_mean", x.dtype), ctx.attr_const("running_var", x.dtype)
+    ctx.check_param("num_features", mean.shape[0] if mean.type.rank == 1 else mean.shape, f"@running_mean {mean.shape}")
     weight, bias = _module_affine(ctx, "affine", mean.shape, x.dtype)
     ctx.emit("batch_norm", [x, mean, var, weight, bias], {"eps": _eps(ctx)})
 
@@ -82,6 +83,7 @@ def instance_norm_module(ctx: OpContext) -> None:
     if x.type.rank != spatial + 2:
         raise Unsupported(f"unbatched input of rank {x.type.rank}")
     channels = x.shape[1]
+    ctx.check_param("num_features", channels, f"input {x.type}")
     if ctx.param("track_running_stats", False):
         mean, var = ctx.attr_const("running_mean", x.dtype), ctx.attr_const("running_var", x.dtype)
         weight, bias = _module_affine(ctx, "affine", (channels,), x.dtype)
@@ -116,6 +118,9 @@ def _normalized_shape(ctx: OpContext) -> tuple[int, ...]:
 def layer_norm_module(ctx: OpContext) -> None:
     inputs = [ctx.input(0)]
     if ctx.param("elementwise_affine", False):
+        weight = ctx.attr("weight")
+        if tuple(weight.shape) != _normalized_shape(ctx):
+            raise ctx.format_error(f"@weight {weight.shape} disagrees with normalized_shape {_normalized_shape(ctx)}")
         inputs += [ctx.attr_const("weight", ctx.input(0).dtype)]
         if ctx.has_attr("bias"):
             inputs += [ctx.attr_const("bias", ctx.input(0).dtype)]
@@ -131,7 +136,10 @@ def layer_norm_functional(ctx: OpContext) -> None:
 
 @lowers("nn.GroupNorm")
 def group_norm_module(ctx: OpContext) -> None:
-    inputs = [ctx.input(0)]
+    x = ctx.input(0)
+    if x.type.rank >= 2:
+        ctx.check_param("num_channels", x.shape[1], f"input {x.type}")
+    inputs = [x]
     if ctx.param("affine", False):
         inputs += [ctx.attr_const("weight", ctx.input(0).dtype), ctx.attr_const("bias", ctx.input(0).dtype)]
     ctx.emit("group_norm", inputs, {"groups": ctx.param("num_groups"), "eps": _eps(ctx)})

@@ -31,9 +31,18 @@ def promote(types: Sequence[TensorType]) -> str:
     return np.result_type(*[np.dtype(t.dtype) for t in types]).name
 
 
+def check_window(kernel: int, stride: int, pad_begin: int, pad_end: int, dilation: int) -> None:
+    """A sliding window's kernel, stride and dilation are positive and its pads not negative (a hand-edited
+    file's stride=(0,0) would otherwise divide by zero, its kernel_size=(0,0) slide nothing)."""
+    if kernel < 1 or stride < 1 or dilation < 1 or pad_begin < 0 or pad_end < 0:
+        raise ValueError(f"kernel {kernel}, stride {stride} and dilation {dilation} must be positive and "
+                         f"padding {pad_begin}+{pad_end} not negative")
+
+
 def conv_out_size(size: int, kernel: int, stride: int, pad_begin: int, pad_end: int,
                   dilation: int = 1, ceil_mode: bool = False) -> int:
     """Output length of a sliding window (conv or pool), as torch computes it."""
+    check_window(kernel, stride, pad_begin, pad_end, dilation)
     span = size + pad_begin + pad_end - dilation * (kernel - 1) - 1
     if span < 0:
         padded = size + pad_begin + pad_end

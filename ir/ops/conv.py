@@ -12,7 +12,7 @@ import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
 from ir.op_registry import FLOAT, INT, INTS, STR, register
-from ir.ops.common import conv_out_size
+from ir.ops.common import check_window, conv_out_size
 from ir.types import TensorType
 
 # torch padding_mode -> np.pad mode
@@ -31,6 +31,8 @@ def _check_channels(types: list[TensorType], attrs: dict) -> None:
     """A convolution's input channels, weight, groups, bias and padding mode agree (2-D and 3-D)."""
     x, w = types[0], types[1]
     c, o, cg, groups = x.shape[1], w.shape[0], w.shape[1], attrs["groups"]
+    if groups < 1:
+        raise ValueError(f"groups={groups} must be positive")
     if c != cg * groups or o % groups:
         raise ValueError(f"input channels {c} do not match weight {w.shape} with groups={groups}")
     if len(types) > 2 and types[2].shape != (o,):
@@ -98,6 +100,7 @@ _CONV_T_ATTRS = {
 def conv_transpose_out_size(size: int, kernel: int, stride: int, pad_begin: int, pad_end: int,
                             output_padding: int, dilation: int) -> int:
     """Output length of a transposed convolution, as torch computes it."""
+    check_window(kernel, stride, pad_begin, pad_end, dilation)
     if not 0 <= output_padding < max(stride, dilation):
         raise ValueError(f"output_padding {output_padding} must be smaller than stride {stride} or dilation {dilation}")
     out = (size - 1) * stride - pad_begin - pad_end + dilation * (kernel - 1) + output_padding + 1
@@ -113,6 +116,8 @@ def _conv_transpose2d_type(types: list[TensorType], attrs: dict) -> TensorType:
     n, c, h, wd = x.shape
     ci, og, kh, kw = w.shape
     groups = attrs["groups"]
+    if groups < 1:
+        raise ValueError(f"groups={groups} must be positive")
     if c != ci or c % groups:
         raise ValueError(f"input channels {c} do not match weight {w.shape} with groups={groups}")
     if len(types) > 2 and types[2].shape != (og * groups,):
@@ -291,6 +296,8 @@ def _conv_transpose3d_type(types: list[TensorType], attrs: dict) -> TensorType:
     n, c, *size = x.shape
     ci, og, *kernel = w.shape
     groups = attrs["groups"]
+    if groups < 1:
+        raise ValueError(f"groups={groups} must be positive")
     if c != ci or c % groups:
         raise ValueError(f"input channels {c} do not match weight {w.shape} with groups={groups}")
     if len(types) > 2 and types[2].shape != (og * groups,):
