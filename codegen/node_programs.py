@@ -1,9 +1,10 @@
 """Each node of an optimised graph as a plain-Python function calling the numba backend's kernels: the
 programs the executor (compiler/executor.py) runs node by node, several at once.
 
-    def node_12(v_relu_3):                               # the node's inputs that are not constants
+    def node_12(v_relu_3, kernels):                      # the node's inputs that are not constants
+        conv_packed_conv2d_packed = kernel(kernels, 0)   # the kernel's entry point for this signature
         v_conv_4 = np.empty((1, 64, 56, 56), np.float32)
-        conv_conv2d_packed(v_relu_3, c_w__panels1, c_b, emptied(v_conv_4), v_conv_4, (3, 3), ...)  # conv_4
+        conv_packed_conv2d_packed(v_relu_3, c_w__panels1, c_b, emptied(v_conv_4), v_conv_4, (3, 3), ...)  # conv_4
         return (v_conv_4,)
 
 The lines are the generated forward's (codegen/emitter.py, emit_node), but for what running nodes
@@ -15,7 +16,9 @@ apart asks for:
   backend compiles too; view/reshaped/emptied are their numpy versions (codegen/array_view.py);
 - the kernels come from a kernels module (library imports and the loops generated for the model) in
   a file named by its content (codegen/generated.py), so that numba's cache beside it serves every
-  process. The kernels are @njit(nogil=True): a program holds the GIL only between kernel calls.
+  process, and each call site is bound to the machine code of its signature as the forward's are
+  (codegen/linker.py; here the compiled entry points, called from Python: _bind_kernels). The
+  kernels are @njit(nogil=True): a program holds the GIL only between kernel calls.
 
 A node without an emit rule, or whose rule refuses it (CodegenUnsupportedError), runs its numpy
 reference instead, as in the numba backend, through the `reference` runner the caller gives (the
@@ -26,6 +29,7 @@ from __future__ import annotations
 
 import hashlib
 import linecache
+import operator
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from types import ModuleType
@@ -68,7 +72,7 @@ class NodePrograms:
 
 def build_node_programs(graph: Graph, reference: ReferenceRunner) -> NodePrograms:
     """A program per node of `graph` (optimised and scheduled), its kernels compiled or loaded from
-    numba's cache now, so that no run compiles (_load_kernels)."""
+    numba's cache now, so that no run compiles (_bind_kernels)."""
     names = ValueNames()
     name_graph_values(graph, names)
     no_arena = MemoryPlan(0)
@@ -98,12 +102,9 @@ def build_node_programs(graph: Graph, reference: ReferenceRunner) -> NodeProgram
     kernels = import_generated(f"pnnx_jit_node_kernels_{digest}", kernel_source)
     source = "import numpy as np\n\n\n" + "\n\n".join(sources)
     namespace = _namespace(graph, kernels, WeightPack.build(list(graph.constants.values()), prepacked), names)
-    filename = f"<node programs of {graph.name}>"
-    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)  # tracebacks show the lines
-    exec(compile(source, filename, "exec"), namespace)  # noqa: S102 - our own generated code
     entry_points = {functions[i]: tuple(np.empty(v.shape, v.dtype) for v in _dynamic_inputs(graph.nodes[i]))
                     for i in functions}
-    _load_kernels(source, namespace, entry_points, graph.name)
+    source = _bind_kernels(source, namespace, entry_points, graph.name)
     programs = []
     for i, node in enumerate(graph.nodes):
         inputs = _dynamic_inputs(node)
@@ -128,13 +129,28 @@ def _namespace(graph: Graph, kernels: ModuleType, weights: WeightPack, names: Va
     return namespace
 
 
-def _load_kernels(source: str, namespace: dict, entry_points: dict[str, tuple], name: str) -> None:
-    """Compile (on every core at once, codegen/compile_workers.py) the kernel signatures the programs call
-    that numba's cache lacks, and load every one: codegen/linker.py's link() finds them by running each
-    program in Python with kernels that only record their calls. What it links is not needed here."""
+def _bind_kernels(source: str, namespace: dict, entry_points: dict[str, tuple], name: str) -> str:
+    """Define the programs of `source` in `namespace`, each calling its kernels' compiled entry points
+    directly; return the source that defines them.
+
+    codegen/linker.py's link() runs each program in Python with kernels that only record their calls,
+    which compiles (on every core at once, codegen/compile_workers.py) the signatures numba's cache
+    lacks and loads every one, so that no run compiles; it rewrites each program to take its kernels
+    as an argument, `kernels`, and to bind each at its top (`kernel(kernels, i)`, the i-th entry of
+    the table). Here that table is the entry point of each kernel's machine code for its signature, the
+    function numba's dispatcher calls after resolving a call's argument types (about 1 us a call,
+    saved: a program's arrays have the types of the IR, the same on every run)."""
     module = ModuleType(f"pnnx_jit_node_programs_{name}")
     module.__dict__.update(namespace)
-    link(source, module, entry_points)
+    linked = link(source, module, entry_points)
+    table = tuple(namespace[ref.name].overloads[tuple(ref.signature.args)].entry_point for ref in linked.table)
+    filename = f"<node programs of {name}>"
+    linecache.cache[filename] = (len(linked.source), None, linked.source.splitlines(True), filename)  # tracebacks
+    exec(compile(linked.source, filename, "exec"), namespace)  # noqa: S102 - our own generated code
+    namespace["kernel"] = operator.getitem  # kernel(kernels, i) in Python: the table's entry i
+    for function in entry_points:
+        namespace[function].__defaults__ = (table,)  # `kernels`, each program's last parameter
+    return linked.source
 
 
 class _Reference:

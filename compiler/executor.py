@@ -175,20 +175,18 @@ def _worker(work: queue.SimpleQueue) -> None:
 
 
 class _Running:
-    """How many nodes (of every executor of the process) are running now: the adaptive thread policy."""
+    """How many nodes (of every executor of the process) are running now, for the adaptive thread policy:
+    one item per node in a list (append and pop are atomic: no lock on a node's path)."""
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self.count = 0
+        self._nodes: list[None] = []
 
     def enter(self) -> int:
-        with self._lock:
-            self.count += 1
-            return self.count
+        self._nodes.append(None)
+        return len(self._nodes)
 
     def leave(self) -> None:
-        with self._lock:
-            self.count -= 1
+        self._nodes.pop()
 
 
 _RUNNING = _Running()
@@ -208,12 +206,12 @@ class _KernelThreads(threading.local):
 
 _KERNEL_THREADS = _KernelThreads()
 
-# Threads for a node's kernels, from the cores the model may use and the nodes running now (this one
-# included); numba's count is per calling thread, so each node sets its own.
-KERNEL_THREADS: dict[str, Callable[[int, int], int]] = {
-    "all": lambda cores, running: cores,
-    "one": lambda cores, running: 1,
-    "adaptive": lambda cores, running: max(1, cores // running),
+# Threads for a node's kernels, from the cores the model may use, the nodes running now (this one
+# included) and whether the node is expensive; numba's count is per calling thread, so each node sets its own.
+KERNEL_THREADS: dict[str, Callable[[int, int, bool], int]] = {
+    "all": lambda cores, running, expensive: cores,
+    "one": lambda cores, running, expensive: 1,
+    "adaptive": lambda cores, running, expensive: max(1, cores // running),
 }
 
 
@@ -225,7 +223,7 @@ class _Run:
     the readers left per value, the nodes scheduled and not done (`outstanding`), the first error."""
 
     def __init__(self, view: GraphView, arrays: list[np.ndarray], control: RunControl, pool: _Pool,
-                 cores: int, policy: Callable[[int, int], int]):
+                 cores: int, policy: Callable[[int, int, bool], int]):
         self.view, self.control, self.pool, self.cores, self.policy = view, control, pool, cores, policy
         self.values: list[np.ndarray | None] = [None] * len(view.readers)
         for slot, array in zip(view.inputs, arrays):
@@ -283,7 +281,7 @@ class _Run:
             self._fail(exc)
             return None
         args = [self.values[s] for s in view.inputs]
-        _KERNEL_THREADS.set(self.policy(self.cores, _RUNNING.enter()))
+        _KERNEL_THREADS.set(self.policy(self.cores, _RUNNING.enter(), view.expensive))
         start = time.perf_counter()
         try:
             outputs = view.run(*args)
