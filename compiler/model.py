@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from compiler.run_control import NodeOutputCallback, RunControl, RunFuture, start_async
+from compiler.run_control import UNCONTROLLED, NodeOutputCallback, RunControl, RunFuture, start_async
 from compiler.signatures import Signature, SignatureCache
 from compiler.step_stats import NodeStat
 from ir.errors import InputError
@@ -58,7 +58,7 @@ class CompiledModel:
 
     def __call__(self, *arrays: np.ndarray) -> np.ndarray | tuple[np.ndarray, ...]:
         arrays, fits = self._checked(arrays)
-        outs = self._execute(arrays, RunControl()) if fits else self._run_specialized(arrays, RunControl())
+        outs = self._execute(arrays, UNCONTROLLED) if fits else self._run_specialized(arrays, UNCONTROLLED)
         return outs[0] if len(outs) == 1 else tuple(outs)
 
     def run(self, output_names: Sequence[str] | None, feeds: dict[str, np.ndarray], *,

@@ -36,12 +36,13 @@ import numpy as np
 
 import codegen.runtime  # noqa: F401 - thread policy before numba's pool starts
 from codegen.emitter import GeneratedModule, generate_module, is_view
+from codegen.kernels.control import STOPPED
 from codegen.linker import BoundKernels, bind, link
 from codegen.memory_plan import ALIGN, MemoryPlan, plan_memory
 from codegen.opt_level import FORWARD_OPT_LEVEL, opt_level
 from compiler.cache import CacheInfo, ModelCache, cache_key
 from compiler.model import CompiledModel
-from compiler.run_control import RunControl
+from compiler.run_control import UNCONTROLLED, RunControl
 from compiler.step_stats import NodeStat
 from ir.graph import Graph
 from ir.parser import parse_graph
@@ -70,14 +71,15 @@ def write_atomic(path: Path, data: str | bytes) -> None:
 
 
 def argument_types(graph: Graph, weights: list[np.ndarray]) -> tuple:
-    """numba's types of the forward's inputs (contiguous, of the declared shapes), weights and arena."""
+    """numba's types of the forward's inputs (contiguous, of the declared shapes), weights, arena and stop flags."""
     return tuple(numba.typeof(a) for a in sample_arguments(graph, weights, 0))
 
 
 def sample_arguments(graph: Graph, weights: list[np.ndarray], arena_bytes: int) -> tuple:
     """Arguments of the forward's types: empty inputs of the declared shapes (pages never touched), the
-    weights, an arena of arena_bytes."""
-    return (*[np.empty(v.shape, v.dtype) for v in graph.inputs], *weights, np.empty(arena_bytes, np.uint8))
+    weights, an arena of arena_bytes, the stop flags (compiler/run_control.py)."""
+    return (*[np.empty(v.shape, v.dtype) for v in graph.inputs], *weights, np.empty(arena_bytes, np.uint8),
+            np.zeros(2, np.int64))
 
 
 def aligned_bytes(nbytes: int) -> np.ndarray:
@@ -255,7 +257,7 @@ class NumbaModel(CompiledModel):
         arrays = self.check_inputs(x if isinstance(x, list) else [x])
         runs = []
         for _ in range(repeat + 1):  # the first run compiles
-            self._execute(arrays, RunControl())
+            self._execute(arrays, UNCONTROLLED)
             runs.append([s.seconds * 1e3 for s in self.last_step_stats])
         median = np.median(np.array(runs[1:]), axis=0)
         return [(n.name, n.op, float(ms)) for n, ms in zip(self.graph.nodes, median)]
@@ -267,18 +269,23 @@ class NumbaModel(CompiledModel):
         arena = self.arenas.take()
         try:
             if self.profiled:
-                result = self._run_profiled(arrays, arena)
+                result = self._run_profiled(arrays, arena, control.flags)
             else:
-                result = self._forward(*arrays, *self._weights, arena, self._kernels)
+                result = self._forward(*arrays, *self._weights, arena, control.flags, self._kernels)
+        except RuntimeError as exc:
+            if exc.args != (STOPPED,):
+                raise
+            # the forward saw control.flags set before a node: cancelled, or the watchdog's deadline
+            raise control.error(control.stop_reason(), self.graph.nodes[control.flags[1]].name) from None
         finally:
             self.arenas.give_back(arena)
         return list(result) if isinstance(result, tuple) else [result]
 
-    def _run_profiled(self, arrays: list[np.ndarray], arena: np.ndarray):
+    def _run_profiled(self, arrays: list[np.ndarray], arena: np.ndarray, flags: np.ndarray):
         """The timed forward (a clock reading after every node), its step stats in last_step_stats: one row,
         the calling thread's (each kernel's parallel loop runs on numba's threads inside its span)."""
         times = np.zeros(len(self.graph.nodes) + 1)
-        result = self._module.forward_profiled(*arrays, *self._weights, arena, times, self._kernels)
+        result = self._module.forward_profiled(*arrays, *self._weights, arena, flags, times, self._kernels)
         thread = threading.current_thread().name
         self.last_step_stats = [NodeStat(n.name, n.op, float(times[i]), float(times[i + 1]), thread,
                                          tuple(v.shape for v in n.outputs), sum(v.type.nbytes for v in n.outputs))
