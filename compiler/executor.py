@@ -20,6 +20,7 @@ that moment; the measurements that chose it are in its comment.
 
 from __future__ import annotations
 
+import math
 import os
 import queue
 import threading
@@ -42,38 +43,60 @@ from ir.errors import NodeExecutionError, RunCancelledError
 from ir.graph import Graph, Node, Value
 from ir.printer import print_graph
 
-# A node worth a hand-off to another thread (a wake-up, tens of microseconds on a VM): this many
-# multiply-adds x 2 (convs, linear layers, matmuls), or this many bytes written (any other node).
-EXPENSIVE_FLOPS = 1_000_000
-EXPENSIVE_BYTES = 1 << 20
-ALWAYS_EXPENSIVE = frozenset({"lstm", "gru", "rnn"})  # a sequential scan of small GEMMs: long, whatever its size
+# -- what a node costs: the one place that decides ---------------------------------------------------
+
+RECURRENT = frozenset({"lstm", "gru", "rnn"})  # sequential scans of small GEMMs: long whatever their size
 
 
-def estimated_flops(node: Node) -> int:
-    """2 x the multiply-adds of a conv, linear or matmul node; 0 for any other."""
+@dataclass(frozen=True)
+class CostModel:
+    """Which nodes are expensive (handed to the pool when ready with others) and which are wide (worth
+    more than one thread for their kernels), from their FLOPs (2 per multiply-add of a conv, linear or
+    matmul) and the bytes they write. The defaults are this module's measurements (module docstring)."""
+
+    # a hand-off costs a wake-up of a pool thread and a GIL hand-over at each kernel call after it
+    # (25-90 us each on a 2-core VM): worth it for the chain of nodes it starts (chain_costs) when that
+    # costs this much
+    hand_off_flops: int = 100_000_000
+    hand_off_bytes: int = 16 << 20
+    # below this, a parallel loop's fork and join (and waking numba's workers after a run of one-thread
+    # nodes) cost what the second thread saves
+    wide_flops: int = 10_000_000
+    wide_bytes: int = 1 << 20
+
+    def expensive(self, node: Node, chain: tuple[int, int]) -> bool:
+        return node.op in RECURRENT or chain[0] >= self.hand_off_flops or chain[1] >= self.hand_off_bytes
+
+    def wide(self, node: Node) -> bool:
+        flops, nbytes = node_cost(node)
+        return node.op in RECURRENT or flops >= self.wide_flops or nbytes >= self.wide_bytes
+
+
+def node_cost(node: Node) -> tuple[int, int]:
+    """(FLOPs, bytes written) of a node: 2 per multiply-add of a conv, linear or matmul (0 for other ops)."""
     out = node.outputs[0].shape
+    flops = 0
     if node.op in ("conv2d", "fused_conv2d"):
-        return 2 * _prod(out) * _prod(node.inputs[1].shape[1:])
-    if node.op == "conv_transpose2d":
-        return 2 * _prod(node.inputs[0].shape) * _prod(node.inputs[1].shape[1:])
-    if node.op in ("linear", "fused_linear", "matmul"):
-        return 2 * _prod(out) * node.inputs[0].shape[-1]
-    return 0
+        flops = 2 * math.prod(out) * math.prod(node.inputs[1].shape[1:])
+    elif node.op == "conv_transpose2d":
+        flops = 2 * math.prod(node.inputs[0].shape) * math.prod(node.inputs[1].shape[1:])
+    elif node.op in ("linear", "fused_linear", "matmul"):
+        flops = 2 * math.prod(out) * node.inputs[0].shape[-1]
+    return flops, sum(v.type.nbytes for v in node.outputs)
 
 
-def is_expensive(node: Node) -> bool:
-    """Whether the executor hands `node` to its pool when it is ready with others (the one place that decides)."""
-    if node.op in ALWAYS_EXPENSIVE:
-        return True
-    return (estimated_flops(node) >= EXPENSIVE_FLOPS
-            or sum(v.type.nbytes for v in node.outputs) >= EXPENSIVE_BYTES)
-
-
-def _prod(shape: tuple[int, ...]) -> int:
-    n = 1
-    for d in shape:
-        n *= d
-    return n
+def chain_costs(graph: Graph, consumers: list[list[int]], pending: list[int]) -> list[tuple[int, int]]:
+    """Per node, the cost of the chain it starts: itself, and on through each node that is its only
+    consumer and reads no other node (the thread that runs a node runs that chain next). An Inception
+    branch's 1x1 conv is cheap, its branch may not be: it is the branch that a hand-off moves."""
+    chain = [(0, 0)] * len(graph.nodes)
+    for i in reversed(range(len(graph.nodes))):
+        flops, nbytes = node_cost(graph.nodes[i])
+        if len(consumers[i]) == 1 and pending[consumers[i][0]] == 1:
+            next_flops, next_bytes = chain[consumers[i][0]]
+            flops, nbytes = flops + next_flops, nbytes + next_bytes
+        chain[i] = (flops, nbytes)
+    return chain
 
 
 # -- the graph, as the executor reads it ------------------------------------------------------------
@@ -87,7 +110,8 @@ class NodeView:
     outputs: tuple[int, ...]  # slots its outputs go to
     consumers: tuple[int, ...]  # nodes that read any of its outputs, each once
     pending: int  # nodes whose outputs it reads: it is ready when they are all done
-    expensive: bool
+    expensive: bool  # handed to the pool when ready with other nodes (CostModel)
+    wide: bool  # its kernels may use several threads (CostModel)
 
     def stat(self, start: float, end: float, thread: str) -> NodeStat:
         """The node's NodeStat; its outputs' shapes and bytes are the IR's (kernels and references fill arrays
@@ -109,7 +133,7 @@ class GraphView:
     slots: dict[Value, int]  # every value that is not a constant
 
     @staticmethod
-    def build(graph: Graph, programs: NodePrograms) -> GraphView:
+    def build(graph: Graph, programs: NodePrograms, costs: CostModel) -> GraphView:
         values = list(graph.inputs) + [v for node in graph.nodes for v in node.outputs]
         slots = {v: i for i, v in enumerate(values)}
         producer = {v: i for i, node in enumerate(graph.nodes) for v in node.outputs}
@@ -126,8 +150,10 @@ class GraphView:
         for v in graph.outputs:
             if v in slots:
                 readers[slots[v]] += 1
+        chains = chain_costs(graph, consumers, [pending for _, _, pending in nodes])
         views = tuple(NodeView(node, program.run, tuple(slots[v] for v in program.inputs),
-                               tuple(slots[v] for v in node.outputs), tuple(consumers[i]), pending, is_expensive(node))
+                               tuple(slots[v] for v in node.outputs), tuple(consumers[i]), pending,
+                               costs.expensive(node, chains[i]), costs.wide(node))
                       for i, (node, program, pending) in enumerate(nodes))
         return GraphView(views, tuple(i for i, n in enumerate(views) if n.pending == 0), tuple(readers),
                          tuple(slots[v] for v in graph.inputs), tuple(graph.outputs), slots)
@@ -175,18 +201,23 @@ def _worker(work: queue.SimpleQueue) -> None:
 
 
 class _Running:
-    """How many nodes (of every executor of the process) are running now, for the adaptive thread policy:
-    one item per node in a list (append and pop are atomic: no lock on a node's path)."""
+    """How many nodes, and how many wide ones, are running now (in every executor of the process), for the
+    thread policies: one item per node in a list (append and pop are atomic: no lock on a node's path)."""
 
     def __init__(self) -> None:
-        self._nodes: list[None] = []
+        self._nodes: list[bool] = []
+        self._wide: list[None] = []
 
-    def enter(self) -> int:
-        self._nodes.append(None)
-        return len(self._nodes)
+    def enter(self, wide: bool) -> tuple[int, int]:
+        self._nodes.append(wide)
+        if wide:
+            self._wide.append(None)
+        return len(self._nodes), len(self._wide)
 
-    def leave(self) -> None:
+    def leave(self, wide: bool) -> None:
         self._nodes.pop()
+        if wide:
+            self._wide.pop()
 
 
 _RUNNING = _Running()
@@ -206,12 +237,13 @@ class _KernelThreads(threading.local):
 
 _KERNEL_THREADS = _KernelThreads()
 
-# Threads for a node's kernels, from the cores the model may use, the nodes running now (this one
-# included) and whether the node is expensive; numba's count is per calling thread, so each node sets its own.
-KERNEL_THREADS: dict[str, Callable[[int, int, bool], int]] = {
-    "all": lambda cores, running, expensive: cores,
-    "one": lambda cores, running, expensive: 1,
-    "adaptive": lambda cores, running, expensive: max(1, cores // running),
+# Threads for a node's kernels: policy(cores, nodes running, wide nodes running, the node is wide), the
+# counts including this node; numba's count is per calling thread, so each node sets its own.
+KERNEL_THREADS: dict[str, Callable[[int, int, int, bool], int]] = {
+    "all": lambda cores, running, wide_running, wide: cores,
+    "one": lambda cores, running, wide_running, wide: 1,
+    "adaptive": lambda cores, running, wide_running, wide: max(1, cores // running),
+    "sized": lambda cores, running, wide_running, wide: max(1, cores // wide_running) if wide else 1,
 }
 
 
@@ -223,7 +255,7 @@ class _Run:
     the readers left per value, the nodes scheduled and not done (`outstanding`), the first error."""
 
     def __init__(self, view: GraphView, arrays: list[np.ndarray], control: RunControl, pool: _Pool,
-                 cores: int, policy: Callable[[int, int, bool], int]):
+                 cores: int, policy: Callable[[int, int, int, bool], int]):
         self.view, self.control, self.pool, self.cores, self.policy = view, control, pool, cores, policy
         self.values: list[np.ndarray | None] = [None] * len(view.readers)
         for slot, array in zip(view.inputs, arrays):
@@ -281,7 +313,7 @@ class _Run:
             self._fail(exc)
             return None
         args = [self.values[s] for s in view.inputs]
-        _KERNEL_THREADS.set(self.policy(self.cores, _RUNNING.enter(), view.expensive))
+        _KERNEL_THREADS.set(self.policy(self.cores, *_RUNNING.enter(view.wide), view.wide))
         start = time.perf_counter()
         try:
             outputs = view.run(*args)
@@ -293,15 +325,18 @@ class _Run:
             error.__cause__ = exc
             self._fail(error)
             return None
+        except BaseException as exc:  # KeyboardInterrupt: the run stops as for an error, the nodes in flight end
+            self._fail(exc)
+            return None
         finally:
-            _RUNNING.leave()
+            _RUNNING.leave(view.wide)
         end = time.perf_counter()
         self.records.append((i, start, end, thread))
         if control.on_node_output is not None:
             try:
                 for array in outputs:
                     control.on_node_output(node.name, array)
-            except Exception as exc:  # the caller's callback: its own error, as the interpreter lets it through
+            except BaseException as exc:  # the caller's callback: its own error, as the interpreter lets it through
                 self._fail(exc)
                 return None
         return outputs
@@ -341,11 +376,14 @@ class _Run:
 
 class Executor(CompiledModel):
     """compile(path, backend="executor"): see the module docstring. threads: the pool's workers and the
-    most threads a node's kernels use (default: every core numba may use)."""
+    most threads a node's kernels use (default: every core numba may use). policy: how many threads each
+    node's kernels use (a key of KERNEL_THREADS; `policy` may change between runs). costs: which nodes
+    are handed to the pool and which may use several threads."""
 
     backend = "executor"
 
-    def __init__(self, graph: Graph, threads: int | None = None, policy: str = "adaptive"):
+    def __init__(self, graph: Graph, threads: int | None = None, policy: str = "sized",
+                 costs: CostModel = CostModel()):
         super().__init__(graph)
         if policy not in KERNEL_THREADS:
             raise ValueError(f"unknown thread policy {policy!r}; choose one of {tuple(KERNEL_THREADS)}")
@@ -354,7 +392,7 @@ class Executor(CompiledModel):
         programs = build_node_programs(graph, run_node)
         self.source = programs.source
         self.interpreted = programs.interpreted  # node name -> why it runs its numpy reference (no kernel)
-        self.view = GraphView.build(graph, programs)
+        self.view = GraphView.build(graph, programs, costs)
         self._pool = _Pool(self.threads)
         weakref.finalize(self, self._pool.stop)
 

@@ -16,7 +16,8 @@ import pytest
 
 import compiler
 from bench.pnnx_export import export_zoo
-from compiler.executor import Executor, is_expensive
+from compiler.api import optimize
+from compiler.executor import CostModel, Executor
 from compiler.interpreter import Interpreter
 from ir import parse_graph
 from ir.errors import NodeExecutionError, RunCancelledError, RunTimeoutError
@@ -49,11 +50,13 @@ def _overlapping_threads(stats) -> bool:
 
 
 def test_branches_run_on_two_threads_at_once():
-    """inception_v3_mini's blocks have four branches of convs: with threads=2, the pool takes some
-    while the calling thread runs another. A loaded machine may still serialise one run, so the
-    test looks for the overlap over a few runs."""
-    model = compiler.compile(export_zoo("inception_v3_mini"), backend="executor", threads=2)
-    assert sum(is_expensive(node) for node in model.graph.nodes) >= 2
+    """inception_v3_mini's blocks have four branches of convs. Its nodes are too small for the default
+    costs to hand any off on a 2-core VM (module docstring of compiler/executor.py); with every node
+    that is ready with others handed off, the pool runs branches while the calling thread runs
+    another. A loaded machine may still serialise one run, so the test looks over a few runs."""
+    graph = compiler.load_graph(export_zoo("inception_v3_mini"))
+    model = Executor(optimize(graph), threads=2, costs=CostModel(hand_off_flops=0, hand_off_bytes=0))
+    assert all(node.expensive for node in model.view.nodes)
     x = reference("inception_v3_mini")[0][:1]
     for _ in range(50):
         model(x)
