@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
+import tempfile
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -113,6 +116,7 @@ def compile(  # noqa: A001 - the public name is the point
         model = dynamic_shape_model(recipe)
     names = [s.name for s in model.inputs]
     model.signatures = SignatureCache(lambda signature: recipe.for_signature(signature, names))
+    model.recipe = recipe
     return model
 
 
@@ -187,7 +191,55 @@ class Recipe:
             spec = next((s for s in model.inputs if s.name == f.name), None)
             if spec is not None and tuple(spec.shape) != f.shape:
                 raise InputError(f"feed {f.name}: expected shape {spec.shape} {spec.dtype}, got shape {f.shape}")
+        model.recipe, model.signature = self, signature
         return model
+
+    def reduce(self, signature: Signature | None) -> tuple:
+        """What a model of this recipe pickles as (CompiledModel.__reduce__): the model files' bytes, the
+        options and the signature. Not the paths, which another machine may not have; not compiled code:
+        the process that unpickles it compiles it, or loads it from its AOT cache (rebuild)."""
+        options = {"backend": self.backend, "outputs": self.outputs, "input_shapes": self.input_shapes,
+                   "fuse": self.fuse, "threads": self.threads, "cache": self.cache, "cache_dir": self.cache_dir,
+                   "profile": self.profile}
+        return rebuild, (ModelFiles.read(self.param, self.bin), options, signature)
+
+
+@dataclass(frozen=True)
+class ModelFiles:
+    """A pnnx model's two files, by value, as a pickled model carries them."""
+
+    name: str  # the param file's name: model.pnnx.param
+    param: bytes
+    bin: bytes | None
+
+    @staticmethod
+    def read(param: Path, bin_: Path) -> ModelFiles:
+        return ModelFiles(param.name, param.read_bytes(), bin_.read_bytes() if bin_.exists() else None)
+
+    def place(self, root: Path) -> Path:
+        """The files written under root/files/<digest of their bytes>/ (once: a copy there is reused), as
+        `compile()` takes them; the AOT cache keys on their bytes, so this copy finds the original's entries."""
+        digest = hashlib.sha256(self.param + (self.bin or b"")).hexdigest()[:32]
+        directory = root / "files" / digest
+        param = directory / self.name
+        if not param.exists():
+            directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+            for path, data in ((param.with_name(self.name[: -len(".param")] + ".bin"), self.bin), (param, self.param)):
+                if data is not None:  # the param last: its presence says both are complete
+                    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}")
+                    tmp.write_bytes(data)
+                    os.replace(tmp, path)
+        return param
+
+
+def rebuild(files: ModelFiles, options: dict, signature: Signature | None) -> CompiledModel:
+    """A pickled model, compiled again (or loaded from this machine's AOT cache) from its files and options."""
+    from compiler.cache import ModelCache
+
+    store = ModelCache(Path(options["cache_dir"]) if options["cache_dir"] is not None else None)
+    root = store.root if options["cache"] and store.usable() is None else Path(tempfile.gettempdir()) / "pnnx_jit_files"
+    model = compile(files.place(root), **options)
+    return model if signature is None else model.signatures.get(signature)
 
 
 def dynamic_shape_model(recipe: Recipe) -> DynamicShapeModel:

@@ -51,6 +51,18 @@ class CompiledModel:
         self._expected = [(tuple(s.shape), np.dtype(s.dtype)) for s in self.inputs]
         # compile() sets this: the models of other signatures (shapes, feeds, fetches), built on first use
         self.signatures: SignatureCache | None = None
+        # how compile() made this model (api.Recipe) and for which signature (None: the declared one):
+        # what a pickle of it carries (__reduce__)
+        self.recipe = None
+        self.signature: Signature | None = None
+
+    def __reduce__(self):
+        """A model pickles as its files' bytes and compile()'s options, never as compiled code, and rebuilds
+        in the process that unpickles it, through that machine's AOT cache (compiler/api.py, Recipe.reduce)."""
+        if self.recipe is None:
+            raise TypeError(f"a {type(self).__name__} built directly does not pickle; compiler.compile() makes "
+                            f"models that do")
+        return self.recipe.reduce(self.signature)
 
     @property
     def ir(self) -> str:
