@@ -1,7 +1,7 @@
 """The executor backend against the numba forward and the interpreter, on a few zoo models at batch 1.
 
     python -m bench.executor [--models resnet18 inception_v3_mini shufflenet_v2_mini] [--threads 2]
-                             [--policies adaptive all one] [--rounds 5] [--repeat 20]
+                             [--policies sized all one adaptive] [--rounds 5] [--repeat 20]
 
 Every runtime of a model is timed in one process, interleaved: each round takes the median of
 `repeat` calls of each runtime in turn, and a runtime's figure is its best round (the least disturbed
@@ -77,7 +77,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--models", nargs="+", default=MODELS, choices=sorted(zoo.ZOO))
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--policies", nargs="+", default=["adaptive"], choices=list(KERNEL_THREADS))
+    parser.add_argument("--policies", nargs="+", default=["sized"], choices=list(KERNEL_THREADS))
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--repeat", type=int, default=20)
     args = parser.parse_args()

@@ -14,8 +14,38 @@ kernels of the compiled forward, so two nodes' kernels do run at once; each has 
 arrays (no arena: branches run at once). A node without a kernel runs its numpy reference.
 
 Threads: the kernels' own parallel loops run on numba's pool (OpenMP here), whose thread count is
-set per calling thread. KERNEL_THREADS below decides each node's count from the nodes running at
-that moment; the measurements that chose it are in its comment.
+set per calling thread, so each node sets its own (KERNEL_THREADS), and CostModel says which nodes
+are handed off and which are wide. Measured with `python -m bench.executor --policies all one
+adaptive sized` (batch 1, threads=2, best of 7 interleaved rounds of 20-call medians, ms; three
+processes; 2-core Intel Xeon VM (Sapphire Rapids, AVX-512), others' CPU 0-1%, load average 0.6-1.4):
+
+    model               numba           all             one             adaptive        sized
+    resnet18            19.4 21.1 19.6  20.8 22.9 18.8  29.6 34.0 29.3  18.1 21.3 18.9  19.0 23.0 18.5
+    inception_v3_mini   1.04 1.14 0.96  1.49 1.34 1.16  1.38 1.24 1.24  1.32 1.34 1.25  1.27 1.31 1.23
+    shufflenet_v2_mini  .252 .315 .244  .464 .660 .434  .396 .647 .368  .445 .677 .435  .412 .648 .395
+    yolov5s             139             140             203             166             146
+    densenet121         39.0            48.0            70.2            49.3            52.7
+
+(a) "all" (every kernel on every core) oversubscribes when nodes overlap and pays a parallel loop's
+fork and join on tiny kernels: worst on the small models. (b) "one" leaves the cores of a chain
+idle: ResNet-18 1.5x slower. (c) "adaptive" (cores // nodes running) fixes a node's threads at its
+start, so a long node that began beside a short one keeps one thread (YOLOv5s 166 against 140).
+(d) "sized", the default: a wide node (>= 1e7 FLOPs or 1 MiB written) gets cores // (wide nodes
+running) threads, any other node one thread. Best or within noise of it on the chain and the small
+branchy models, 5-10% behind "all" on YOLOv5s and DenseNet-121; and on a machine where another
+process holds a core it degrades least (inception_v3_mini with one core taken: numba 17.7 ms,
+"sized" 3.2 ms: a one-thread kernel does not wait for a descheduled partner).
+
+Hand-offs: handing the branches of inception_v3_mini to the pool (CostModel(0, 0)) costs more than it
+gains here ("one": 1.66-1.76 ms against 1.24 with no hand-off), since each branch's nodes take 10-80 us
+and every crossing of threads pays a wake-up and the GIL hand-overs at each kernel call (25-90 us on
+this VM); on YOLOv5s, with "all", handing off chains of >= 1e8 FLOPs gave 146-158 ms against 162-176
+without. So only chains of >= 1e8 FLOPs (or 16 MiB) are handed off: none in the mini models.
+
+Against the numba forward, the executor is level on large nodes (ResNet-18, YOLOv5s) and slower on
+small ones: a node costs about 2 us of Python to call its kernels and 4-5 us to schedule (ShuffleNetV2
+mini's 39 nodes: 0.25 ms forward, 0.40 ms executor); DenseNet-121's concats copy here (58 of them)
+where the forward's memory plan writes them in place.
 """
 
 from __future__ import annotations
