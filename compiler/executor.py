@@ -5,8 +5,8 @@ reads and writes, which nodes read its outputs and whether it is expensive; each
 pending-input count per node, and a node whose count reaches zero is ready. The thread that
 finished a node runs the cheap nodes it readied itself, in order, and hands the expensive ones to a
 thread pool (kept by the model between runs), but for one it keeps when it has nothing cheap to do:
-a chain (ResNet) runs on the calling thread with no hand-off at all, and the branches of an
-Inception block spread over the pool. Each value is dropped when its last reader is done (a count
+a chain (ResNet) runs on the calling thread with no hand-off at all, and branches worth a hand-off
+(CostModel) spread over the pool. Each value is dropped when its last reader is done (a count
 per value, as the interpreter's release plan), so memory stays near the live set.
 
 Nodes run the programs of codegen/node_programs.py: plain Python calling the @njit(nogil=True)
@@ -220,7 +220,7 @@ class _Pool:
             self._work.put(None)
 
 
-def _start(record: tuple[int, float, float, str]) -> float:
+def _started_at(record: tuple[int, float, float, str]) -> float:
     return record[1]
 
 
@@ -235,11 +235,11 @@ class _Running:
     thread policies: one item per node in a list (append and pop are atomic: no lock on a node's path)."""
 
     def __init__(self) -> None:
-        self._nodes: list[bool] = []
+        self._nodes: list[None] = []
         self._wide: list[None] = []
 
     def enter(self, wide: bool) -> tuple[int, int]:
-        self._nodes.append(wide)
+        self._nodes.append(None)
         if wide:
             self._wide.append(None)
         return len(self._nodes), len(self._wide)
@@ -434,14 +434,15 @@ class Executor(CompiledModel):
     def last_step_stats(self) -> list[NodeStat]:
         """A NodeStat per node the last run ran, by start time: made when read, not during the run (one
         costs a microsecond or two, as much as a small node's kernel)."""
+        last = self._last_stats
+        if isinstance(last, list):  # set from outside: CompiledModel's empty list, a specialised model's stats
+            return last
         nodes = self.view.nodes
-        return [nodes[i].stat(start, end, thread) for i, start, end, thread in sorted(self._records, key=_start)]
+        return [nodes[i].stat(start, end, thread) for i, start, end, thread in sorted(last, key=_started_at)]
 
     @last_step_stats.setter
     def last_step_stats(self, stats: list[NodeStat]) -> None:
-        if stats:  # CompiledModel.__init__ empties it; only runs fill it
-            raise AttributeError("an executor's step stats are its last run's")
-        self._records: list[tuple[int, float, float, str]] = []
+        self._last_stats: list[NodeStat] | tuple[tuple[int, float, float, str], ...] = list(stats)
 
     def _execute(self, arrays: list[np.ndarray], control: RunControl) -> list[np.ndarray]:
         run = _Run(self.view, arrays, control, self._pool, self.threads, KERNEL_THREADS[self.policy])
@@ -452,7 +453,7 @@ class Executor(CompiledModel):
             run.done.wait()
         finally:
             _KERNEL_THREADS.set(caller_threads)  # the caller's numba code keeps its own count
-            self._records = run.records
+            self._last_stats = tuple(run.records)  # (node, start, end, thread) of each node run
         if run.error is not None:
             run.values.clear()  # release the run's buffers before the error travels up with its traceback
             raise run.error
