@@ -8,6 +8,7 @@ flight, raises a typed error naming the node, and leaves the model usable.
 from __future__ import annotations
 
 import dataclasses
+import json
 import threading
 import time
 import tracemalloc
@@ -22,6 +23,7 @@ from codegen.memory_plan import plan_memory
 from compiler.api import optimize
 from compiler.executor import CostModel, Executor
 from compiler.interpreter import Interpreter
+from compiler.step_stats import write_chrome_trace
 from ir import parse_graph
 from ir.errors import NodeExecutionError, RunCancelledError, RunTimeoutError
 from tests.test_zoo import ARCHITECTURES, MODELS, PATTERNS, check, reference
@@ -67,25 +69,45 @@ def _overlapping_threads(stats) -> bool:
                for k, a in enumerate(stats) for b in stats[k + 1:])
 
 
-def test_branches_run_on_two_threads_at_once():
-    """inception_v3_mini's blocks have four branches of convs. Its nodes are too small for the default
-    costs to hand any off on a 2-core VM (module docstring of compiler/executor.py); with every node
-    that is ready with others handed off, the pool runs branches while the calling thread runs
-    another. A loaded machine may still serialise one run, so the test looks over a few runs."""
+def _runs_two_threads_at_once(model, x) -> list:
+    """The step stats of a run in which two threads ran nodes at once (a loaded machine may serialise
+    one run, so up to 50 runs are looked at)."""
+    for _ in range(50):
+        model(x)
+        stats = model.last_step_stats
+        assert len(stats) == len(model.graph.nodes if model.graph is not None else stats)
+        if _overlapping_threads(stats):
+            return stats
+    pytest.fail("no two threads ran nodes at once in 50 runs")
+
+
+def test_inception_branches_run_on_two_threads_at_once(tmp_path):
+    """inception_v3_mini at 299 x 299 (Inception-v3's size; its global pool takes any): with the default
+    costs each block's larger branches are handed to the pool while the calling thread runs another,
+    and the Chrome trace shows two threads busy at once. The result is the 299 x 299 numba forward's."""
+    x = np.random.default_rng(0).standard_normal((1, 3, 299, 299)).astype(np.float32)
+    param = export_zoo("inception_v3_mini")
+    model = compiler.compile(param, backend="executor", threads=2).specialize({"in0": x.shape})
+    assert sum(node.expensive for node in model.view.nodes) >= 2
+    stats = _runs_two_threads_at_once(model, x)
+    assert {s.thread for s in stats} - {threading.current_thread().name} <= {"executor-0", "executor-1"}
+    np.testing.assert_array_equal(model(x), compiler.compile(param)(x))
+    write_chrome_trace(stats, tmp_path / "trace.json")
+    events = [e for e in json.loads((tmp_path / "trace.json").read_text())["traceEvents"] if e["ph"] == "X"]
+    spans = [(e["tid"], e["ts"], e["ts"] + e["dur"]) for e in events]
+    assert any(a[0] != b[0] and a[1] < b[2] and b[1] < a[2] for a in spans for b in spans)
+
+
+def test_every_node_handed_off_on_the_small_model_too():
+    """At 64 x 64 the default costs hand nothing off (module docstring of compiler/executor.py); with
+    every node that is ready with others handed off, the pool runs branches all the same."""
     graph = compiler.load_graph(export_zoo("inception_v3_mini"))
     model = Executor(optimize(graph), threads=2, costs=CostModel(hand_off_flops=0, hand_off_bytes=0))
     assert all(node.expensive for node in model.view.nodes)
     x = reference("inception_v3_mini")[0][:1]
-    for _ in range(50):
-        model(x)
-        stats = model.last_step_stats
-        assert len(stats) == len(model.graph.nodes)
-        if _overlapping_threads(stats):
-            break
-    else:
-        pytest.fail("no two threads ran nodes at once in 50 runs")
+    stats = _runs_two_threads_at_once(model, x)
     assert len({s.thread for s in stats}) >= 2
-    assert {s.thread for s in stats} - {threading.current_thread().name} <= {"executor-0", "executor-1"}
+    check(model(x), "inception_v3_mini", 1, "inception_v3_mini executor, every node handed off")
 
 
 def _stop_after(nodes: int, action) -> tuple[list[str], object]:
