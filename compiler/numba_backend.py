@@ -159,6 +159,7 @@ class NumbaModel(CompiledModel):
         self._weights = weights
         self.arenas = ArenaPool(plan.arena_bytes)
         self.threads: int | None = None  # threads for the forward's parallel loops (None: numba's default)
+        self._debug_runner = None  # runs with on_node_output go node by node (_node_by_node)
         start = time.perf_counter()
         signature = (*argument_types(graph, weights), numba.typeof(kernels))
         if signature not in self._forward.overloads:  # the module may be shared by models of one entry
@@ -263,6 +264,8 @@ class NumbaModel(CompiledModel):
         return [(n.name, n.op, float(ms)) for n, ms in zip(self.graph.nodes, median)]
 
     def _execute(self, arrays: list[np.ndarray], control: RunControl) -> list[np.ndarray]:
+        if control.on_node_output is not None:
+            return self._node_by_node(arrays, control)
         control.check(None)
         if self.threads is not None:  # numba's thread count is per calling thread: set it for this one
             codegen.runtime.set_threads(self.threads)
@@ -280,6 +283,18 @@ class NumbaModel(CompiledModel):
         finally:
             self.arenas.give_back(arena)
         return list(result) if isinstance(result, tuple) else [result]
+
+    def _node_by_node(self, arrays: list[np.ndarray], control: RunControl) -> list[np.ndarray]:
+        """A run that hands every node's outputs to on_node_output, which the forward cannot call back to
+        between kernels: the executor's programs of the same graph and kernels, one node after another
+        on this thread (built at the first such run)."""
+        if self._debug_runner is None:
+            from compiler.executor import Executor  # imports the executor only for a run that needs it
+
+            self._debug_runner = Executor(self.graph, threads=1)
+        outs = self._debug_runner._execute(arrays, control)
+        self.last_step_stats = self._debug_runner.last_step_stats
+        return outs
 
     def _run_profiled(self, arrays: list[np.ndarray], arena: np.ndarray, flags: np.ndarray):
         """The timed forward (a clock reading after every node), its step stats in last_step_stats: one row,

@@ -101,3 +101,17 @@ def test_runs_with_deadlines_from_several_threads_keep_their_own_flags(model):
         t.join()
     assert isinstance(results[0], RunTimeoutError)
     np.testing.assert_array_equal(results[1], expected)
+
+
+@pytest.mark.parametrize("backend", ["numba", "interpreter", "executor"])
+def test_on_node_output_sees_every_node_in_order(backend):
+    """The forward cannot call back between kernels: a numba run with on_node_output runs the same
+    kernels node by node (the executor's programs), with the forward's result."""
+    model = compiler.compile(export_zoo("resnet18"), backend=backend)
+    x = reference("resnet18")[0][:1]
+    seen = []
+    out = model.run(None, {"in0": x}, on_node_output=lambda name, array: seen.append((name, array.copy())))[0]
+    assert [name for name, _ in seen] == [n.name for n in model.graph.nodes]
+    assert [a.shape for _, a in seen] == [n.outputs[0].shape for n in model.graph.nodes]
+    np.testing.assert_array_equal(seen[-1][1], out)
+    np.testing.assert_array_equal(out, model(x))
