@@ -82,7 +82,8 @@ class CompiledModel:
         one with other input shapes, runs a model compiled once for its signature.
         timeout: seconds; a run past it stops (at the next node, for node-by-node backends) and
         raises RunTimeoutError. on_node_output(node name, array) is called with each node's
-        outputs as they are made, on the thread that made them (node-by-node backends)."""
+        outputs as they are made, on the thread that made them (the numba backend then runs its
+        kernels node by node, as the executor does)."""
         return self._run(output_names, feeds, RunControl(timeout, on_node_output))
 
     def run_async(self, output_names: Sequence[str] | None, feeds: dict[str, np.ndarray], *,
