@@ -17,8 +17,23 @@ new mtime is hashed). Small files (forward.py, graph.ir) are hashed every time.
 
 Writes are atomic and locked: an entry is built in a temporary directory and
 renamed into place under a file lock, so concurrent compiles of one model leave
-one valid entry. An entry whose files fail their checks is reported at debug
-level and rebuilt; a cache in a directory other users can write to is not used.
+one valid entry, and a compile killed half-way leaves a temporary directory that
+the next eviction removes, never a partial entry. An entry whose files fail their
+checks (truncated, edited, swapped for another entry's: meta.json names its key)
+is reported at debug level and rebuilt before anything of it is imported or
+unpickled; a cache in a directory other users can write to is not used.
+
+What the cache trusts: its directory, which must belong to the user and be writable
+by nobody else (untrusted_reason). Checksums catch corruption, partial writes and
+edits by mistake; they do not stop a program running as the same user, which could
+as well edit this package's own sources.
+
+Weights are stored once: each entry's weight packs are hard links to files of
+weights/ named by their digest, so the specializations of one model (other batch
+sizes, fetches) and its rebuilds after a code change share them. The cache keeps
+to max_bytes (PNNX_JIT_CACHE_MAX_BYTES, default 4 GiB), evicting the entries used
+least recently (their meta.json's mtime, set at every load) after each new entry;
+weights no entry links to any more go with them.
 """
 
 from __future__ import annotations
@@ -40,7 +55,9 @@ from pathlib import Path
 log = logging.getLogger(__name__)
 
 CACHE_ENV = "PNNX_JIT_CACHE_DIR"
-FORMAT = 4  # bump when the entry layout changes
+MAX_BYTES_ENV = "PNNX_JIT_CACHE_MAX_BYTES"
+DEFAULT_MAX_BYTES = 4 << 30
+FORMAT = 5  # bump when the entry layout changes
 BIG_FILE = 1 << 20  # bytes: files at least this large are verified by stat, not hashed on every load
 RACY_SECONDS = 2.0  # a file changed this recently may change again within one timestamp tick
 MEMO_ENTRIES = 256  # digests kept in the memo; the oldest go first
@@ -242,11 +259,31 @@ def untrusted_reason(path: Path) -> str | None:
     return None
 
 
-class ModelCache:
-    """Entries under `root`, one directory per key."""
+def default_max_bytes() -> int:
+    setting = os.environ.get(MAX_BYTES_ENV, "").strip()
+    if setting.isdigit():
+        return int(setting)
+    if setting:
+        log.warning("ignoring $%s=%r: not a whole number of bytes", MAX_BYTES_ENV, setting)
+    return DEFAULT_MAX_BYTES
 
-    def __init__(self, root: Path | None = None):
+
+@dataclass(frozen=True)
+class Entry:
+    """One entry, as `cache list` shows it."""
+
+    key: str
+    meta: dict | None  # None: incomplete (a build under way, or killed)
+    size: int  # bytes of its files, shared weights included
+    last_used: float  # seconds since the epoch: its last load or build
+
+
+class ModelCache:
+    """Entries under `root`, one directory per key, and the weights they share; at most max_bytes."""
+
+    def __init__(self, root: Path | None = None, max_bytes: int | None = None):
         self.root = Path(root) if root is not None else default_cache_dir()
+        self.max_bytes = default_max_bytes() if max_bytes is None else max_bytes
 
     def entry_dir(self, key: str) -> Path:
         return self.root / "models" / key
@@ -276,12 +313,18 @@ class ModelCache:
         if problem is None:
             try:
                 meta = json.loads(meta_path.read_text())
+                if meta.get("key") != key:  # another entry's files (meta.json included) moved here
+                    problem = f"it holds the entry of key {meta.get('key')!r}"
                 for name, record in meta["files"].items():
-                    if problem := file_problem(path / name, record):
+                    if problem or (problem := file_problem(path / name, record)):
                         break
-            except (OSError, ValueError, KeyError, TypeError) as exc:
+            except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
                 problem = f"unreadable entry: {exc}"
         if problem is None:
+            try:
+                os.utime(meta_path)  # its last use, for eviction
+            except OSError:  # a read-only cache still loads
+                pass
             return meta
         log.debug("cache entry %s is invalid (%s); rebuilding it", path, problem)
         shutil.rmtree(path, ignore_errors=True)
@@ -299,12 +342,13 @@ class ModelCache:
             meta = self.load(key)  # another process may have built it while we waited
             if meta is not None:
                 return meta, True
-            tmp = self.root / "models" / f".{key}.tmp{os.getpid()}"
+            tmp = self.root / "models" / f".{key}{TMP_MARK}{os.getpid()}"
             shutil.rmtree(tmp, ignore_errors=True)
             tmp.mkdir(mode=0o700)
             try:
                 start = time.perf_counter()
                 meta = build(tmp)
+                meta["key"] = key
                 meta["build_seconds"] = time.perf_counter() - start
                 meta["files"] = {p.name: file_record(p) for p in sorted(tmp.iterdir()) if p.is_file()}
                 (tmp / "meta.json").write_text(json.dumps(meta, indent=1))  # written last: marks completeness
@@ -313,25 +357,149 @@ class ModelCache:
                 os.rename(tmp, final)
             finally:
                 shutil.rmtree(tmp, ignore_errors=True)
+        try:
+            self.evict(keep=key)
+        except OSError as exc:  # best effort: the entry is built
+            log.debug("cache eviction in %s failed: %s", self.root, exc)
         return meta, False
 
-    def entries(self) -> list[tuple[str, dict | None, int]]:
-        """(key, meta or None, size in bytes) of every entry."""
+    def share(self, path: Path) -> None:
+        """Make `path` (a file of an entry being built) a hard link to the copy of its bytes in weights/,
+        putting it there first if no entry has a sound one (a copy whose bytes no longer match its name,
+        edited through another entry's link, is replaced); where the file system has no hard links, the
+        entry keeps its own copy."""
+        store = self.root / "weights"
+        digest = file_digest(path)
+        shared = store / f"{digest}{path.suffix}"
+        link = path.with_name(f".{path.name}.link")
+        try:
+            store.mkdir(exist_ok=True, mode=0o700)
+            if shared.exists() and file_digest(shared) == digest:
+                os.link(shared, link)
+                os.replace(link, path)
+            else:  # publish this copy: a link under a temporary name, renamed over any unsound one
+                publishing = store / f".{shared.name}.{os.getpid()}"
+                os.link(path, publishing)
+                os.replace(publishing, shared)
+        except OSError as exc:
+            link.unlink(missing_ok=True)
+            log.debug("cannot share %s through %s: %s", path.name, store, exc)
+
+    def entries(self) -> list[Entry]:
+        """Every entry directory (complete or not), by key."""
         out = []
         models = self.root / "models"
         if not models.is_dir():
             return out
         for path in sorted(p for p in models.iterdir() if p.is_dir() and not p.name.startswith(".")):
-            size = sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
             try:
-                meta = json.loads((path / "meta.json").read_text())
-            except (OSError, ValueError):
-                meta = None
-            out.append((path.name, meta, size))
+                files = [f for f in path.rglob("*") if f.is_file()]
+                size = sum(f.stat().st_size for f in files)
+                meta_path = path / "meta.json"
+                meta = json.loads(meta_path.read_text()) if meta_path.exists() else None
+                last_used = (meta_path if meta_path.exists() else path).stat().st_mtime
+            except (OSError, ValueError):  # removed meanwhile, or unreadable
+                continue
+            out.append(Entry(path.name, meta if isinstance(meta, dict) else None, size, last_used))
         return out
 
+    def disk_bytes(self) -> int:
+        """Bytes the cache takes on disk: every file once, however many entries link to it."""
+        seen: set[tuple[int, int]] = set()
+        total = 0
+        for directory in (self.root / "models", self.root / "weights"):
+            for f in directory.rglob("*") if directory.is_dir() else ():
+                try:
+                    st = f.lstat()
+                except OSError:
+                    continue
+                if stat.S_ISREG(st.st_mode) and (st.st_dev, st.st_ino) not in seen:
+                    seen.add((st.st_dev, st.st_ino))
+                    total += st.st_size
+        return total
+
+    def evict(self, keep: str | None = None, max_bytes: int | None = None) -> list[str]:
+        """Remove what compiles killed half-way left, then the least recently used entries (never `keep`)
+        until the cache takes at most max_bytes (default self.max_bytes), then the weights no entry links
+        to; return the keys removed. A process that loaded an entry keeps running it (its files stay
+        mapped); one that was about to load it finds it gone and builds it again."""
+        limit = self.max_bytes if max_bytes is None else max_bytes
+        self._remove_abandoned_builds()
+        self._collect_weights()
+        removed = []
+        total = self.disk_bytes()
+        for entry in sorted((e for e in self.entries() if e.key != keep), key=lambda e: e.last_used):
+            if total <= limit:
+                break
+            total -= self._remove_entry(entry)
+            removed.append(entry.key)
+        if removed:
+            log.info("cache %s: removed %d least recently used entr%s to keep to %d bytes", self.root,
+                     len(removed), "y" if len(removed) == 1 else "ies", limit)
+        return removed
+
+    def _remove_entry(self, entry: Entry) -> int:
+        """Remove an entry and the shared weights only it linked to; return the bytes freed."""
+        path = self.entry_dir(entry.key)
+        freed = 0
+        for f in path.rglob("*"):
+            try:
+                st = f.lstat()
+            except OSError:
+                continue
+            if stat.S_ISREG(st.st_mode) and st.st_nlink == 1:
+                freed += st.st_size
+        shutil.rmtree(path, ignore_errors=True)
+        store = self.root / "weights"
+        for name, record in (entry.meta or {}).get("files", {}).items():
+            shared = store / f"{record.get('digest')}{Path(name).suffix}"
+            try:
+                st = shared.stat()
+                if st.st_nlink <= 1:
+                    shared.unlink()
+                    freed += st.st_size
+            except OSError:
+                continue
+        return freed
+
+    def _collect_weights(self) -> None:
+        """Remove the shared weights no entry links to (left by entries removed by hand, or killed builds)."""
+        store = self.root / "weights"
+        for f in store.iterdir() if store.is_dir() else ():
+            try:
+                st = f.stat()
+                if f.name.startswith(".") and time.time() - st.st_mtime < STALE_SECONDS:
+                    continue  # another process is publishing it
+                if st.st_nlink <= 1:
+                    f.unlink()
+            except OSError:
+                continue
+
+    def _remove_abandoned_builds(self) -> None:
+        """Temporary build directories of processes that no longer run (killed mid-compile)."""
+        models = self.root / "models"
+        for path in models.glob(f".*{TMP_MARK}*") if models.is_dir() else ():
+            pid = path.name.rpartition(TMP_MARK)[2]
+            if pid.isdigit() and not _process_alive(int(pid)):
+                shutil.rmtree(path, ignore_errors=True)
+
     def clear(self) -> int:
-        """Remove every entry; return how many there were."""
+        """Remove every entry and the shared weights; return how many entries there were."""
         n = len(self.entries())
         shutil.rmtree(self.root / "models", ignore_errors=True)
+        shutil.rmtree(self.root / "weights", ignore_errors=True)
         return n
+
+
+TMP_MARK = ".tmp"  # an entry under construction: models/.<key>.tmp<pid>
+STALE_SECONDS = 600.0
+
+
+def _process_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's: alive
+        return True
+    return True

@@ -5,7 +5,7 @@
     bench MODEL [--threads N] [--iterations N]           latency percentiles, throughput, vs the interpreter
     profile MODEL [--backend B] [--trace out.json]       time per node (per kernel: numba), Chrome trace
     show MODEL [--after PASS] [--dot out.dot]            print the IR, or write Graphviz DOT
-    cache list|info|clear                                the AOT cache
+    cache list|info|prune|clear                          the AOT cache (sizes, last use, LRU eviction)
 
 Errors print one line on stderr and exit with status 2.
 """
@@ -205,15 +205,23 @@ def cmd_cache(args: argparse.Namespace) -> int:
     if args.action == "clear":
         print(f"removed {store.clear()} entries from {store.root}")
         return 0
+    if args.action == "prune":
+        removed = store.evict(max_bytes=args.max_bytes)
+        print(f"removed {len(removed)} entries; {store.root} takes {store.disk_bytes() / (1 << 20):.1f} MiB "
+              f"(limit {(args.max_bytes if args.max_bytes is not None else store.max_bytes) / (1 << 20):.0f} MiB)")
+        return 0
     entries = store.entries()
     if args.action == "info":
-        size = sum(s for _, _, s in entries)
-        print(f"cache directory: {store.root}\nentries: {len(entries)}\nsize: {size / (1 << 20):.1f} MiB")
+        print(f"cache directory: {store.root}\nentries: {len(entries)}\n"
+              f"size on disk: {store.disk_bytes() / (1 << 20):.1f} MiB (shared weights counted once; "
+              f"limit {store.max_bytes / (1 << 20):.0f} MiB, $PNNX_JIT_CACHE_MAX_BYTES)")
         return 0
-    for key, meta, size in entries:
-        name = meta.get("graph", "?") if meta else "(incomplete)"
-        built = f"{meta['build_seconds']:.1f} s" if meta else "-"
-        print(f"{key}  {name:<24} {size / (1 << 20):8.1f} MiB  built in {built}")
+    print(f"{'key':<34}{'model':<24}{'MiB':>9}  {'last used':<20}built in")
+    for e in sorted(entries, key=lambda e: -e.last_used):
+        name = e.meta.get("graph", "?") if e.meta else "(incomplete)"
+        built = f"{e.meta['build_seconds']:.1f} s" if e.meta else "-"
+        used = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(e.last_used))
+        print(f"{e.key:<34}{name[:23]:<24}{e.size / (1 << 20):>9.1f}  {used:<20}{built}")
     if not entries:
         print(f"no entries in {store.root}")
     return 0
@@ -259,9 +267,10 @@ def build_parser() -> argparse.ArgumentParser:
     show.add_argument("--dot", metavar="OUT.dot")
     show.set_defaults(func=cmd_show)
 
-    cache = sub.add_parser("cache", help="list, describe or clear the AOT cache")
-    cache.add_argument("action", choices=["list", "info", "clear"])
+    cache = sub.add_parser("cache", help="list (sizes, last use), describe, prune or clear the AOT cache")
+    cache.add_argument("action", choices=["list", "info", "prune", "clear"])
     cache.add_argument("--cache-dir")
+    cache.add_argument("--max-bytes", type=int, help="prune: evict least recently used entries down to this size")
     cache.set_defaults(func=cmd_cache)
     return parser
 

@@ -195,8 +195,10 @@ class NumbaModel(CompiledModel):
         return cls(graph, module, kernels, weights, source, generated.plan, generated.interpreted)
 
     @classmethod
-    def write_entry(cls, graph: Graph, directory: Path, name: str) -> dict:
-        """Write a cache entry for `graph` into `directory`; return its meta. name: see write_modules."""
+    def write_entry(cls, graph: Graph, directory: Path, name: str,
+                    share: Callable[[Path], None] | None = None) -> dict:
+        """Write a cache entry for `graph` into `directory`; return its meta. name: see write_modules.
+        share(path): store a weights file once for every entry (ModelCache.share)."""
         generated = generate_module(graph, comment=graph.name)
         weights = list(generated.weights.arrays.values())
         write_modules(generated, directory, name, sample_arguments(graph, weights, generated.plan.arena_bytes),
@@ -204,6 +206,8 @@ class NumbaModel(CompiledModel):
         (directory / "graph.ir").write_text(print_graph(graph))
         for dtype, array in generated.weights.arrays.items():
             np.save(directory / f"weights_{dtype}.npy", array)
+            if share is not None:
+                share(directory / f"weights_{dtype}.npy")
         constants = {c.name: [dtype, offset, list(c.shape)] for c, (dtype, offset) in generated.weights.slots.items()}
         return {"graph": graph.name, "weight_dtypes": list(generated.weights.arrays), "constants": constants,
                 "memory_plan": generated.plan.summary(), "interpreted": generated.interpreted}
@@ -231,14 +235,19 @@ class NumbaModel(CompiledModel):
             graph = build_graph()
             if on_step:
                 on_step("generate code, link kernels")
-            return cls.write_entry(graph, tmp, _entry_module(cache.entry_dir(key)))
+            return cls.write_entry(graph, tmp, _entry_module(cache.entry_dir(key)), cache.share)
 
         meta, hit = cache.get_or_build(key, build)
         if on_step:
             on_step("jit (numba)" if not hit else "load from cache")
         path = cache.entry_dir(key)
         info = CacheInfo(hit, key, path, meta["build_seconds"], 0.0)
-        model = cls.load_entry(path, meta, info)
+        try:
+            model = cls.load_entry(path, meta, info)
+        except FileNotFoundError:  # evicted by another process between the check and the load: build it
+            meta, hit = cache.get_or_build(key, build)
+            info = CacheInfo(hit, key, path, meta["build_seconds"], 0.0)
+            model = cls.load_entry(path, meta, info)
         info.load_seconds = time.perf_counter() - start
         if not hit:
             info.compile_seconds = info.load_seconds  # passes, codegen and numba's JIT
@@ -308,6 +317,16 @@ class NumbaModel(CompiledModel):
         return result
 
 
+_WARNED: set[str] = set()
+
+
+def _warn_once(message: str) -> None:
+    """A warning per cache problem and process: a service compiling many models logs it once."""
+    if message not in _WARNED:
+        _WARNED.add(message)
+        log.warning(message)
+
+
 def _entry_module(entry: Path) -> str:
     """The module name of a cache entry's forward: one per entry directory, not per key, since modules
     are imported once per process and numba caches a function beside the file it was imported from
@@ -329,9 +348,12 @@ def compile_numba(param: Path, bin_path: Path, build_graph: Callable[[], Graph],
         problem = store.usable()
         if problem is None:
             key = cache_key(param, bin_path, options, digest=store.model_digest)
-            model = NumbaModel.cached(key, build_graph, store, on_step)
-        else:
-            log.warning("not using the compile cache: %s", problem)
+            try:
+                model = NumbaModel.cached(key, build_graph, store, on_step)
+            except OSError as exc:  # a full disk, a read-only directory: compile without the cache
+                problem = f"cannot write to {store.root}: {exc}"
+        if problem is not None:
+            _warn_once(f"not using the compile cache: {problem}")
             reason = problem
     if model is None:
         start = time.perf_counter()
