@@ -5,6 +5,7 @@
     bench MODEL [--threads N] [--iterations N]           latency percentiles, throughput, vs the interpreter
     profile MODEL [--backend B] [--trace out.json]       time per node (per kernel: numba), Chrome trace
     show MODEL [--after PASS] [--dot out.dot]            print the IR, or write Graphviz DOT
+    warmup                                               compile the kernel library for this CPU, once
     cache list|info|prune|clear                          the AOT cache (sizes, last use, LRU eviction)
 
 Errors print one line on stderr and exit with status 2.
@@ -198,6 +199,22 @@ def cmd_show(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_warmup(args: argparse.Namespace) -> int:
+    from tqdm import tqdm
+
+    from compiler.warmup import warmup, warmup_graphs
+
+    with tqdm(total=len(warmup_graphs()), desc="warmup", unit=" graph", disable=not sys.stderr.isatty()) as bar:
+        def step(name: str) -> None:
+            bar.set_postfix_str(name)
+            bar.update()
+
+        report = warmup(on_graph=step)
+    print(f"the kernel library is compiled for this CPU ({report.graphs} graphs' kernels, {report.seconds:.1f} s); "
+          f"numba caches it beside the package's kernels")
+    return 0
+
+
 def cmd_cache(args: argparse.Namespace) -> int:
     from compiler.cache import ModelCache
 
@@ -266,6 +283,9 @@ def build_parser() -> argparse.ArgumentParser:
     show.add_argument("--after", metavar="PASS", help="a pass name, e.g. fuse-conv-epilogue (default: lowering)")
     show.add_argument("--dot", metavar="OUT.dot")
     show.set_defaults(func=cmd_show)
+
+    warm = sub.add_parser("warmup", help="compile the kernel library for this CPU now (container images, cluster nodes)")
+    warm.set_defaults(func=cmd_warmup)
 
     cache = sub.add_parser("cache", help="list (sizes, last use), describe, prune or clear the AOT cache")
     cache.add_argument("action", choices=["list", "info", "prune", "clear"])

@@ -117,8 +117,9 @@ class TokenLine:
         return self.scalar()
 
 
-def parse_graph(text: str, weights: dict[str, np.ndarray] | None = None) -> Graph:
-    """Parse IR text; `weights` supplies the data of constants not printed inline."""
+def parse_graph(text: str, weights: dict[str, np.ndarray] | None = None, zero_weights: bool = False) -> Graph:
+    """Parse IR text; `weights` supplies the data of constants not printed inline (zero_weights: zeros for
+    those it does not have, for a graph whose code matters, not its values: compiler/warmup.py)."""
     weights = weights or {}
     lines = [(i + 1, s) for i, s in enumerate(text.splitlines()) if s.strip() and not s.strip().startswith("#")]
     if not lines:
@@ -164,7 +165,7 @@ def parse_graph(text: str, weights: dict[str, np.ndarray] | None = None) -> Grap
             line.done()
             return Graph(graph_name, inputs, outputs, nodes, constants)
         if first == "const":
-            constants.append(define(_parse_constant(line, weights), line))
+            constants.append(define(_parse_constant(line, weights, zero_weights), line))
         elif first == "return":
             line.take("ident", "return")
             outputs = [use(line.name("%"), line)]
@@ -176,7 +177,7 @@ def parse_graph(text: str, weights: dict[str, np.ndarray] | None = None) -> Grap
     raise IRParseError("IR text ends without 'return' and '}'")
 
 
-def _parse_constant(line: TokenLine, weights: dict[str, np.ndarray]) -> Value:
+def _parse_constant(line: TokenLine, weights: dict[str, np.ndarray], zero_weights: bool) -> Value:
     line.take("ident", "const")
     name = line.name("%")
     line.take(text=":")
@@ -185,6 +186,8 @@ def _parse_constant(line: TokenLine, weights: dict[str, np.ndarray]) -> Value:
         data = np.array(line.attr_value(), dtype=type_.dtype).reshape(type_.shape)
     elif name in weights:
         data = weights[name]
+    elif zero_weights:
+        data = np.zeros(type_.shape, type_.dtype)
     else:
         raise IRParseError(f"line {line.lineno}: no data for constant %{name} (not inline, not in weights)")
     line.done()

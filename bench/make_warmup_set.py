@@ -1,0 +1,40 @@
+"""Regenerate the graphs `python -m compiler warmup` compiles the kernel library with (compiler/data/warmup/).
+
+    python -m bench.make_warmup_set
+
+Every zoo model's optimised IR (as the numba backend compiles it) at batch 1, and the small ones at
+batch 8 too (a linear layer of one or two rows streams its weight, of more rows runs on packed panels:
+other kernels). Only the IR text ships: its weights are zeros at warmup, since a kernel compiles for
+its argument types, whatever their values.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import compiler
+from bench.pnnx_export import export_zoo
+from compiler.api import optimize
+from ir.printer import print_graph
+
+WARMUP_DIR = Path(__file__).resolve().parents[1] / "compiler" / "data" / "warmup"
+MODELS = ["tiny_cnn", "mlp", "transformer_block", "unet_small", "mobilenet_v2", "resnet18", "resnet50", "yolov5s",
+          "alexnet", "densenet121", "efficientnet_b0", "convnext_tiny", "vit_mini", "swin_mini", "mobilenet_v3_mini",
+          "regnety_mini", "inception_v3_mini", "shufflenet_v2_mini", "m5_audio_mini", "lstm_gru_mini",
+          "llama_decoder_mini"]
+BATCH_8 = ["tiny_cnn", "mlp", "transformer_block", "resnet18", "mobilenet_v2", "vit_mini", "lstm_gru_mini"]
+
+
+def main() -> None:
+    WARMUP_DIR.mkdir(parents=True, exist_ok=True)
+    for old in WARMUP_DIR.glob("*.ir"):
+        old.unlink()
+    for name, batch in [(n, 1) for n in MODELS] + [(n, 8) for n in BATCH_8]:
+        graph = optimize(compiler.load_graph(export_zoo(name, batch=batch)))
+        path = WARMUP_DIR / f"{name}-b{batch}.ir"
+        path.write_text(print_graph(graph))
+        print(f"wrote {path} ({len(graph.nodes)} nodes)")
+
+
+if __name__ == "__main__":
+    main()
