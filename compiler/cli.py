@@ -284,7 +284,7 @@ def build_parser() -> argparse.ArgumentParser:
     show.add_argument("--dot", metavar="OUT.dot")
     show.set_defaults(func=cmd_show)
 
-    warm = sub.add_parser("warmup", help="compile the kernel library for this CPU now (container images, cluster nodes)")
+    warm = sub.add_parser("warmup", help="compile the kernel library for this CPU now (images, cluster nodes)")
     warm.set_defaults(func=cmd_warmup)
 
     cache = sub.add_parser("cache", help="list (sizes, last use), describe, prune or clear the AOT cache")
