@@ -47,6 +47,10 @@ _FLOAT = re.compile(r"[+-]?(?:(?:\d+\.\d*|\.\d+|\d+)(?:[eE][+-]?\d+)?|(?:inf|nan
 _COMPLEX = re.compile(r"[+-]?[\d.]+(?:[eE][+-]?\d+)?[+-][\d.]+(?:[eE][+-]?\d+)?j")
 _ANNOTATION = re.compile(r"\(([^()]*)\)(\w+)")
 _LOCAL_HEADER = struct.Struct("<4s22xHH")  # signature, ..., name length, extra length
+# pnnx stores its entries; another writer may deflate them. One that would inflate more than this (and
+# to more than 64 MiB) is refused before it is inflated: a small file must not take gigabytes of memory.
+MAX_INFLATE_RATIO = 100
+ALWAYS_INFLATE_BYTES = 64 << 20
 
 
 @dataclass(frozen=True)
@@ -296,6 +300,9 @@ class _BinArchive:
         if info.compress_type == zipfile.ZIP_STORED:
             buf, offset = self.mm, self.data_offset(info)
         else:
+            if info.file_size > max(MAX_INFLATE_RATIO * info.compress_size, ALWAYS_INFLATE_BYTES):
+                raise self.corrupt(entry, f"{info.compress_size} bytes would inflate to {info.file_size} (more than "
+                                          f"{MAX_INFLATE_RATIO}x): refused, as a zip bomb would be")
             try:
                 buf, offset = self.zip.read(entry), 0
             except (zipfile.BadZipFile, zlib.error, NotImplementedError, OSError) as e:

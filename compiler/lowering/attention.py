@@ -356,8 +356,8 @@ def _fast_path(mha: _Mha, ctx: OpContext) -> bool:
 @lowers("nn.MultiheadAttention")
 def multihead_attention(ctx: OpContext) -> None:
     """torch's F.multi_head_attention_forward: project, split heads, attend, merge heads, project."""
-    embed, heads = int(ctx.param("embed_dim")), int(ctx.param("num_heads"))
-    kdim, vdim = int(ctx.param("kdim", embed)), int(ctx.param("vdim", embed))
+    embed, heads = ctx.int_param("embed_dim", minimum=1), ctx.int_param("num_heads", minimum=1)
+    kdim, vdim = ctx.int_param("kdim", embed, minimum=1), ctx.int_param("vdim", embed, minimum=1)
     if heads < 1 or embed % heads:
         raise ctx.format_error(f"embed_dim {embed} is not divisible into {heads} heads")
     mha = _mha_operands(ctx, embed, kdim, vdim, heads, bool(ctx.param("batch_first", False)))

@@ -127,6 +127,13 @@ class OpContext:
     def has_attr(self, key: str) -> bool:
         return key in self.op.attrs
 
+    def int_param(self, key: str, default: Any = ..., minimum: int = 0) -> int:
+        """An int param of at least `minimum` (a float, a bool or a string is a format error, not a size)."""
+        value = self.param(key, default)
+        if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+            raise self.format_error(f"param {key}={value!r} is not an int of at least {minimum}")
+        return value
+
     def check_param(self, key: str, expected: Any, source: str) -> None:
         """A module's param that its weights also give (in_channels, kernel_size, in_features...) agrees with
         them, if the file has it: a hand-edited kernel_size=(0,0) on a (8,3,3,3) weight must not just run."""

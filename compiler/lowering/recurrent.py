@@ -58,11 +58,12 @@ class _Layout:
 
 def _layout(ctx: OpContext) -> _Layout:
     kind, gates = _KINDS[ctx.op.type]
-    hidden = int(ctx.param("hidden_size"))
-    proj = int(ctx.param("proj_size", 0)) if kind == "lstm" else 0
-    layers = int(ctx.param("num_layers", 1))
-    if hidden <= 0 or layers <= 0 or proj < 0:
-        raise ctx.format_error(f"hidden_size={hidden} num_layers={layers} proj_size={proj}")
+    hidden = ctx.int_param("hidden_size", minimum=1)
+    proj = ctx.int_param("proj_size", 0) if kind == "lstm" else 0
+    layers = ctx.int_param("num_layers", 1, minimum=1)
+    if not ctx.has_attr(f"weight_ih_l{layers - 1}") or ctx.has_attr(f"weight_ih_l{layers}"):
+        raise ctx.format_error(f"num_layers={layers} disagrees with the layers' weights (@weight_ih_l0 ... "
+                               f"@weight_ih_l{layers - 1})")
     return _Layout(kind, gates, hidden, proj or hidden, layers, 2 if ctx.param("bidirectional", False) else 1,
                    bool(ctx.param("bias", True)), bool(ctx.param("batch_first", False)))
 

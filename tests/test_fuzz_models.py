@@ -1,0 +1,64 @@
+"""A fixed-seed few thousand mutants of real pnnx files (tests/fuzz_models.py): each loads and runs the
+same on both backends, or raises one of our typed errors, in bounded time and memory. The long run is
+`python -m tests.fuzz_models --cases 100000`."""
+
+from __future__ import annotations
+
+import random
+import tracemalloc
+
+import numpy as np
+import pytest
+
+import compiler
+from compiler import ModelFormatError
+from tests import fuzz_models
+
+
+def test_three_thousand_mutants_load_and_agree_or_raise_typed_errors():
+    counts = fuzz_models.run(3000, seed=20261126, numba_every=10)
+    assert sum(counts.values()) == 3000
+    assert counts["ran on both"] >= 20, counts  # mutants that still run are compared across the backends
+    assert counts["rejected: ModelFormatError"] >= 1000, counts
+
+
+@pytest.fixture(scope="module")
+def seeds():
+    return fuzz_models.corpus()
+
+
+def test_a_zip_bomb_is_refused_before_it_inflates(seeds, tmp_path):
+    """An entry of 1 MiB that would inflate to 1 GiB: refused with the reason, using little memory."""
+    param_text, data = fuzz_models.zip_bomb(seeds[0], random.Random(0))
+    (tmp_path / "m.pnnx.param").write_text(param_text)
+    (tmp_path / "m.pnnx.bin").write_bytes(data)
+    tracemalloc.start()
+    try:
+        with pytest.raises(ModelFormatError, match=r"would inflate to 1073741824 .*refused, as a zip bomb would be"):
+            compiler.compile(tmp_path / "m.pnnx.param", backend="interpreter")
+        assert tracemalloc.get_traced_memory()[1] < 64 << 20
+    finally:
+        tracemalloc.stop()
+
+
+def test_a_deflated_bin_reads_like_the_stored_one(seeds, tmp_path):
+    """pnnx stores its entries; a zip tool may deflate them: the weights read the same."""
+    seed = seeds[0]
+    rng = random.Random(1)
+    data = seed.bin
+    for _ in range(8):
+        data = fuzz_models.compressed_entry(data, rng)
+    (tmp_path / "m.pnnx.param").write_text(seed.param)
+    (tmp_path / "m.pnnx.bin").write_bytes(data)
+    x = np.random.default_rng(0).standard_normal((1, 3, 32, 32)).astype(np.float32)
+    deflated = compiler.compile(tmp_path / "m.pnnx.param", backend="interpreter")(x)
+    np.testing.assert_array_equal(deflated, compiler.compile(fuzz_models.SHIPPED, backend="interpreter")(x))
+
+
+def test_a_layer_count_of_1e30_is_a_format_error_not_a_hang(seeds, tmp_path):
+    """Found by the fuzzer: num_layers=1e30 on a GRU made a list of zero states per layer."""
+    seed = next(s for s in seeds if s.name == "lstm_gru_mini")
+    (tmp_path / "m.pnnx.param").write_text(seed.param.replace("num_layers=1 ", "num_layers=1e30 ", 1))
+    (tmp_path / "m.pnnx.bin").write_bytes(seed.bin)
+    with pytest.raises(ModelFormatError, match=r"param num_layers=1e\+30 is not an int of at least 1"):
+        compiler.compile(tmp_path / "m.pnnx.param", backend="interpreter")
