@@ -3,7 +3,9 @@ and the numba backend, or raise one of our typed errors, in bounded time and mem
 
     python -m tests.fuzz_models --cases 100000 [--seed 1] [--numba-every 50]   # the long run; prints counts
 
-tests/test_fuzz_models.py runs a fixed-seed few thousand of them. The mutations are those of a
+Hypothesis draws the mutants (a corpus model, and the random choices of a mutation), so a failure is
+shrunk to a simplest mutant before it is reported; tests/test_fuzz_models.py runs a fixed-seed few
+thousand of them. The mutations are those of a
 hand-edited file: a character of a token changed, a number edited (0, -1, huge, nan...), a line
 deleted, duplicated or moved, two params swapped, the counts line edited; and of a damaged .bin: cut
 short, bits flipped, an entry of the wrong size, an entry that inflates a thousandfold (a zip bomb).
@@ -316,29 +318,39 @@ def _as_list(outputs) -> list[np.ndarray]:
 
 
 def run(cases: int, seed: int, numba_every: int, report_every: int = 0) -> Counter:
-    """`cases` mutants from Random(seed); every numba_every-th mutant that runs is also compiled by numba."""
-    rng = random.Random(seed)
+    """`cases` mutants, drawn by hypothesis from `seed` (the model, the mutation's random choices); every
+    numba_every-th mutant that runs is also compiled by numba. A failure is shrunk by hypothesis to a
+    simplest mutant (fewest, smallest random choices) and raised with its param text."""
+    from hypothesis import HealthCheck, Phase, given, settings
+    from hypothesis import seed as hypothesis_seed
+    from hypothesis import strategies as st
+
     seeds = corpus()
     counts: Counter = Counter()
-    ran = 0
+    ran = [0]
     with tempfile.TemporaryDirectory(prefix="pnnx_jit_fuzz_") as scratch:
         work, cache = Path(scratch) / "model", Path(scratch) / "cache"
-        for case in range(cases):
-            source = rng.choice(seeds)
+
+        @hypothesis_seed(seed)
+        @settings(max_examples=cases, deadline=None, database=None, phases=[Phase.generate, Phase.shrink],
+                  suppress_health_check=list(HealthCheck), print_blob=False)
+        @given(source=st.sampled_from(seeds), rng=st.randoms(use_true_random=False))
+        def mutant_behaves(source: Seed, rng: random.Random) -> None:
             what, param_text, bin_bytes = mutate(source, rng)
-            use_numba = numba_every > 0 and ran % numba_every == 0
+            use_numba = numba_every > 0 and ran[0] % numba_every == 0
             try:
                 outcome = check(param_text, bin_bytes, work, cache if use_numba else None)
             except AssertionError as exc:
-                raise AssertionError(f"case {case} ({source.name}, {what}): {exc}\n"
+                raise AssertionError(f"{source.name}, {what}: {exc}\n--- param ---\n{param_text}") from exc
+            except Exception as exc:  # the failure the fuzzer looks for: an untyped error
+                raise AssertionError(f"{source.name}, {what} raised {type(exc).__name__}: {exc}\n"
                                      f"--- param ---\n{param_text}") from exc
-            except Exception as exc:  # noqa: BLE001 - the failure the fuzzer looks for: an untyped error
-                raise AssertionError(f"case {case} ({source.name}, {what}) raised {type(exc).__name__}: {exc}\n"
-                                     f"--- param ---\n{param_text}") from exc
-            ran += outcome.startswith("ran")
+            ran[0] += outcome.startswith("ran")
             counts[outcome] += 1
-            if report_every and (case + 1) % report_every == 0:
-                print(f"{case + 1} cases: {dict(counts)}", flush=True)
+            if report_every and sum(counts.values()) % report_every == 0:
+                print(f"{sum(counts.values())} cases: {dict(counts)}", flush=True)
+
+        mutant_behaves()
     return counts
 
 
@@ -351,7 +363,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     start = time.perf_counter()
     counts = run(args.cases, args.seed, args.numba_every, report_every=1000)
-    print(f"{args.cases} cases in {time.perf_counter() - start:.0f} s, seed {args.seed}: {dict(counts)}")
+    print(f"{sum(counts.values())} cases in {time.perf_counter() - start:.0f} s, seed {args.seed}: {dict(counts)}")
     return 0
 
 

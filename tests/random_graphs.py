@@ -3,13 +3,16 @@ float32, against the interpreter on the same graph in float64.
 
     python -m tests.random_graphs --graphs 5000 [--seed 1]     # the long run; prints counts
 
-tests/test_random_graphs.py runs a fixed-seed few hundred. A graph grows from one or two inputs by
-ops chosen at random among those whose inputs the values so far can feed (convolutions of any kernel,
-stride, padding, dilation and groups, pools, elementwise chains with broadcasting, concat and split,
-reshape and transpose, matmul and linear, batch and layer norms, softmax, reductions, resize, pad), with
-random sizes; the shape rules decide what is valid (a node they refuse is simply not added). Values are
-kept near unit scale (weights ~ 1/sqrt(fan-in)), so float32 stays close to float64 and the check can
-be tight: each output within K float32 epsilons per op on its path, relative to its magnitude.
+Hypothesis draws the graphs (its random choices, and the node count), so a failing graph is shrunk to
+a simplest one before it is reported; tests/test_random_graphs.py runs a fixed-seed few hundred.
+
+A graph grows from one or two inputs by ops chosen at random among those the values so far can feed
+(convolutions of any kernel, stride, padding, dilation and groups, pools, elementwise chains with
+broadcasting, concat and split, reshape and transpose, matmul and linear, batch and layer norms,
+softmax, reductions, resize, pad), with random sizes; the shape rules decide what is valid (a node they
+refuse is simply not added). Values are kept near unit scale (weights ~ 1/sqrt(fan-in)), so float32
+stays close to float64 and the check can be tight: each output within 64 float32 epsilons per op on its
+path, relative to its magnitude.
 """
 
 from __future__ import annotations
@@ -239,9 +242,8 @@ OPS: list[Callable[[_Builder], None]] = [_conv, _conv, _conv, _pool, _global_poo
                                          _resize, _pad]
 
 
-def random_graph(seed: int, nodes: int = 8) -> Graph:
-    """A valid float64 graph of about `nodes` nodes from one or two image-like inputs."""
-    rng = random.Random(seed)
+def random_graph(rng: random.Random, nodes: int = 8, name: str = "random") -> Graph:
+    """A valid float64 graph of up to `nodes` nodes from one or two image-like inputs, by rng's choices."""
     b = _Builder(rng, [], [], [])
     inputs = []
     for i in range(rng.choice([1, 1, 2])):
@@ -259,7 +261,7 @@ def random_graph(seed: int, nodes: int = 8) -> Graph:
         node = make_node("relu", "n0", inputs[:1], ["v0"])
         b.nodes.append(node)
         outputs = node.outputs
-    graph = Graph(f"random{seed}", inputs, outputs[:3], b.nodes, b.constants)
+    graph = Graph(name, inputs, outputs[:3], b.nodes, b.constants)
     verify(graph)
     return graph
 
@@ -285,12 +287,11 @@ def _depth(graph: Graph) -> dict[Value, int]:
     return depth
 
 
-def check_graph(seed: int, module_dir: Path, nodes: int = 8) -> str:
-    """Build graph `seed`, run it in float64 on the interpreter and in float32 on the interpreter and the
-    numba backend; raise AssertionError naming the graph when a float32 result strays from float64."""
+def check_graph(graph64: Graph, module_dir: Path, seed: int = 0) -> None:
+    """Run a float64 graph on the interpreter, and its float32 copy on the interpreter and the numba
+    backend; raise AssertionError naming the graph when a float32 result strays from float64."""
     from compiler.numba_backend import NumbaModel
 
-    graph64 = random_graph(seed, nodes)
     graph32 = as_float32(graph64)
     rng = np.random.default_rng(seed)
     x64 = [rng.standard_normal(v.shape) for v in graph64.inputs]
@@ -305,9 +306,31 @@ def check_graph(seed: int, module_dir: Path, nodes: int = 8) -> str:
             tolerance = 64 * np.finfo(np.float32).eps * (1 + depth.get(v, 1)) * max(1.0, float(np.max(np.abs(e))))
             worst = float(np.max(np.abs(g.astype(np.float64) - e), initial=0.0))
             assert g.shape == e.shape and worst <= tolerance, (
-                f"random graph {seed}, output {i} ({v.name}) on {name}: off by {worst:.3g} > {tolerance:.3g}\n"
+                f"{graph64.name}, output {i} ({v.name}) on {name}: off by {worst:.3g} > {tolerance:.3g}\n"
                 f"{graph32}")
-    return f"{len(graph64.nodes)} nodes"
+
+
+def run(graphs: int, seed: int, max_nodes: int = 8, report_every: int = 0) -> int:
+    """Check `graphs` random graphs drawn by hypothesis from `seed`; a failing graph is shrunk (fewer nodes,
+    smaller sizes, earlier choices) before it is raised. Returns the number checked."""
+    from hypothesis import HealthCheck, Phase, given, settings
+    from hypothesis import seed as hypothesis_seed
+    from hypothesis import strategies as st
+
+    checked = [0]
+    with tempfile.TemporaryDirectory(prefix="pnnx_jit_random_") as scratch:
+        @hypothesis_seed(seed)
+        @settings(max_examples=graphs, deadline=None, database=None, phases=[Phase.generate, Phase.shrink],
+                  suppress_health_check=list(HealthCheck), print_blob=False)
+        @given(rng=st.randoms(use_true_random=False), nodes=st.integers(1, max_nodes))
+        def graphs_agree(rng: random.Random, nodes: int) -> None:
+            check_graph(random_graph(rng, nodes), Path(scratch))
+            checked[0] += 1
+            if report_every and checked[0] % report_every == 0:
+                print(f"{checked[0]} graphs checked", flush=True)
+
+        graphs_agree()
+    return checked[0]
 
 
 def _as_list(outputs) -> list[np.ndarray]:
@@ -318,17 +341,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tests.random_graphs", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--graphs", type=int, default=5000)
-    parser.add_argument("--seed", type=int, default=1_000_000, help="the first graph's seed")
-    parser.add_argument("--nodes", type=int, default=8)
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--nodes", type=int, default=8, help="at most this many nodes a graph")
     args = parser.parse_args(argv)
     start = time.perf_counter()
-    with tempfile.TemporaryDirectory(prefix="pnnx_jit_random_") as scratch:
-        for k in range(args.graphs):
-            check_graph(args.seed + k, Path(scratch), args.nodes)
-            if (k + 1) % 100 == 0:
-                print(f"{k + 1} graphs checked, {time.perf_counter() - start:.0f} s", flush=True)
-    print(f"{args.graphs} random graphs (seeds {args.seed}..{args.seed + args.graphs - 1}) agree on both backends "
-          f"in {time.perf_counter() - start:.0f} s")
+    checked = run(args.graphs, args.seed, args.nodes, report_every=100)
+    print(f"{checked} random graphs (seed {args.seed}) agree on both backends in {time.perf_counter() - start:.0f} s")
     return 0
 
 
