@@ -299,6 +299,8 @@ class _BinArchive:
                 f"({_fmt(shape, dtype)}) for {where}", self.path)
         if info.compress_type == zipfile.ZIP_STORED:
             buf, offset = self.mm, self.data_offset(info)
+            if zlib.crc32(memoryview(self.mm)[offset:offset + info.file_size]) != info.CRC:  # ~1 GB/s
+                raise self.corrupt(entry, "its bytes do not match its CRC-32 (a damaged file)")
         else:
             if info.file_size > max(MAX_INFLATE_RATIO * info.compress_size, ALWAYS_INFLATE_BYTES):
                 raise self.corrupt(entry, f"{info.compress_size} bytes would inflate to {info.file_size} (more than "

@@ -1,5 +1,6 @@
 """Mutated real pnnx files, and what every mutant must do: load and then run the same on the interpreter
-and the numba backend, or raise one of our typed errors, in bounded time and memory.
+and the compiled kernels (the executor for each, a numba forward for a sample), or raise one of our typed
+errors, in bounded time and memory.
 
     python -m tests.fuzz_models --cases 100000 [--seed 1] [--numba-every 50]   # the long run; prints counts
 
@@ -14,6 +15,7 @@ short, bits flipped, an entry of the wrong size, an entry that inflates a thousa
 from __future__ import annotations
 
 import argparse
+import hashlib
 import io
 import random
 import re
@@ -32,7 +34,7 @@ from pathlib import Path
 import numpy as np
 
 import compiler
-from compiler import CompilerError
+from compiler import CompilerError, NodeExecutionError
 
 ROOT = Path(__file__).resolve().parents[1]
 SHIPPED = ROOT / "compiler" / "data" / "tiny_cnn.pnnx.param"
@@ -275,8 +277,9 @@ def agree(a: np.ndarray, b: np.ndarray) -> bool:
 
 
 def check(param_text: str, bin_bytes: bytes, workdir: Path, numba_cache: Path | None) -> str:
-    """What a mutant did: 'rejected: <error type>', 'loaded', 'ran', or 'ran on both'. Raises AssertionError for
-    anything else: an error of ours untyped, backends that disagree, a case over its time."""
+    """What a mutant did: 'rejected: <error type>', 'loaded' (too large to run), 'ran on interpreter and
+    executor' or 'ran on all three' (the numba forward too). Raises AssertionError for anything else: an
+    error of ours untyped, backends that disagree, a case over its time."""
     start = time.perf_counter()
     shutil.rmtree(workdir, ignore_errors=True)
     workdir.mkdir(parents=True)
@@ -299,27 +302,50 @@ def _load_and_run(param: Path, numba_cache: Path | None) -> str:
 
 
 def _load_and_run_quietly(param: Path, numba_cache: Path | None) -> str:
+    """Every mutant that loads runs on the interpreter and on the compiled kernels node by node (the
+    executor: no JIT of a forward, milliseconds); with numba_cache, also as one compiled numba forward."""
     reference = compiler.compile(param, backend="interpreter")
     if reference.graph is None or sum(v.type.nbytes for v in reference.graph.values()) > RUN_LIMIT_BYTES:
         return "loaded"
     arrays = inputs(reference, np.random.default_rng(0))
-    expected = _as_list(reference(*arrays))
-    if numba_cache is None:
-        return "ran"
-    compiled = compiler.compile(param, cache_dir=numba_cache)
-    got = _as_list(compiled(*arrays))
-    assert len(got) == len(expected) and all(agree(g, e) for g, e in zip(got, expected)), \
-        "the numba backend and the interpreter disagree"
-    return "ran on both"
+    try:
+        with np.errstate(over="raise"):
+            expected = _as_list(reference(*arrays))
+    except NodeExecutionError as exc:
+        if isinstance(exc.__cause__, FloatingPointError):  # a mutant's huge values: float32 results not comparable
+            return "ran (overflows float32)"
+        raise
+    backends = {"executor": lambda: compiler.compile(param, backend="executor", threads=1)}
+    if numba_cache is not None:
+        backends["numba"] = lambda: compiler.compile(param, cache_dir=numba_cache)
+    for name, build in backends.items():
+        got = _as_list(build()(*arrays))
+        assert len(got) == len(expected) and all(agree(g, e) for g, e in zip(got, expected)), \
+            f"the {name} backend and the interpreter disagree"
+    return "ran on all three" if numba_cache is not None else "ran on interpreter and executor"
 
 
 def _as_list(outputs) -> list[np.ndarray]:
     return list(outputs) if isinstance(outputs, tuple) else [outputs]
 
 
+FAILURES = Path(tempfile.gettempdir()) / "pnnx_jit_fuzz_failures"
+
+
+def keep_failure(param_text: str, bin_bytes: bytes) -> Path:
+    """The mutant's files, kept under FAILURES by digest (to reproduce it and make it a regression test)."""
+    digest = hashlib.sha256(param_text.encode() + bin_bytes).hexdigest()[:16]
+    directory = FAILURES / digest
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "m.pnnx.param").write_text(param_text)
+    (directory / "m.pnnx.bin").write_bytes(bin_bytes)
+    return directory / "m.pnnx.param"
+
+
 def run(cases: int, seed: int, numba_every: int, report_every: int = 0) -> Counter:
     """`cases` mutants, drawn by hypothesis from `seed` (the model, the mutation's random choices); every
-    numba_every-th mutant that runs is also compiled by numba. A failure is shrunk by hypothesis to a
+    mutant that loads runs on the interpreter and the executor, every numba_every-th one also as a numba
+    forward. A failure is shrunk by hypothesis to a
     simplest mutant (fewest, smallest random choices) and raised with its param text."""
     from hypothesis import HealthCheck, Phase, given, settings
     from hypothesis import seed as hypothesis_seed
@@ -340,11 +366,10 @@ def run(cases: int, seed: int, numba_every: int, report_every: int = 0) -> Count
             use_numba = numba_every > 0 and ran[0] % numba_every == 0
             try:
                 outcome = check(param_text, bin_bytes, work, cache if use_numba else None)
-            except AssertionError as exc:
-                raise AssertionError(f"{source.name}, {what}: {exc}\n--- param ---\n{param_text}") from exc
-            except Exception as exc:  # the failure the fuzzer looks for: an untyped error
-                raise AssertionError(f"{source.name}, {what} raised {type(exc).__name__}: {exc}\n"
-                                     f"--- param ---\n{param_text}") from exc
+            except Exception as exc:  # a disagreement, or the failure the fuzzer looks for: an untyped error
+                kept = keep_failure(param_text, bin_bytes)
+                why = str(exc) if isinstance(exc, AssertionError) else f"raised {type(exc).__name__}: {exc}"
+                raise AssertionError(f"{source.name}, {what}: {why}\nthe mutant: {kept}") from exc
             ran[0] += outcome.startswith("ran")
             counts[outcome] += 1
             if report_every and sum(counts.values()) % report_every == 0:

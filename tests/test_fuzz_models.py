@@ -18,7 +18,8 @@ from tests import fuzz_models
 def test_three_thousand_mutants_load_and_agree_or_raise_typed_errors():
     counts = fuzz_models.run(3000, seed=20261126, numba_every=10)
     assert sum(counts.values()) == 3000
-    assert counts["ran on both"] >= 20, counts  # mutants that still run are compared across the backends
+    ran = counts["ran on interpreter and executor"] + counts["ran on all three"]
+    assert ran >= 300 and counts["ran on all three"] >= 20, counts  # the backends compared on what still runs
     assert counts["rejected: ModelFormatError"] >= 1000, counts
 
 
