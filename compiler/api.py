@@ -18,7 +18,7 @@ from compiler.passes.manager import DUMP_ENV
 from compiler.passes.prune_outputs import UnknownOutputError
 from compiler.pnnx_format import load_pnnx
 from compiler.signatures import Signature, SignatureCache
-from ir.errors import InputError, ModelFormatError, ShapeMismatchError, UnsupportedOperatorError
+from ir.errors import InputError, ModelFormatError, UnsupportedOperatorError
 from ir.graph import Graph
 from ir.types import DTYPES
 from ir.verifier import verify
@@ -177,7 +177,7 @@ class Recipe:
             model = self.build(outputs, feeds, shapes)
         except UnknownOutputError as exc:
             raise InputError(str(exc)) from exc
-        except (ShapeMismatchError, ModelFormatError, UnsupportedOperatorError) as exc:
+        except (ModelFormatError, UnsupportedOperatorError) as exc:  # ShapeMismatchError among them
             # the model compiled with its own shapes (or has dynamic dims): these shapes are the cause (a rule
             # that cannot lower an op at these shapes, a pnnx.Expression say, reports it unsupported)
             why = str(exc) if not isinstance(exc, UnsupportedOperatorError) else "; ".join(

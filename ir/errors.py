@@ -5,8 +5,8 @@ It lives in the IR, the bottom layer, and imports nothing else of ours, so every
 
     CompilerError
     ├── ModelFormatError          a .pnnx.param/.bin file is malformed (names file and line)
+    │   └── ShapeMismatchError    pnnx's shape annotation disagrees with our shape rule
     ├── UnsupportedOperatorError  operators we cannot lower (all listed at once)
-    ├── ShapeMismatchError        pnnx's shape annotation disagrees with our shape rule
     ├── InputError                arrays given to a model do not match its inputs
     ├── VerificationError         the IR breaks an invariant (names node and op)
     ├── IRParseError              IR text could not be parsed (names the line)
@@ -55,8 +55,9 @@ class UnsupportedOperatorError(CompilerError):
         )
 
 
-class ShapeMismatchError(CompilerError):
-    """pnnx's recorded shape annotation disagrees with our shape rule for a node."""
+class ShapeMismatchError(ModelFormatError):
+    """pnnx's recorded shape annotation disagrees with our shape rule for a node: an inconsistent file,
+    so a ModelFormatError (naming the file, line and operator) of its own kind."""
 
 
 class InputError(CompilerError, ValueError):

@@ -294,8 +294,8 @@ class _Lowerer:
         if info.dtype is not None and info.dtype in DTYPES and DTYPES[info.dtype] != ours.dtype:
             problems.append(f"dtype {info.dtype} per pnnx, {ours.dtype} per our shape rule")
         if problems:
-            raise ShapeMismatchError(
-                f"{self.model.param_path}:{op.line}: {op.type} {op.name}, operand {name}: " + "; ".join(problems))
+            raise ShapeMismatchError(f"{op.type} {op.name}, operand {name}: " + "; ".join(problems),
+                                     self.model.param_path, op.line)
 
     # -- driver --------------------------------------------------------------------------
 
