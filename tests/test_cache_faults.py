@@ -4,7 +4,6 @@ full or read-only disk, and its size (weights stored once, least recently used e
 from __future__ import annotations
 
 import errno
-import json
 import logging
 import os
 import pickle
@@ -22,7 +21,9 @@ import pytest
 import compiler
 from compiler.cache import ModelCache
 from compiler.numba_backend import NumbaModel
-from tests.test_cache import EXPECTED, LOAD_SCRIPT, MODEL, ROOT, SCALE, X
+from tests.test_cache import EXPECTED, MODEL, ROOT, SCALE, X
+from tests.test_cache import _compile_in_subprocess as start_compile
+from tests.test_cache import _result as finished
 
 SHIPPED = Path(compiler.__file__).parent / "data" / "tiny_cnn.pnnx.param"
 
@@ -35,18 +36,6 @@ def write_model(directory: Path, scale: np.ndarray = SCALE) -> Path:
     with zipfile.ZipFile(directory / "m.pnnx.bin", "w") as z:
         z.writestr("scale.data", scale.astype(np.float32).tobytes())
     return param
-
-
-def start_compile(model: Path, cache: Path) -> subprocess.Popen:
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
-    return subprocess.Popen([sys.executable, "-c", LOAD_SCRIPT, str(model), str(cache)], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-
-
-def finished(proc: subprocess.Popen) -> dict:
-    out, err = proc.communicate(timeout=600)
-    assert proc.returncode == 0, err
-    return json.loads(out.strip().splitlines()[-1])
 
 
 def complete_entries(cache: Path) -> list[Path]:

@@ -412,24 +412,23 @@ class DynamicInputError(InputError):
     """An input has dims pnnx left dynamic ('?') and input_shapes does not give them."""
 
 
-def declared_inputs(model: PnnxModel) -> list[tuple[str, tuple[int | None, ...] | None, str | None]]:
+Declared = list[tuple[str, tuple[int | None, ...] | None, str | None]]
+
+
+def declared_inputs(model: PnnxModel) -> Declared:
     """(name, shape with None for '?', pnnx dtype) of each graph input, named in0, in1, ... as lowered."""
-    operands = [name for op in model.operators if op.type == "pnnx.Input" for name in op.outputs]
-    declared = []
-    for i, name in enumerate(operands):
-        info = model.operands.get(name)
-        declared.append((f"in{i}", info.shape if info else None, info.dtype if info else None))
-    return declared
+    return _declared(model, [name for op in model.operators if op.type == "pnnx.Input" for name in op.outputs], "in")
 
 
-def declared_outputs(model: PnnxModel) -> list[tuple[str, tuple[int | None, ...] | None, str | None]]:
+def declared_outputs(model: PnnxModel) -> Declared:
     """(name, shape with None for '?', pnnx dtype) of each graph output, named out0, out1, ... as lowered."""
-    operands = [name for op in model.operators if op.type == "pnnx.Output" for name in op.inputs]
-    declared = []
-    for i, name in enumerate(operands):
-        info = model.operands.get(name)
-        declared.append((f"out{i}", info.shape if info else None, info.dtype if info else None))
-    return declared
+    return _declared(model, [name for op in model.operators if op.type == "pnnx.Output" for name in op.inputs], "out")
+
+
+def _declared(model: PnnxModel, operands: list[str], prefix: str) -> Declared:
+    infos = [model.operands.get(name) for name in operands]
+    return [(f"{prefix}{i}", info.shape if info else None, info.dtype if info else None)
+            for i, info in enumerate(infos)]
 
 
 def check_supported(model: PnnxModel) -> None:
