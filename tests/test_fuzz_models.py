@@ -4,8 +4,12 @@ same on both backends, or raises one of our typed errors, in bounded time and me
 
 from __future__ import annotations
 
+import io
 import random
+import resource
+import struct
 import tracemalloc
+import zipfile
 
 import numpy as np
 import pytest
@@ -18,6 +22,7 @@ from tests import fuzz_models
 def test_three_thousand_mutants_load_and_agree_or_raise_typed_errors():
     counts = fuzz_models.run(3000, seed=20261126, numba_every=10)
     assert sum(counts.values()) == 3000
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss < 4 << 20  # KiB: no mutant took gigabytes
     ran = counts["ran on interpreter and executor"] + counts["ran on all three"]
     assert ran >= 300 and counts["ran on all three"] >= 20, counts  # the backends compared on what still runs
     assert counts["rejected: ModelFormatError"] >= 1000, counts
@@ -62,4 +67,19 @@ def test_a_layer_count_of_1e30_is_a_format_error_not_a_hang(seeds, tmp_path):
     (tmp_path / "m.pnnx.param").write_text(seed.param.replace("num_layers=1 ", "num_layers=1e30 ", 1))
     (tmp_path / "m.pnnx.bin").write_bytes(seed.bin)
     with pytest.raises(ModelFormatError, match=r"param num_layers=1e\+30 is not an int of at least 1"):
+        compiler.compile(tmp_path / "m.pnnx.param", backend="interpreter")
+
+
+def test_a_flipped_bit_in_a_weight_is_a_format_error_not_a_silent_run(seeds, tmp_path):
+    """Found by the fuzzer: a bit flipped in a stored entry's data loaded silently (the reader maps stored
+    entries); its CRC-32 now catches it."""
+    seed = seeds[0]
+    info = zipfile.ZipFile(io.BytesIO(seed.bin)).getinfo("convbn2d_1.weight")
+    name_length, extra_length = struct.unpack("<HH", seed.bin[info.header_offset + 26:info.header_offset + 30])
+    data = bytearray(seed.bin)
+    data[info.header_offset + 30 + name_length + extra_length + 17] ^= 0x40  # inside the weight's bytes
+    (tmp_path / "m.pnnx.param").write_text(seed.param)
+    (tmp_path / "m.pnnx.bin").write_bytes(bytes(data))
+    with pytest.raises(ModelFormatError, match=r"corrupt zip entry 'convbn2d_1.weight': its bytes do not match its "
+                                               r"CRC-32"):
         compiler.compile(tmp_path / "m.pnnx.param", backend="interpreter")
