@@ -78,7 +78,8 @@ def test_compile_then_cache_list_info_clear(cache, tmp_path):
     second = cli("compile", str(SHIPPED), cache=own)
     assert second.stdout.startswith("loaded from cache")
     listed = cli("cache", "list", cache=own)
-    assert "tiny_cnn" in listed.stdout and len(listed.stdout.strip().splitlines()) == 1
+    header, *rows = listed.stdout.strip().splitlines()
+    assert "last used" in header and len(rows) == 1 and "tiny_cnn" in rows[0]
     assert "entries: 1" in cli("cache", "info", cache=own).stdout
     assert "removed 1 entries" in cli("cache", "clear", cache=own).stdout
     assert "no entries" in cli("cache", "list", cache=own).stdout
