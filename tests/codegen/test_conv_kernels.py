@@ -361,6 +361,12 @@ PACKED_CONVS = [
     ((1, 16, 150, 150), 8, (1, 1), (1, 1), (0, 0, 0, 0), 1),  # several pixel tiles of a 1x1 conv
     ((2, 12, 10, 10), 18, (3, 3), (1, 1), (1, 1, 1, 1), 3),
     ((1, 130, 3, 3), 200, (3, 3), (1, 1), (1, 1, 1, 1), 1),  # many channel panels, 9 pixels
+    # blocks of many channel panels pack their pixels (_panels_by_pixels): a 1x1 conv with a partial
+    # last half panel and packed columns in two passes (SUB_BYTES), a strided conv over two reduction
+    # chunks, and groups
+    ((1, 96, 20, 21), 200, (1, 1), (1, 1), (0, 0, 0, 0), 1),
+    ((1, 40, 30, 29), 193, (3, 3), (2, 2), (1, 1, 1, 1), 1),
+    ((2, 64, 8, 8), 384, (3, 3), (1, 1), (1, 1, 1, 1), 2),
 ]
 
 
@@ -428,7 +434,8 @@ assert njit(lambda *a: split_pairs(*a))(src, 3, 37, even, 1, odd, 2) == 37
 assert (even[1:38] == src[3:77:2]).all() and (odd[2:39] == src[4:78:2]).all() and even[38] == odd[39] == 0
 rng = np.random.default_rng(0)
 for n, c, o, h, w, k, s, p in [(1, 13, 20, 23, 17, 3, 2, 1), (2, 40, 7, 9, 9, 1, 1, 0), (1, 300, 8, 5, 5, 3, 1, 1),
-                               (2, 16, 16, 40, 37, 3, 1, 1)]:  # Winograd's transforms: 16 tiles at once
+                               (2, 16, 16, 40, 37, 3, 1, 1),  # Winograd's transforms: 16 tiles at once
+                               (1, 64, 200, 9, 11, 3, 2, 1), (1, 96, 200, 7, 9, 1, 1, 0)]:  # packed pixel panels
     x = rng.standard_normal((n, c, h, w)).astype(np.float32)
     wt = rng.standard_normal((o, c, k, k)).astype(np.float32) / np.sqrt(c * k * k)
     ref = torch.nn.functional.conv2d(torch.from_numpy(x).double(), torch.from_numpy(wt).double(), None, s, p).numpy()
