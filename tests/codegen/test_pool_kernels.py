@@ -29,11 +29,12 @@ WINDOWS = [  # shape, kernel, stride, padding (t, l, b, r), ceil_mode
     ((1, 2, 12, 15), (3, 2), (2, 3), (1, 0, 1, 1), True),
     ((4, 2, 7, 8), (1, 3), (1, 2), (0, 1, 0, 1), False),
     ((1, 64, 30, 30), (3, 3), (2, 2), (1, 1, 1, 1), False),  # parallel
+    ((1, 4, 13, 11), (2, 3), (3, 1), (0, 1, 0, 1), True),  # strided height only: max pools row by row
 ]
 
 
 @pytest.mark.parametrize("shape, kernel, stride, padding, ceil_mode", WINDOWS)
-@pytest.mark.parametrize("dilation", [(1, 1), (2, 1)])
+@pytest.mark.parametrize("dilation", [(1, 1), (2, 1), (1, 2)])
 @pytest.mark.parametrize("op", ["max_pool2d", "max_pool2d_indices"])
 def test_max_pool(op, shape, kernel, stride, padding, ceil_mode, dilation):
     attrs = {"kernel": kernel, "stride": stride, "padding": padding, "ceil_mode": ceil_mode, "dilation": dilation}
