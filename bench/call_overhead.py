@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 
 import compiler
+from compiler.run_control import UNCONTROLLED
 
 TRIVIAL_PARAM = """7767517
 3 2
@@ -60,7 +61,8 @@ def main(argv: list[str] | None = None) -> None:
         checked = m.check_inputs([x])
         rows = [("m(x): the whole call", best_us(lambda: m(x), args.calls)),
                 ("  check_inputs", best_us(lambda: m.check_inputs([x]), args.calls)),
-                ("  _execute (thread count, dispatch, forward)", best_us(lambda: m._execute(checked), args.calls))]
+                ("  _execute (thread count, dispatch, forward)",
+                 best_us(lambda: m._execute(checked, UNCONTROLLED), args.calls))]
     for label, us in rows:
         print(f"{label:48s} {us:7.2f} us")
 

@@ -225,3 +225,15 @@ def test_ncnn_runs_tiny_cnn_like_torch_image_by_image(tmp_path):
 def test_ncnn_net_refuses_missing_files(tmp_path):
     with pytest.raises(RuntimeError, match="ncnn could not load"):
         ncnn_net(tmp_path / "none.ncnn.param", tmp_path / "none.ncnn.bin", 1)
+
+
+def test_call_overhead_times_each_part_of_a_call(capsys):
+    """bench.call_overhead compiles its trivial model, checks its output, and prints a positive time
+    for the whole call and for each part (it must keep up with the model's run surface)."""
+    from bench import call_overhead
+
+    call_overhead.main(["--calls", "20"])
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert [line.split("  ")[0].strip() for line in lines][0] == "m(x): the whole call"
+    times = [float(re.search(r"([\d.]+) us$", line).group(1)) for line in lines]
+    assert len(times) == 3 and all(t > 0 for t in times)
