@@ -32,13 +32,20 @@ from bench.pnnx_export import _CWD_LOCK, _captured_fds, _chdir, _zoo_key, build_
 from bench.zoo_probe import limit_numpy_blas
 from ir.graph import Graph
 
+# seconds to wait before timing a runtime, so the threads of the one timed before it stop spinning:
+# onnxruntime's intra-op threads keep two cores busy for more than 20 ms after a run, and our ResNet-18
+# right after an onnxruntime run took 33 ms against 18 ms after a pause of 200 ms (ours after ours: 18
+# ms; onnxruntime after our forward: 16 against 11 ms) (AVX-512 Xeon, 2 threads)
+SETTLE_SECONDS = 0.3
+
 
 def median_ms(fn: Callable[[], object], warmup: int = 3, repeat: int = 20, max_seconds: float = 20.0) -> float:
-    """Median wall time of fn() in milliseconds, after warm-up runs.
+    """Median wall time of fn() in milliseconds, after a pause (SETTLE_SECONDS) and warm-up runs.
 
     Stops after max_seconds (but never before 3 timed runs), so that a slow runtime
     (the interpreter on YOLOv5s at batch 8) bounds the benchmark's duration.
     """
+    time.sleep(SETTLE_SECONDS)
     for _ in range(warmup):
         fn()
     times = []

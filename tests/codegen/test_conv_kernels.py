@@ -144,6 +144,7 @@ WINOGRAD_CONVS = [  # (n, c, h, w), o, padding (t, l, b, r)
     ((3, 32, 12, 16), 48, (1, 1, 1, 1)),
     ((7, 64, 40, 40), 32, (1, 1, 1, 1)),  # images run 5 at a time (RUN_BYTES), then the last 2
     ((1, 256, 64, 63), 32, (1, 1, 1, 1)),  # an image in runs of tile rows
+    ((2, 32, 7, 7), 32, (1, 1, 1, 1)),  # two 7 x 7 images: 32 tiles, enough (WINOGRAD_MIN_TILES)
 ]
 
 
@@ -167,7 +168,8 @@ def test_winograd_conv2d(shape, o, padding, act, residual):
     ((1, 32, 14, 14), 32, (3, 3), (1, 1), (2, 2), 1, "zeros"),  # dilation
     ((1, 32, 12, 12), 32, (3, 3), (1, 1), (1, 1), 2, "zeros"),  # groups
     ((1, 16, 12, 12), 32, (3, 3), (1, 1), (1, 1), 1, "zeros"),  # too few channels to gain
-    ((1, 32, 6, 6), 32, (3, 3), (1, 1), (1, 1), 1, "zeros"),  # too few pixels to gain
+    ((1, 32, 6, 6), 32, (3, 3), (1, 1), (1, 1), 1, "zeros"),  # too few tiles to gain
+    ((1, 64, 7, 7), 64, (3, 3), (1, 1), (1, 1), 1, "zeros"),  # one 7 x 7 image: 16 tiles, its weights' traffic
 ])
 def test_convs_winograd_does_not_take(shape, o, kernel, stride, dilation, groups, mode):
     lines = check("conv2d", conv_arrays(*shape, o, kernel, groups), conv_attrs(kernel, stride, (1, 1, 1, 1), dilation,
