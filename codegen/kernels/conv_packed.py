@@ -44,7 +44,11 @@ TILE_BYTES = 1 << 19  # a tile's im2col matrix (or input block of a 1x1 conv): a
 # a 14 x 14 plane cut into tiles of 128 and 68 pixels kept one thread idle a third of the time
 # (1024 -> 256 channels: 0.62 -> 0.51 ms, AVX-512 EPYC, 2 threads)
 WHOLE_POINTWISE_BYTES = 1 << 20
-WHOLE_IMAGE_BYTES = 1 << 21  # an im2col matrix up to this size is one tile
+# a tile's input (phase planes) up to this size is the whole image, its channels split between tasks;
+# larger, tiles of rows: 2 MiB made 128 -> 128 channels 3x3 stride 2 from 56 x 56 one tile, each task
+# gathering all of it and streaming it from L2 per channel panel, 2.86 ms against 1.35 ms in tiles of
+# rows (AVX-512 Xeon, 2 threads; one thread even)
+WHOLE_IMAGE_BYTES = 1 << 18
 K_CHUNK = 256  # reduction steps per microkernel call: a weight panel chunk (6 KB) stays in L1
 MIN_PANELS = 2  # channel panels per block when a tile is split between tasks, at least
 # blocks of this many channel panels or more, over this many reduction steps, pack their pixels

@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import codegen.emit.conv as emit_conv
 from ir.op_registry import get_op
 from ir.ops.fused import epilogue_activations
 from ir.types import TensorType
@@ -144,10 +145,18 @@ WINOGRAD_CONVS = [  # (n, c, h, w), o, padding (t, l, b, r)
     ((3, 32, 12, 16), 48, (1, 1, 1, 1)),
     ((7, 64, 40, 40), 32, (1, 1, 1, 1)),  # images run 5 at a time (RUN_BYTES), then the last 2
     ((1, 256, 64, 63), 32, (1, 1, 1, 1)),  # an image in runs of tile rows
-    ((2, 32, 7, 7), 32, (1, 1, 1, 1)),  # two 7 x 7 images: 32 tiles, enough (WINOGRAD_MIN_TILES)
 ]
 
 
+@pytest.fixture
+def any_winograd(monkeypatch):
+    """Winograd for every conv it can take, however small: its kernel's edges, apart from the
+    rule that chooses it for the convs where it gains."""
+    monkeypatch.setattr(emit_conv, "WINOGRAD_MIN_TILES", 1)
+    monkeypatch.setattr(emit_conv, "WINOGRAD_MIN_PRODUCT_MACS", 0)
+
+
+@pytest.mark.usefixtures("any_winograd")
 @pytest.mark.parametrize("shape, o, padding", WINOGRAD_CONVS)
 @pytest.mark.parametrize("act, residual", [("none", False), ("relu", False), ("silu", True), ("none", True)])
 def test_winograd_conv2d(shape, o, padding, act, residual):
@@ -162,21 +171,41 @@ def test_winograd_conv2d(shape, o, padding, act, residual):
     assert "winograd_conv2d" in lines[0] and "__winograd" in lines[0]
 
 
+@pytest.mark.usefixtures("any_winograd")
 @pytest.mark.parametrize("shape, o, kernel, stride, dilation, groups, mode", [
     ((1, 32, 12, 12), 32, (3, 3), (1, 1), (1, 1), 1, "reflect"),  # padding mode
     ((1, 32, 12, 12), 32, (3, 3), (2, 2), (1, 1), 1, "zeros"),  # stride
     ((1, 32, 14, 14), 32, (3, 3), (1, 1), (2, 2), 1, "zeros"),  # dilation
     ((1, 32, 12, 12), 32, (3, 3), (1, 1), (1, 1), 2, "zeros"),  # groups
-    ((1, 16, 12, 12), 32, (3, 3), (1, 1), (1, 1), 1, "zeros"),  # too few channels to gain
-    ((1, 32, 6, 6), 32, (3, 3), (1, 1), (1, 1), 1, "zeros"),  # too few tiles to gain
-    ((1, 64, 7, 7), 64, (3, 3), (1, 1), (1, 1), 1, "zeros"),  # one 7 x 7 image: 16 tiles, its weights' traffic
 ])
-def test_convs_winograd_does_not_take(shape, o, kernel, stride, dilation, groups, mode):
+def test_convs_winograd_cannot_take(shape, o, kernel, stride, dilation, groups, mode):
     lines = check("conv2d", conv_arrays(*shape, o, kernel, groups), conv_attrs(kernel, stride, (1, 1, 1, 1), dilation,
                                                                            groups, mode), weights=(1, 2))
     assert "winograd" not in lines[0]
 
 
+@pytest.mark.parametrize("shape, o", [
+    ((1, 32, 6, 6), 32),  # 9 tiles: too few to gain
+    ((1, 256, 7, 7), 256),  # one 7 x 7 image: 16 tiles, its weights' traffic decides (WINOGRAD_MIN_TILES)
+    ((1, 128, 14, 14), 32),  # products of 128 x 32 x 49 multiply-adds: too few (WINOGRAD_MIN_PRODUCT_MACS)
+])
+def test_convs_too_small_for_winograd_run_direct(shape, o):
+    lines = check("conv2d", conv_arrays(*shape, o, (3, 3), 1), conv_attrs((3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 1),
+                  weights=(1, 2), rtol=1e-4, atol=1e-4)
+    assert "winograd" not in lines[0] and "conv2d_packed" in lines[0]
+
+
+@pytest.mark.parametrize("shape, o", [
+    ((1, 64, 32, 32), 64),  # 256 tiles: products of 64 x 64 x 256 multiply-adds (WINOGRAD_MIN_PRODUCT_MACS)
+    ((2, 256, 7, 7), 256),  # two 7 x 7 images: 32 tiles (WINOGRAD_MIN_TILES)
+])
+def test_winograd_takes_convs_large_enough_to_gain(shape, o):
+    lines = check("conv2d", conv_arrays(*shape, o, (3, 3), 1), conv_attrs((3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 1),
+                  weights=(1, 2), rtol=1e-4, atol=1e-4)
+    assert "winograd_conv2d" in lines[0]
+
+
+@pytest.mark.usefixtures("any_winograd")
 def test_winograd_needs_constant_weights():
     arrays = conv_arrays(1, 32, 12, 12, 32, (3, 3), 1)
     lines = check("conv2d", arrays, conv_attrs((3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 1), weights=(2,))
