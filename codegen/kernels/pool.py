@@ -65,6 +65,37 @@ def _padded_width(w, ow, kernel, stride, padding, dilation):
     return (wp + stride[1] - 1) // stride[1] * stride[1]
 
 
+@numba.njit(inline="always", cache=True, nogil=True)
+def _window_widths(ow, w, kernel, stride, padding, count_include_pad, dtype):
+    """The width of each output column's window in torch's count: clipped to the padded input, and to
+    the input unless pads count (as floats: _average divides by them in vectors)."""
+    widths = np.empty(ow, dtype)
+    for ox in range(ow):
+        x0 = ox * stride[1] - padding[1]
+        x1 = min(x0 + kernel[1], w + padding[3])
+        if not count_include_pad:
+            x0, x1 = max(x0, 0), min(x1, w)
+        widths[ox] = x1 - x0
+    return widths
+
+
+@numba.njit(inline="always", cache=True, nogil=True)
+def _average(out_row, oy, h, kernel, stride, padding, count_include_pad, divisor, widths):
+    """Output row oy of an average pool, its window sums divided in place: by divisor if > 0, else by
+    torch's count, the window's height (clipped as its widths are) times its width."""
+    if divisor > 0:
+        for ox in range(out_row.size):
+            out_row[ox] /= divisor
+        return
+    y0 = oy * stride[0] - padding[0]
+    y1 = min(y0 + kernel[0], h + padding[2])
+    if not count_include_pad:
+        y0, y1 = max(y0, 0), min(y1, h)
+    rows = out_row.dtype.type(y1 - y0)
+    for ox in range(out_row.size):
+        out_row[ox] /= rows * widths[ox]
+
+
 def _window_chunk(is_max: bool, name: str):
     """The task function of max (is_max) or average window pooling, named `name`. is_max is a
     constant of its code (a closure variable: numba compiles it in, and caches each function
@@ -86,6 +117,7 @@ def _window_chunk(is_max: bool, name: str):
         v = np.empty((2, rb * w), x.dtype)
         phases = np.full((sw, rb * wq + (kernel[1] - 1) * dilation[1] // sw), fill, x.dtype)
         hb = np.empty((2, rb * wq), x.dtype)
+        widths = _window_widths(ow, w, kernel, stride, padding, count_include_pad, x.dtype)
         for p in range(k * planes // chunks, (k + 1) * planes // chunks):
             plane = xf[p * h * w:(p + 1) * h * w]
             for b0 in range(0, oh, rb):
@@ -127,23 +159,8 @@ def _window_chunk(is_max: bool, name: str):
                     oy = b0 + i
                     out_row = of[(p * oh + oy) * ow:(p * oh + oy + 1) * ow]
                     _combine(out_row, out_row, cols[i * wq:i * wq + ow], True, is_max)
-                    if is_max:
-                        continue
-                    if divisor > 0:
-                        for ox in range(ow):
-                            out_row[ox] /= divisor
-                        continue
-                    # torch's count: the window clipped to the padded input, and to the input unless pads count
-                    y0 = oy * sh - padding[0]
-                    y1 = min(y0 + kh, h + padding[2])
-                    if not count_include_pad:
-                        y0, y1 = max(y0, 0), min(y1, h)
-                    for ox in range(ow):
-                        x0 = ox * sw - padding[1]
-                        x1 = min(x0 + kw, w + padding[3])
-                        if not count_include_pad:
-                            x0, x1 = max(x0, 0), min(x1, w)
-                        out_row[ox] /= (y1 - y0) * (x1 - x0)
+                    if not is_max:
+                        _average(out_row, oy, h, kernel, stride, padding, count_include_pad, divisor, widths)
 
     chunk.__name__ = chunk.__qualname__ = name
     return numba.njit(cache=True, nogil=True)(chunk)
@@ -151,6 +168,75 @@ def _window_chunk(is_max: bool, name: str):
 
 _max_window_chunk = _window_chunk(True, "_max_window_chunk")
 _avg_window_chunk = _window_chunk(False, "_avg_window_chunk")
+
+
+def _rows_chunk(is_max: bool, name: str):
+    """The task function of max (is_max) or average pooling strided along the height, named `name`
+    (one compiled function each, as _window_chunk's)."""
+
+    def chunk(k, x, out, chunks, kernel, stride, padding, dilation, fill, count_include_pad, divisor):
+        """Chunk k of `chunks` of the planes, one output row at a time: the max (sum) of its KH input
+        rows (m, one loop along the row per row), split by column phase into rows whose padding holds
+        `fill` (padded column c at phases[(c % SW) * WQ + c // SW]), then KW loops along the output row,
+        each over one phase at the tap's offset. The blocked passes (_window_chunk) take a call per
+        input row for a strided height: ResNet's 3x3 stride-2 max pool of 64 x 112 x 112, 0.63 -> 0.30
+        ms; 2x2 stride-2 average pools of 512 x 28 x 28 0.87 -> 0.36 ms (AVX-512 Xeon, 1 thread)."""
+        _, _, h, w = x.shape
+        _, _, oh, ow = out.shape
+        planes = x.shape[0] * x.shape[1]
+        kh, kw, sh, sw, dh, dw = kernel[0], kernel[1], stride[0], stride[1], dilation[0], dilation[1]
+        pt, pl = padding[0], padding[1]
+        xf, of = x.reshape(-1), out.reshape(-1)
+        wq = _padded_width(w, ow, kernel, stride, padding, dilation) // sw
+        m = np.empty(w, x.dtype)
+        phases = np.full(sw * wq, fill, x.dtype)  # columns outside the input are never written: padding
+        widths = _window_widths(ow, w, kernel, stride, padding, count_include_pad, x.dtype)
+        for p in range(k * planes // chunks, (k + 1) * planes // chunks):
+            for oy in range(oh):
+                first = True
+                for ky in range(kh):
+                    y = oy * sh - pt + ky * dh
+                    if y < 0 or y >= h:
+                        continue
+                    s = (p * h + y) * w
+                    if first:
+                        for i in range(w):
+                            m[i] = xf[u(s + i)]
+                    elif is_max:
+                        for i in range(w):
+                            m[i] = _pmax(m[i], xf[u(s + i)])
+                    else:
+                        for i in range(w):
+                            m[i] += xf[u(s + i)]
+                    first = False
+                if first:  # every row of the window is padding
+                    m[:] = fill
+                for r in range(sw):  # phase r: padded columns r, r + SW, ...; input column c0 the first
+                    c0 = (r - pl) % sw
+                    base = r * wq + (c0 + pl) // sw
+                    for j in range((w - c0 + sw - 1) // sw):
+                        phases[u(base + j)] = m[u(c0 + j * sw)]
+                d = (p * oh + oy) * ow
+                out_row = of[d:d + ow]
+                for j in range(ow):  # tap 0: phase 0 from its start
+                    out_row[j] = phases[j]
+                for kx in range(1, kw):
+                    b = (kx * dw) % sw * wq + (kx * dw) // sw
+                    if is_max:
+                        for j in range(ow):
+                            out_row[j] = _pmax(out_row[j], phases[u(b + j)])
+                    else:
+                        for j in range(ow):
+                            out_row[j] += phases[u(b + j)]
+                if not is_max:
+                    _average(out_row, oy, h, kernel, stride, padding, count_include_pad, divisor, widths)
+
+    chunk.__name__ = chunk.__qualname__ = name
+    return numba.njit(cache=True, nogil=True)(chunk)
+
+
+_max_rows_chunk = _rows_chunk(True, "_max_rows_chunk")
+_avg_rows_chunk = _rows_chunk(False, "_avg_rows_chunk")
 
 
 @numba.njit(inline="always", cache=True, nogil=True)
@@ -162,69 +248,25 @@ def _chunks(x):
 @numba.njit(cache=True, nogil=True)
 def max_pool2d_window(x, out, kernel, stride, padding, dilation, fill):
     """Max pooling; padding (top, left, bottom, right) reads as `fill` (the dtype's lowest). Strided
-    along the height, output row by output row (_max_rows_chunk); else in blocks of rows."""
+    along the height, output row by output row (_rows_chunk); else in blocks of rows (_window_chunk)."""
     chunks = _chunks(x)
     if stride[0] > 1:
-        run_tasks(_max_rows_chunk, chunks, (x, out, chunks, kernel, stride, padding, dilation, fill))
+        run_tasks(_max_rows_chunk, chunks, (x, out, chunks, kernel, stride, padding, dilation, fill, False, 0))
     else:
         run_tasks(_max_window_chunk, chunks, (x, out, chunks, kernel, stride, padding, dilation, fill, False, 0))
 
 
 @numba.njit(cache=True, nogil=True)
-def _max_rows_chunk(k, x, out, chunks, kernel, stride, padding, dilation, fill):
-    """Chunk k of `chunks` of the planes of a max pool strided along the height, one output row at
-    a time: the max of its KH input rows (m, one loop along the row per row), split by column phase
-    into rows whose padding holds `fill` (padded column c at phases[(c % SW) * WQ + c // SW]), then
-    KW loops along the output row, each over one phase at the tap's offset. The blocked passes
-    (_max_window_chunk) take a call per input row for a strided height: ResNet's 3x3 stride-2 pool
-    of 64 x 112 x 112, 0.63 -> 0.30 ms (AVX-512 Xeon, 1 thread)."""
-    _, _, h, w = x.shape
-    _, _, oh, ow = out.shape
-    planes = x.shape[0] * x.shape[1]
-    kh, kw, sh, sw, dh, dw = kernel[0], kernel[1], stride[0], stride[1], dilation[0], dilation[1]
-    pt, pl = padding[0], padding[1]
-    xf, of = x.reshape(-1), out.reshape(-1)
-    wq = _padded_width(w, ow, kernel, stride, padding, dilation) // sw
-    m = np.empty(w, x.dtype)
-    phases = np.full(sw * wq, fill, x.dtype)  # columns outside the input are never written: padding
-    for p in range(k * planes // chunks, (k + 1) * planes // chunks):
-        for oy in range(oh):
-            first = True
-            for ky in range(kh):
-                y = oy * sh - pt + ky * dh
-                if y < 0 or y >= h:
-                    continue
-                s = (p * h + y) * w
-                if first:
-                    for i in range(w):
-                        m[i] = xf[u(s + i)]
-                else:
-                    for i in range(w):
-                        m[i] = _pmax(m[i], xf[u(s + i)])
-                first = False
-            if first:  # every row of the window is padding
-                m[:] = fill
-            for r in range(sw):  # phase r: padded columns r, r + SW, ...; input column c0 the first
-                c0 = (r - pl) % sw
-                base = r * wq + (c0 + pl) // sw
-                for j in range((w - c0 + sw - 1) // sw):
-                    phases[u(base + j)] = m[u(c0 + j * sw)]
-            d = (p * oh + oy) * ow
-            for j in range(ow):  # tap 0: phase 0 from its start
-                of[u(d + j)] = phases[j]
-            for kx in range(1, kw):
-                b = (kx * dw) % sw * wq + (kx * dw) // sw
-                for j in range(ow):
-                    of[u(d + j)] = _pmax(of[u(d + j)], phases[u(b + j)])
-
-
-@numba.njit(cache=True, nogil=True)
 def avg_pool2d_window(x, out, kernel, stride, padding, dilation, count_include_pad, divisor):
     """Average pooling; padding (top, left, bottom, right) zeros, counted in a window's size when
-    count_include_pad; divisor > 0 overrides that size."""
+    count_include_pad; divisor > 0 overrides that size. Strided along the height, output row by
+    output row (_rows_chunk); else in blocks of rows (_window_chunk)."""
     chunks = _chunks(x)
-    run_tasks(_avg_window_chunk, chunks, (x, out, chunks, kernel, stride, padding, dilation, 0.0, count_include_pad,
-                                          divisor))
+    args = (x, out, chunks, kernel, stride, padding, dilation, 0.0, count_include_pad, divisor)
+    if stride[0] > 1:
+        run_tasks(_avg_rows_chunk, chunks, args)
+    else:
+        run_tasks(_avg_window_chunk, chunks, args)
 
 
 @numba.njit(inline="always", cache=True, nogil=True)
