@@ -357,7 +357,11 @@ def adaptive_pool2d(x, out, is_max, arg):
     planes = x.shape[0] * x.shape[1]
     parallel = planes > 1 and x.size >= PARALLEL_MIN_ELEMENTS
     # each task function has one call site, through run_tasks (inline for one task): see max_pool2d_window
-    if out.shape[2] == 1 and out.shape[3] == 1 and not is_max:  # global average pooling
+    if out.shape[2:] == x.shape[2:] and not arg:  # every bin one pixel (AlexNet's 6 x 6 to 6 x 6): a copy,
+        xf, of = x.reshape(-1), out.reshape(-1)  # where the bins' loops took 0.12 ms for 256 such planes
+        for i in range(xf.size):
+            of[i] = xf[i]
+    elif out.shape[2] == 1 and out.shape[3] == 1 and not is_max:  # global average pooling
         chunks = min(planes, CHUNKS) if parallel else 1
         run_tasks(_means_chunk, chunks, (x.reshape(-1), out.reshape(-1), planes, chunks, x.shape[2] * x.shape[3]))
     else:

@@ -65,7 +65,8 @@ def test_avg_pool(shape, kernel, stride, padding, ceil_mode, count_include_pad, 
 
 @pytest.mark.parametrize("op", ["adaptive_avg_pool2d", "adaptive_max_pool2d", "adaptive_max_pool2d_indices"])
 @pytest.mark.parametrize("shape, size", [((1, 512, 7, 7), (1, 1)), ((4, 3, 10, 13), (3, 5)), ((2, 2, 5, 4), (7, 6)),
-                                         ((1, 64, 33, 33), (7, 7)), ((4, 1, 9, 9), (9, 1))])
+                                         ((1, 64, 33, 33), (7, 7)), ((4, 1, 9, 9), (9, 1)),
+                                         ((1, 256, 6, 6), (6, 6))])  # every bin one pixel: a copy
 def test_adaptive(op, shape, size):
     check(op, rand(*shape), {"output_size": size}, rtol=0 if "max" in op else 1e-5)
 
