@@ -6,6 +6,8 @@ block of output rows (small enough for L1) per pass: KH passes along the height
 out at the padded width back to back, split by column phase (column mod stride),
 so KW passes along the width are each one loop over the whole block. That is
 KH + KW operations per output instead of KH * KW, in long loops that vectorize.
+A height strided by more than one (ResNet's and DenseNet's downsampling pools) goes output
+row by output row instead (_rows_chunk): the blocked passes would take a call per input row.
 The index ops scan each window in row-major order instead, keeping the first
 maximum, as the reference does. Padding never wins a max (`lowest`: -inf, or the integer
 minimum); max and argmax propagate NaN, as torch.
