@@ -44,11 +44,11 @@ TILE_BYTES = 1 << 19  # a tile's im2col matrix (or input block of a 1x1 conv): a
 # a 14 x 14 plane cut into tiles of 128 and 68 pixels kept one thread idle a third of the time
 # (1024 -> 256 channels: 0.62 -> 0.51 ms, AVX-512 EPYC, 2 threads)
 WHOLE_POINTWISE_BYTES = 1 << 20
-# a tile's input (phase planes) up to this size is the whole image, its channels split between tasks;
-# larger, tiles of rows: 2 MiB made 128 -> 128 channels 3x3 stride 2 from 56 x 56 one tile, each task
-# gathering all of it and streaming it from L2 per channel panel, 2.86 ms against 1.35 ms in tiles of
-# rows (AVX-512 Xeon, 2 threads; one thread even)
-WHOLE_IMAGE_BYTES = 1 << 18
+WHOLE_IMAGE_BYTES = 1 << 21  # a tile's input (phase planes) up to this size is the whole image
+# with fewer images than threads a whole image has its channels split between tasks, each gathering all
+# of it: then only up to this size, else tiles of rows. 2 MiB made 128 -> 128 channels 3x3 stride 2
+# from 56 x 56 one tile, 2.86 ms against 1.35 ms in tiles of rows (AVX-512 Xeon, 2 threads, batch 1)
+SHARED_IMAGE_BYTES = 1 << 18
 K_CHUNK = 256  # reduction steps per microkernel call: a weight panel chunk (6 KB) stays in L1
 MIN_PANELS = 2  # channel panels per block when a tile is split between tasks, at least
 # blocks of this many channel panels or more, over this many reduction steps, pack their pixels
@@ -86,12 +86,18 @@ def conv2d_packed(x, wp, bias, residual, out, kernel, stride, padding, dilation,
     # a tile's bytes per pixel: of its input (the phase planes: about C * SH * SW floats a pixel), or
     # of its accumulator block, whichever is larger (few inputs and many outputs: an expansion)
     per_pixel = x.itemsize * max(k if pointwise else cg * sh * sw, og)
-    # a 1x1 conv that reads more than it writes (k > og) cuts its pixels between tasks rather than its
-    # channels: each task then reads only its pixels of an input the last layer's threads just wrote
-    # (192 -> 32 channels on 28 x 28: 0.14 -> 0.10 ms, 1024 -> 256 on 14 x 14: 0.61 -> 0.49 ms, the
-    # input written by two threads; AVX-512 Xeon); an expansion keeps its channels split (32 -> 192:
-    # 0.076 against 0.093 ms by pixels)
-    whole = (0 if k > og else WHOLE_POINTWISE_BYTES) if pointwise else WHOLE_IMAGE_BYTES
+    # fewer images (or groups) than threads: an image's work is split between tasks. A 1x1 conv that
+    # reads more than it writes (k > og) then cuts its pixels between them rather than its channels:
+    # each task reads only its pixels of an input the last layer's threads just wrote (192 -> 32
+    # channels on 28 x 28: 0.14 -> 0.10 ms, 1024 -> 256 on 14 x 14: 0.61 -> 0.49 ms, the input written
+    # by two threads; AVX-512 Xeon); an expansion keeps its channels split (32 -> 192: 0.076 against
+    # 0.093 ms by pixels). With images enough, each stays whole (a batch of 14 x 14 planes cut into
+    # tiles of 128 and 68 pixels ran slower)
+    shared = n_n * groups < num_threads()
+    if pointwise:
+        whole = 0 if shared and k > og else WHOLE_POINTWISE_BYTES
+    else:
+        whole = SHARED_IMAGE_BYTES if shared else WHOLE_IMAGE_BYTES
     # fewer channel panels than the threads need blocks of: the images are cut between them instead
     # (UNet's 16-channel convs on 64 x 64 ran on one thread)
     few_panels = n_n * groups * n_mb < MIN_PANELS * num_threads()
