@@ -98,6 +98,13 @@ def _average(out_row, oy, h, kernel, stride, padding, count_include_pad, divisor
         out_row[ox] /= rows * widths[ox]
 
 
+def _compiled_as(chunk, name: str):
+    """A factory's task function compiled under `name`: its closure constants (is_max) are compiled
+    in, and numba caches each named function apart."""
+    chunk.__name__ = chunk.__qualname__ = name
+    return numba.njit(cache=True, nogil=True)(chunk)
+
+
 def _window_chunk(is_max: bool, name: str):
     """The task function of max (is_max) or average window pooling, named `name`. is_max is a
     constant of its code (a closure variable: numba compiles it in, and caches each function
@@ -164,8 +171,7 @@ def _window_chunk(is_max: bool, name: str):
                     if not is_max:
                         _average(out_row, oy, h, kernel, stride, padding, count_include_pad, divisor, widths)
 
-    chunk.__name__ = chunk.__qualname__ = name
-    return numba.njit(cache=True, nogil=True)(chunk)
+    return _compiled_as(chunk, name)
 
 
 _max_window_chunk = _window_chunk(True, "_max_window_chunk")
@@ -233,8 +239,7 @@ def _rows_chunk(is_max: bool, name: str):
                 if not is_max:
                     _average(out_row, oy, h, kernel, stride, padding, count_include_pad, divisor, widths)
 
-    chunk.__name__ = chunk.__qualname__ = name
-    return numba.njit(cache=True, nogil=True)(chunk)
+    return _compiled_as(chunk, name)
 
 
 _max_rows_chunk = _rows_chunk(True, "_max_rows_chunk")
