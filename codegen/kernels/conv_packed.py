@@ -151,6 +151,7 @@ def _packed_task(t, xf, wf, of, rf, bias, dims, window, split, pointwise, planes
     mb0 = oi * mbb
     mb1 = min(n_mb, mb0 + mbb)
     x0 = (n * c_n + g * cg) * h * w
+    packs = mb1 - mb0 >= PACK_MIN_PANELS and k >= PACK_MIN_STEPS  # _panels_by_pixels, below
     # the tile's input as k rows of pp columns: reduction step r at src[rows[r]:rows[r] + pp]
     if pointwise:  # each channel's pixels where they lie: row c at x0 + c * H * W + p0
         pp = half_panels(p)  # the tile's pixels, padded to whole half panels
@@ -158,7 +159,8 @@ def _packed_task(t, xf, wf, of, rf, bias, dims, window, split, pointwise, planes
         for c in range(k):
             rows[c] = x0 + c * h * w + p0
         src, ldb = xf, h * w
-        if pp > p:  # a partial last half panel: copied, so the columns past the tile read zeros
+        if pp > p and not packs:  # a partial last half panel: copied, so the columns past the tile read
+            # zeros (packing zero-fills them itself, reading the input in place)
             src, ldb = np.zeros(k * pp, xf.dtype), pp
             for c in range(k):
                 copy_run(src, c * pp, xf, rows[c], p)
@@ -173,9 +175,9 @@ def _packed_task(t, xf, wf, of, rf, bias, dims, window, split, pointwise, planes
         rows, ldb = taps, 0
     a0 = (g * n_mb + mb0) * k * MR  # the block's first weight panel
     out = (n, g, p0, p, pp)
-    if mb1 - mb0 >= PACK_MIN_PANELS and k >= PACK_MIN_STEPS:
+    if packs:
         acc = np.empty((mb1 - mb0) * MR * pp, xf.dtype)
-        _panels_by_pixels(wf, a0, mb1 - mb0, k, src, rows, acc, pp)
+        _panels_by_pixels(wf, a0, mb1 - mb0, k, src, rows, acc, pp, p if pointwise else pp)
         for mb in range(mb0, mb1):
             _block_out(acc, (mb - mb0) * MR * pp, mb, of, rf, bias, dims, ow, wq, pointwise, out, acts, params)
     else:  # each panel of channels through the whole reduction, then out
@@ -191,14 +193,14 @@ def _packed_task(t, xf, wf, of, rf, bias, dims, window, split, pointwise, planes
 
 
 @numba.njit(**SEQ)
-def _panels_by_pixels(wf, a0, nb, k, src, rows, acc, pp):
+def _panels_by_pixels(wf, a0, nb, k, src, rows, acc, pp, valid):
     """acc[i * pp + j] = sum_r wf[panels] * src[rows[r] + j] for the nb channel panels from a0 (row i:
-    channel i of the block) and j < pp: BLIS's loop order. Per chunk of K_CHUNK reduction steps and
-    SUB_BYTES of columns, the columns are packed into panels (_pack_rows); each panel, in L1, meets
-    every channel panel's weights in turn, which come from L2. Reading the input in place instead,
-    every microkernel step loads its pixels from L2 at the input's pitch, split across cache lines
-    (and a 32 x 32 image's rows 4 KiB apart alias in L1): 512 -> 128 channels on 32 x 32, 1.73 ->
-    0.91 ms (AVX-512 Xeon, 1 thread)."""
+    channel i of the block) and j < pp, src read as zeros from column `valid` on: BLIS's loop order.
+    Per chunk of K_CHUNK reduction steps and SUB_BYTES of columns, the columns are packed into
+    panels (_pack_rows); each panel, in L1, meets every channel panel's weights in turn, which come
+    from L2. Reading the input in place instead, every microkernel step loads its pixels from L2 at
+    the input's pitch, split across cache lines (and a 32 x 32 image's rows 4 KiB apart alias in L1):
+    512 -> 128 channels on 32 x 32, 1.73 -> 0.91 ms (AVX-512 Xeon, 1 thread)."""
     nr = panel_width()
     kcs = min(k, K_CHUNK)
     sub = min(pp, max(nr, SUB_BYTES // (src.itemsize * kcs) // nr * nr))
@@ -208,7 +210,7 @@ def _panels_by_pixels(wf, a0, nb, k, src, rows, acc, pp):
         full = cn // nr * nr
         for kb in range(0, k, K_CHUNK):
             kc = min(K_CHUNK, k - kb)
-            _pack_rows(bp, src, rows, kb, kc, c0, cn)
+            _pack_rows(bp, src, rows, kb, kc, c0, cn, min(cn, max(0, valid - c0)))
             for j in range(0, full, nr):
                 for mb in range(nb):
                     micro_gemm(kc, wf, a0 + (mb * k + kb) * MR, bp, j * kc, nr, acc, mb * MR * pp + c0 + j, pp,
@@ -220,21 +222,28 @@ def _panels_by_pixels(wf, a0, nb, k, src, rows, acc, pp):
 
 
 @numba.njit(**SEQ)
-def _pack_rows(bp, src, rows, r0, kc, c0, cn):
+def _pack_rows(bp, src, rows, r0, kc, c0, cn, n):
     """Columns c0.. c0 + cn of reduction steps r0.. r0 + kc as microkernel panels: column c0 + j of
-    step r0 + r at bp[(j // NR) * kc * NR + r * NR + j % NR] (a half last panel NR / 2 wide)."""
+    step r0 + r at bp[(j // NR) * kc * NR + r * NR + j % NR] (a half last panel NR / 2 wide); the
+    columns from c0 + n on are zeros, not read (a 1x1 conv's pixels past its tile, in place)."""
     nr = panel_width()
     full = cn // nr * nr
+    whole = min(full, n // nr * nr)  # the panels read whole
     for r in range(kc):
         s = rows[r0 + r] + c0
-        for j in range(0, full, nr):
+        for j in range(0, whole, nr):
             d = j * kc + r * nr
             for i in range(nr):
                 bp[u(d + i)] = src[u(s + j + i)]
-        if full < cn:
+        if n >= cn and full < cn:
             d = full * kc + r * (nr // 2)
             for i in range(nr // 2):
                 bp[u(d + i)] = src[u(s + full + i)]
+        elif n < cn:  # the last panels column by column, zeros past n
+            for j in range(whole, cn):
+                width = nr if j < full else nr // 2
+                start = j // nr * nr
+                bp[u(start * kc + r * width + j - start)] = src[u(s + j)] if j < n else 0
 
 
 @numba.njit(**SEQ)
