@@ -3,6 +3,7 @@ and the compiled kernels (the executor for each, a numba forward for a sample), 
 errors, in bounded time and memory.
 
     python -m tests.fuzz_models --cases 100000 [--seed 1] [--numba-every 50]   # the long run; prints counts
+    python -m tests.fuzz_models --cases 3000 --json   # one JSON line: counts, seconds, peak memory
 
 Hypothesis draws the mutants (a corpus model, and the random choices of a mutation), so a failure is
 shrunk to a simplest mutant before it is reported; tests/test_fuzz_models.py runs a fixed-seed few
@@ -17,6 +18,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import io
+import json
 import random
 import re
 import shutil
@@ -379,16 +381,33 @@ def run(cases: int, seed: int, numba_every: int, report_every: int = 0) -> Count
     return counts
 
 
+def peak_rss_kib() -> int:
+    """This process's peak resident set in KiB: Linux's VmHWM, the high-water mark of its own address
+    space. Not getrusage's ru_maxrss, which in a process started by fork and exec begins at the parent's
+    size (the kernel carries the forked copy's mark over the exec)."""
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1])
+    raise RuntimeError("no VmHWM in /proc/self/status: not Linux")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tests.fuzz_models", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--cases", type=int, default=100_000)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--numba-every", type=int, default=50, help="compile every Nth running mutant with numba too")
+    parser.add_argument("--json", action="store_true",
+                        help="print one JSON object: counts, seconds, peak resident set (KiB)")
     args = parser.parse_args(argv)
     start = time.perf_counter()
-    counts = run(args.cases, args.seed, args.numba_every, report_every=1000)
-    print(f"{sum(counts.values())} cases in {time.perf_counter() - start:.0f} s, seed {args.seed}: {dict(counts)}")
+    counts = run(args.cases, args.seed, args.numba_every, report_every=0 if args.json else 1000)
+    seconds = time.perf_counter() - start
+    if args.json:
+        print(json.dumps({"counts": dict(counts), "seconds": round(seconds, 1), "max_rss_kib": peak_rss_kib()}))
+    else:
+        print(f"{sum(counts.values())} cases in {seconds:.0f} s, seed {args.seed}: {dict(counts)}")
     return 0
 
 
