@@ -9,11 +9,11 @@ too few tiles to keep every thread busy. Each task of one parallel loop
      reads reduction step (channel, tap) at that tap's offset in them (micro_gemm_rows),
      computing the wq - ow columns past each output row too; a 1x1 stride-1 conv reads its
      input where it lies (only a last partial half panel of pixels is copied, zero-padded);
-  2. multiplies its block of channel panels by the tile's pixels on the microkernel, in chunks
-     of K_CHUNK reduction steps whose weights stay in L1: a block of many panels (many output
-     channels) packs the tile's pixels into panels first, each of which then meets every
-     channel panel in turn from L1 (BLIS's loop order: _panels_by_pixels); a block of a few
-     runs each channel panel over the whole tile, the pixels read where they lie;
+  2. multiplies its block of channel panels (two at a call on AVX-512: micro_gemm2) by the
+     tile's pixels on the microkernel, in chunks of K_CHUNK reduction steps whose weights stay
+     in L1, the pixels read where they lie; on AVX2 (one panel a call), a block of many panels
+     (many output channels) packs the tile's pixels into panels first, each of which then meets
+     every channel panel in turn from L1 (BLIS's loop order: _panels_by_pixels);
   3. drops the columns past each row, and applies the epilogue (bias, activation, residual)
      on the way from the block to the output (_block_out).
 """
@@ -29,11 +29,14 @@ from codegen.kernels.gemm import PACKED_ROWS, PARALLEL_MIN_MACS, gemm_row_groups
 from codegen.kernels.microkernel import (
     MR,
     gemm_panels,
+    gemm_panels2,
+    gemm_panels2_rows,
     gemm_panels_rows,
     half_panels,
     micro_gemm,
     micro_gemm_half,
     panel_width,
+    panels_per_call,
 )
 from codegen.kernels.planes import gather_planes, plane_pitch, tap_offset
 from codegen.kernels.tasks import run_tasks
@@ -51,10 +54,14 @@ WHOLE_IMAGE_BYTES = 1 << 21  # a tile's input (phase planes) up to this size is 
 SHARED_IMAGE_BYTES = 1 << 18
 K_CHUNK = 256  # reduction steps per microkernel call: a weight panel chunk (6 KB) stays in L1
 MIN_PANELS = 2  # channel panels per block when a tile is split between tasks, at least
-# blocks of this many channel panels or more, over this many reduction steps, pack their pixels
-# (_panels_by_pixels); fewer panels reuse the packed panels too little to pay for the copy (64 -> 64
-# channels on 56 x 56: 1.5x slower packed), and fewer steps make a microkernel call too short for
-# the scattered stores of the packed loop order (16 -> 96 on 112 x 112: 1.16x) (AVX-512 Xeon, 1 thread)
+# with one panel a microkernel call (AVX2), blocks of this many channel panels or more, over this many
+# reduction steps, pack their pixels (_panels_by_pixels); fewer panels reuse the packed panels too little
+# to pay for the copy (64 -> 64 channels on 56 x 56: 1.5x slower packed), and fewer steps make a
+# microkernel call too short for the scattered stores of the packed loop order (16 -> 96 on 112 x 112:
+# 1.16x) (AVX-512 Xeon, 1 thread, before micro_gemm2). Two panels a call (AVX-512) read the pixels in
+# place faster than packing them, on every shape measured: 2 threads, 64 -> 128 3x3 stride 2 on 56 x 56
+# 0.344 -> 0.278 ms, 128 -> 256 on 28 x 28 0.368 -> 0.304, 512 -> 128 1x1 on 32 x 32 (rows 4 KiB apart,
+# which packing was for) 0.344 -> 0.291, 256 -> 256 3x3 on 14 x 14 0.660 -> 0.588 (Zen 5 EPYC)
 PACK_MIN_PANELS = 16
 PACK_MIN_STEPS = 64
 SUB_BYTES = 1 << 17  # a chunk of packed pixel panels: K_CHUNK steps of this many bytes' columns
@@ -151,7 +158,7 @@ def _packed_task(t, xf, wf, of, rf, bias, dims, window, split, pointwise, planes
     mb0 = oi * mbb
     mb1 = min(n_mb, mb0 + mbb)
     x0 = (n * c_n + g * cg) * h * w
-    packs = mb1 - mb0 >= PACK_MIN_PANELS and k >= PACK_MIN_STEPS  # _panels_by_pixels, below
+    packs = panels_per_call() == 1 and mb1 - mb0 >= PACK_MIN_PANELS and k >= PACK_MIN_STEPS  # _panels_by_pixels
     # the tile's input as k rows of pp columns: reduction step r at src[rows[r]:rows[r] + pp]
     if pointwise:  # each channel's pixels where they lie: row c at x0 + c * H * W + p0
         pp = half_panels(p)  # the tile's pixels, padded to whole half panels
@@ -180,16 +187,25 @@ def _packed_task(t, xf, wf, of, rf, bias, dims, window, split, pointwise, planes
         _panels_by_pixels(wf, a0, mb1 - mb0, k, src, rows, acc, pp, p if pointwise else pp)
         for mb in range(mb0, mb1):
             _block_out(acc, (mb - mb0) * MR * pp, mb, of, rf, bias, dims, ow, wq, pointwise, out, acts, params)
-    else:  # each panel of channels through the whole reduction, then out
-        acc = np.empty(MR * pp, xf.dtype)
-        for mb in range(mb0, mb1):
+    else:  # each panel of channels (two at once on AVX-512) through the whole reduction, then out
+        pairs = panels_per_call()
+        acc = np.empty(pairs * MR * pp, xf.dtype)
+        mb = mb0
+        while mb < mb1:
+            two = pairs == 2 and mb + 1 < mb1
             for kb in range(0, k, K_CHUNK):
                 kc, a = min(K_CHUNK, k - kb), a0 + ((mb - mb0) * k + kb) * MR
-                if pointwise:  # rows ldb apart
+                if pointwise and two:  # rows ldb apart
+                    gemm_panels2(kc, wf, a, k * MR, src, rows[kb], ldb, acc, 0, pp, pp, kb > 0)
+                elif pointwise:
                     gemm_panels(kc, wf, a, src, rows[kb], ldb, acc, 0, pp, pp, kb > 0)
+                elif two:
+                    gemm_panels2_rows(kc, wf, a, k * MR, src, 0, rows, kb, acc, 0, pp, pp, kb > 0)
                 else:
                     gemm_panels_rows(kc, wf, a, src, 0, rows, kb, acc, 0, pp, pp, kb > 0)
-            _block_out(acc, 0, mb, of, rf, bias, dims, ow, wq, pointwise, out, acts, params)
+            for q in range(2 if two else 1):
+                _block_out(acc, q * MR * pp, mb + q, of, rf, bias, dims, ow, wq, pointwise, out, acts, params)
+            mb += 2 if two else 1
 
 
 @numba.njit(**SEQ)

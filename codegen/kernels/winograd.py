@@ -30,7 +30,7 @@ from numba.extending import intrinsic
 
 from codegen.kernels.common import SEQ, blocks, num_threads, span, u
 from codegen.kernels.epilogue import epilogue_run, residual_run
-from codegen.kernels.microkernel import MR, gemm_panels, half_panels, pack_weights
+from codegen.kernels.microkernel import MR, gemm_panels, gemm_panels2, half_panels, pack_weights, panels_per_call
 from codegen.kernels.tasks import run_tasks
 from codegen.kernels.vectors import vector_floats, vector_width
 
@@ -212,12 +212,16 @@ def _products_task(t, uf, vf, mf, n_o, mbb, n_mb, c_n, ld, v_plane, m_plane):
     half panels of NR, ld long; their planes v_plane and m_plane apart."""
     k, mb0 = t // n_o, (t % n_o) * mbb
     mb1 = min(n_mb, mb0 + mbb)
+    step = panels_per_call()  # two panels a microkernel call on AVX-512 (micro_gemm2)
     for kb in range(0, c_n, K_CHUNK):
         kc = min(K_CHUNK, c_n - kb)
-        for mb in range(mb0, mb1):
+        for mb in range(mb0, mb1, step):
             a0 = ((k * n_mb + mb) * c_n + kb) * MR
             c0 = k * m_plane + mb * MR * ld
-            gemm_panels(kc, uf, a0, vf, k * v_plane + kb * ld, ld, mf, c0, ld, ld, kb > 0)
+            if mb + 1 < mb1 and step == 2:
+                gemm_panels2(kc, uf, a0, c_n * MR, vf, k * v_plane + kb * ld, ld, mf, c0, ld, ld, kb > 0)
+            else:
+                gemm_panels(kc, uf, a0, vf, k * v_plane + kb * ld, ld, mf, c0, ld, ld, kb > 0)
 
 
 @numba.njit(inline="always", **SEQ)

@@ -438,6 +438,35 @@ def test_gemm_panels_whole_and_half(halves):
     np.testing.assert_allclose(c.reshape(MR, ldc)[:, :n], 2 * product, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("halves", [1, 3])
+def test_two_panels_a_call_match_numpy(halves):
+    """gemm_panels2 and gemm_panels2_rows (micro_gemm2: two weight panels ps apart, 2 MR rows of c)
+    match numpy's float64 product, overwriting and then accumulating, b's rows read in order or
+    at any offsets, and write no column past n."""
+    import numba
+
+    from codegen.kernels.microkernel import MR, gemm_panels2, gemm_panels2_rows, panel_width
+
+    nr = numba.njit(lambda: panel_width())()
+    n, ldc, kc, ps = halves * nr // 2, halves * nr // 2 + 3, 41, 41 * MR + 12  # a gap between the panels
+    rng = np.random.default_rng(halves)
+    a = rng.standard_normal(ps + kc * MR).astype(np.float32)
+    b = rng.standard_normal(kc * (n + 5) + 7).astype(np.float32)
+    rows = (np.arange(kc) * (n + 5) + 7 - np.arange(kc) % 4).astype(np.int64)  # rows off vector alignment
+    weights = np.concatenate([a[:kc * MR].reshape(kc, MR), a[ps:].reshape(kc, MR)], axis=1).T.astype(np.float64)
+    direct = numba.njit(lambda c, add: gemm_panels2(kc, a, 0, ps, b, 0, n + 5, c, 0, ldc, n, add))
+    indirect = numba.njit(lambda c, add: gemm_panels2_rows(kc, a, 0, ps, b, 0, rows, 0, c, 0, ldc, n, add))
+    for run, pixels in [(direct, b[:kc * (n + 5)].reshape(kc, n + 5)[:, :n]),
+                        (indirect, np.stack([b[r:r + n] for r in rows]))]:
+        product = weights @ pixels.astype(np.float64)
+        c = np.full(2 * MR * ldc, 7.0, np.float32)
+        run(c, False)
+        np.testing.assert_allclose(c.reshape(2 * MR, ldc)[:, :n], product, rtol=1e-5, atol=1e-5)
+        assert (c.reshape(2 * MR, ldc)[:, n:] == 7.0).all()
+        run(c, True)
+        np.testing.assert_allclose(c.reshape(2 * MR, ldc)[:, :n], 2 * product, rtol=1e-5, atol=1e-5)
+
+
 @pytest.mark.parametrize("dtype, weights", [(np.float32, (2,)), (np.float64, (1, 2))])
 def test_conv2d_without_packed_weights(dtype, weights):
     """A weight computed by the model, or float64, runs im2col + OpenBLAS (conv2d), and matches."""
@@ -447,26 +476,31 @@ def test_conv2d_without_packed_weights(dtype, weights):
     assert "conv2d_packed" not in lines[0] and "conv_conv2d(" in lines[0]
 
 
-def test_packed_convs_with_avx512_panels(tmp_path):
-    """The 6 x 32 microkernel that AVX-512 machines run (two 16-float vectors per row), forced on
-    whatever this machine is (LLVM splits the vectors where it must), in a fresh process with its
-    own numba cache: conv2d_packed and Winograd on it match float64 references, and split_pairs
-    (stride-2 depthwise rows) splits 16 pairs a step and the rest in one masked step."""
-    script = """
+@pytest.mark.parametrize("width", [16, 8])
+def test_packed_convs_with_each_machines_panels(width, tmp_path):
+    """The microkernels of both vector widths, forced on whatever this machine is (LLVM splits the
+    vectors where it must), each in a fresh process with its own numba cache: AVX-512's 6 x 32
+    panels, two at a call (micro_gemm2), and AVX2's 6 x 16, one at a call, whose blocks of many
+    channel panels pack their pixels (_panels_by_pixels). conv2d_packed and Winograd on them match
+    float64 references, and split_pairs (stride-2 depthwise rows) splits a vector of pairs a step
+    and the rest in one masked step."""
+    script = f"""
 import numpy as np, torch
 from codegen.kernels.conv import conv2d_packed
-from codegen.kernels.microkernel import pack_weights, panel_width
+from codegen.kernels.microkernel import pack_weights, panel_width, panels_per_call
 from codegen.kernels.vectors import split_pairs
 from codegen.kernels.winograd import pack_transformed, winograd_conv2d
 from numba import njit
-assert njit(lambda: panel_width())() == 32
+assert njit(lambda: panel_width())() == {2 * width}
+assert njit(lambda: panels_per_call())() == {2 if width == 16 else 1}
 src, even, odd = np.arange(80, dtype=np.float32), np.zeros(40, np.float32), np.zeros(40, np.float32)
 assert njit(lambda *a: split_pairs(*a))(src, 3, 37, even, 1, odd, 2) == 37
 assert (even[1:38] == src[3:77:2]).all() and (odd[2:39] == src[4:78:2]).all() and even[38] == odd[39] == 0
 rng = np.random.default_rng(0)
 for n, c, o, h, w, k, s, p in [(1, 13, 20, 23, 17, 3, 2, 1), (2, 40, 7, 9, 9, 1, 1, 0), (1, 300, 8, 5, 5, 3, 1, 1),
                                (2, 16, 16, 40, 37, 3, 1, 1),  # Winograd's transforms: 16 tiles at once
-                               (1, 64, 200, 9, 11, 3, 2, 1), (1, 96, 200, 7, 9, 1, 1, 0)]:  # packed pixel panels
+                               (1, 40, 13, 12, 12, 3, 1, 1),  # Winograd with an odd panel left (micro_gemm)
+                               (1, 64, 200, 9, 11, 3, 2, 1), (1, 96, 200, 7, 9, 1, 1, 0)]:  # AVX2: packed pixels
     x = rng.standard_normal((n, c, h, w)).astype(np.float32)
     wt = rng.standard_normal((o, c, k, k)).astype(np.float32) / np.sqrt(c * k * k)
     ref = torch.nn.functional.conv2d(torch.from_numpy(x).double(), torch.from_numpy(wt).double(), None, s, p).numpy()
@@ -479,7 +513,7 @@ for n, c, o, h, w, k, s, p in [(1, 13, 20, 23, 17, 3, 2, 1), (2, 40, 7, 9, 9, 1,
         assert np.abs(out - ref).max() < 1e-4, np.abs(out - ref).max()
 print("ok")
 """
-    env = {**os.environ, "PNNX_JIT_VECTOR_WIDTH": "16", "NUMBA_CACHE_DIR": str(tmp_path)}
+    env = {**os.environ, "PNNX_JIT_VECTOR_WIDTH": str(width), "NUMBA_CACHE_DIR": str(tmp_path)}
     done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=1500,
                           cwd=Path(__file__).resolve().parents[2])
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-3000:]
