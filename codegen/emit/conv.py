@@ -7,6 +7,7 @@ import math
 import numpy as np
 
 from codegen.emit import Emit, const_args, emits, lit
+from codegen.emit.data import contiguous_strides, copy_call
 from codegen.emit.gemm import NO_EPILOGUE, epilogue_args, linear_call, no_residual
 from codegen.kernels.conv import PAD_CODES, conv1x1_by_channels, conv2d, conv2d_packed, conv_transpose2d, pad5
 from codegen.kernels.gemm import PACKED_ROWS, transpose_padded
@@ -62,18 +63,29 @@ def is_linear_on_pixels(node: Node) -> bool:
             and x.shape[2:] == (1, 1) and y.shape[2:] == (1, 1))
 
 
+def subsamples_first(node: Node) -> bool:
+    """Whether conv node, a float32 1x1 conv with a stride and no padding (a ResNet's downsample), runs
+    on its input subsampled into a scratch array first, as a stride-1 conv: the strided path gathers
+    every phase plane of the input, SH * SW times what the conv reads (ResNet-50's 256 -> 512 channels
+    on 56 -> 28, 0.83 ms in the model against 0.53 for a stride-1 1x1 conv of the same FLOPs)."""
+    a, w = node.attrs, node.inputs[1]
+    return (uses_packed_weights(node) and w.shape[2:] == (1, 1) and tuple(a["stride"]) != (1, 1)
+            and not any(a["padding"]))
+
+
 def uses_channel_vectors(node: Node, vector_floats: int) -> bool:
     """Whether conv node runs conv1x1_by_channels (output channels in the vectors): a float32 1x1
-    stride-1 unpadded conv with constant weights on images of at most PACKED_ROWS pixels, where
-    MR-pixel row groups pad the pixels 10% less than conv2d_packed's half panels of vector_floats
-    columns do: 7 x 7 images on AVX-512 (54 rows against 64 columns; 320 -> 1280 channels 0.25 ->
-    0.23 ms, 960 -> 320 0.18 -> 0.16 ms, AVX-512 EPYC, 2 threads), not on AVX2 (56 columns)."""
+    unpadded conv (stride 1, or subsampled first) with constant weights on images of at most
+    PACKED_ROWS pixels, where MR-pixel row groups pad the pixels 10% less than conv2d_packed's half
+    panels of vector_floats columns do: 7 x 7 images on AVX-512 (54 rows against 64 columns;
+    320 -> 1280 channels 0.25 -> 0.23 ms, 960 -> 320 0.18 -> 0.16 ms, AVX-512 EPYC, 2 threads),
+    not on AVX2 (56 columns)."""
     a, x, w, y = node.attrs, node.inputs[0], node.inputs[1], node.outputs[0]
     pixels = y.shape[2] * y.shape[3]
     rows, columns = -(-pixels // MR) * MR, -(-pixels // vector_floats) * vector_floats
     return (w.is_constant and w.dtype == x.dtype == "float32" and w.shape[2:] == (1, 1) and a["groups"] == 1
-            and tuple(a["stride"]) == (1, 1) and not any(a["padding"]) and pixels <= PACKED_ROWS
-            and rows * 1.1 < columns)
+            and (tuple(a["stride"]) == (1, 1) or subsamples_first(node)) and not any(a["padding"])
+            and pixels <= PACKED_ROWS and rows * 1.1 < columns)
 
 
 def uses_packed_weights(node: Node) -> bool:
@@ -102,6 +114,15 @@ def _zero_padded_input(e: Emit) -> tuple[list[str], str, tuple[int, ...]]:
     return lines, padded, (0, 0, 0, 0)
 
 
+def _subsampled_input(e: Emit) -> list[str]:
+    """Lines that copy every stride-th pixel of the input into {out}_subsampled (subsamples_first)."""
+    (n, c, h, w), (sh, sw) = e.node.inputs[0].type.shape, e.node.attrs["stride"]
+    shape = (n, c, *e.node.outputs[0].type.shape[2:])
+    out = f"{e.outs[0]}_subsampled"
+    return [f"{out} = np.empty({lit(shape)}, np.{e.node.inputs[0].type.dtype})",
+            copy_call(e, e.args[0], out, shape, (c * h * w, h * w, sh * w, sw), contiguous_strides(shape))]
+
+
 @emits("conv2d", "fused_conv2d")
 def _emit_conv2d(e: Emit) -> list[str]:
     a = e.node.attrs
@@ -116,16 +137,19 @@ def _emit_conv2d(e: Emit) -> list[str]:
         top, left = a["padding"][0], a["padding"][1]
         return [f"{e.call(winograd_conv2d)}({e.args[0]}, {u_}, {bias}, {residual}, {e.outs[0]}, "
                 f"{const_args(top, left)}, {act})"]
+    lines, x, padding = _zero_padded_input(e)
+    stride = tuple(a["stride"])
+    if subsamples_first(e.node):
+        lines, x, stride = _subsampled_input(e), f"{e.outs[0]}_subsampled", (1, 1)
     if uses_channel_vectors(e.node, target_vector_floats()):
         o, c = e.node.inputs[1].shape[:2]
         wt = e.prepack(1, "by_channels", lambda w: transpose_padded(w.reshape(o, c)))
-        return [f"{e.call(conv1x1_by_channels)}({e.args[0]}, {wt}, {bias}, {residual}, {e.outs[0]}, {act})"]
-    lines, x, padding = _zero_padded_input(e)
+        return lines + [f"{e.call(conv1x1_by_channels)}({x}, {wt}, {bias}, {residual}, {e.outs[0]}, {act})"]
     if uses_packed_weights(e.node):
         groups = a["groups"]
         wp = e.prepack(1, f"panels{groups}", lambda w: pack_weights(w, groups))
         return lines + [f"{e.call(conv2d_packed)}({x}, {wp}, {bias}, {residual}, {e.outs[0]}, "
-                        f"{const_args(e.node.inputs[1].shape[2:], a['stride'], padding, a['dilation'])}, {act})"]
+                        f"{const_args(e.node.inputs[1].shape[2:], stride, padding, a['dilation'])}, {act})"]
     return lines + [f"{e.call(conv2d)}({x}, {e.args[1]}, {bias}, {residual}, {e.outs[0]}, "
                     f"{const_args(a['stride'], padding, a['dilation'], a['groups'])}, {act})"]
 

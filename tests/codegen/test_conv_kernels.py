@@ -414,6 +414,25 @@ def test_conv2d_on_packed_weights(shape, o, kernel, stride, padding, groups, act
     assert "conv2d_packed" in lines[0]
 
 
+@pytest.mark.parametrize("shape, o, stride, kernel_called", [
+    ((1, 24, 28, 27), 40, (2, 2), "conv2d_packed"),  # odd width: the last column is read
+    ((2, 16, 25, 27), 8, (2, 3), "conv2d_packed"),  # strides of their own per dim
+    ((1, 64, 14, 14), 96, (2, 2), "conv1x1_by_channels"),  # a 7 x 7 output: channels in the vectors
+])
+@pytest.mark.parametrize("residual", [False, True])
+def test_a_strided_1x1_conv_runs_on_its_input_subsampled_first(shape, o, stride, kernel_called, residual):
+    """A ResNet's downsample (1x1, a stride, no padding): every stride-th pixel copied into scratch,
+    then a stride-1 conv, matching the reference, with or without a residual."""
+    arrays = conv_arrays(*shape, o, (1, 1), 1)
+    (n, _, h, w), (sh, sw) = shape, stride
+    if residual:
+        arrays.append(rand(n, o, (h - 1) // sh + 1, (w - 1) // sw + 1))
+    attrs = {**conv_attrs((1, 1), stride, (0, 0, 0, 0), (1, 1), 1), **epilogue_attrs("relu")}
+    lines = check("fused_conv2d", arrays, attrs, weights=(1, 2), rtol=1e-4, atol=1e-4)
+    assert "_subsampled = np.empty" in lines[0] and "strided_copy" in lines[1], lines
+    assert kernel_called in lines[2] and "y0_subsampled" in lines[2], lines
+
+
 @pytest.mark.parametrize("halves", [1, 2, 3, 6])
 def test_gemm_panels_whole_and_half(halves):
     """gemm_panels over n = halves * NR / 2 columns (whole panels, then a half one on
