@@ -119,7 +119,7 @@ def conv2d_packed(x, wp, bias, residual, out, kernel, stride, padding, dilation,
         n_p = max(n_p, min(-(-p_n // nr) if pointwise else oh, -(-num_threads() // (n_n * groups))))
     if n_p > 1:  # as many tiles as share out evenly over the threads: 4 tiles, not 3.5, for 2 threads
         n_p = _even_count(n_n * groups, n_p)
-        unit = nr if pointwise else ow  # tiles of whole panels, or of whole rows
+        unit = nr // 2 if pointwise else ow  # tiles of whole half panels, or of whole rows
         per_tile = -(-p_n // n_p)
         tile = -(-per_tile // unit) * unit
         n_p = -(-p_n // tile)

@@ -390,6 +390,7 @@ PACKED_CONVS = [
     ((1, 8, 70, 66), 12, (3, 3), (1, 1), (1, 1, 1, 1), 1),
     ((1, 64, 121, 119), 16, (3, 3), (2, 2), (1, 0, 2, 1), 1),  # several row tiles of phase planes, the last short
     ((1, 16, 150, 150), 8, (1, 1), (1, 1), (0, 0, 0, 0), 1),  # several pixel tiles of a 1x1 conv
+    ((1, 64, 14, 14), 16, (1, 1), (1, 1), (0, 0, 0, 0), 1),  # pixels split between threads in half panels
     ((2, 12, 10, 10), 18, (3, 3), (1, 1), (1, 1, 1, 1), 3),
     ((1, 130, 3, 3), 200, (3, 3), (1, 1), (1, 1, 1, 1), 1),  # many channel panels, 9 pixels
     # blocks of many channel panels pack their pixels (_panels_by_pixels): a 1x1 conv with a partial
