@@ -114,13 +114,14 @@ def _zero_padded_input(e: Emit) -> tuple[list[str], str, tuple[int, ...]]:
     return lines, padded, (0, 0, 0, 0)
 
 
-def _subsampled_input(e: Emit) -> list[str]:
-    """Lines that copy every stride-th pixel of the input into {out}_subsampled (subsamples_first)."""
+def _subsampled_input(e: Emit) -> tuple[list[str], str]:
+    """(lines, input) for a conv that subsamples first: the lines copy every stride-th pixel of the
+    input into a scratch array, the conv's input from then on (subsamples_first)."""
     (n, c, h, w), (sh, sw) = e.node.inputs[0].type.shape, e.node.attrs["stride"]
     shape = (n, c, *e.node.outputs[0].type.shape[2:])
     out = f"{e.outs[0]}_subsampled"
     return [f"{out} = np.empty({lit(shape)}, np.{e.node.inputs[0].type.dtype})",
-            copy_call(e, e.args[0], out, shape, (c * h * w, h * w, sh * w, sw), contiguous_strides(shape))]
+            copy_call(e, e.args[0], out, shape, (c * h * w, h * w, sh * w, sw), contiguous_strides(shape))], out
 
 
 @emits("conv2d", "fused_conv2d")
@@ -137,10 +138,10 @@ def _emit_conv2d(e: Emit) -> list[str]:
         top, left = a["padding"][0], a["padding"][1]
         return [f"{e.call(winograd_conv2d)}({e.args[0]}, {u_}, {bias}, {residual}, {e.outs[0]}, "
                 f"{const_args(top, left)}, {act})"]
-    lines, x, padding = _zero_padded_input(e)
-    stride = tuple(a["stride"])
-    if subsamples_first(e.node):
-        lines, x, stride = _subsampled_input(e), f"{e.outs[0]}_subsampled", (1, 1)
+    if subsamples_first(e.node):  # unpadded: a stride-1 conv on the subsampled input
+        (lines, x), padding, stride = _subsampled_input(e), (0, 0, 0, 0), (1, 1)
+    else:
+        (lines, x, padding), stride = _zero_padded_input(e), tuple(a["stride"])
     if uses_channel_vectors(e.node, target_vector_floats()):
         o, c = e.node.inputs[1].shape[:2]
         wt = e.prepack(1, "by_channels", lambda w: transpose_padded(w.reshape(o, c)))

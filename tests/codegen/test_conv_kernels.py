@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 import codegen.emit.conv as emit_conv
+from codegen.kernels.vectors import target_vector_floats
 from ir.op_registry import get_op
 from ir.ops.fused import epilogue_activations
 from ir.types import TensorType
@@ -418,7 +419,8 @@ def test_conv2d_on_packed_weights(shape, o, kernel, stride, padding, groups, act
 @pytest.mark.parametrize("shape, o, stride, kernel_called", [
     ((1, 24, 28, 27), 40, (2, 2), "conv2d_packed"),  # odd width: the last column is read
     ((2, 16, 25, 27), 8, (2, 3), "conv2d_packed"),  # strides of their own per dim
-    ((1, 64, 14, 14), 96, (2, 2), "conv1x1_by_channels"),  # a 7 x 7 output: channels in the vectors
+    # a 7 x 7 output: channels in the vectors on AVX-512 (uses_channel_vectors), pixel panels on AVX2
+    ((1, 64, 14, 14), 96, (2, 2), "conv1x1_by_channels"),
 ])
 @pytest.mark.parametrize("residual", [False, True])
 def test_a_strided_1x1_conv_runs_on_its_input_subsampled_first(shape, o, stride, kernel_called, residual):
@@ -430,6 +432,8 @@ def test_a_strided_1x1_conv_runs_on_its_input_subsampled_first(shape, o, stride,
         arrays.append(rand(n, o, (h - 1) // sh + 1, (w - 1) // sw + 1))
     attrs = {**conv_attrs((1, 1), stride, (0, 0, 0, 0), (1, 1), 1), **epilogue_attrs("relu")}
     lines = check("fused_conv2d", arrays, attrs, weights=(1, 2), rtol=1e-4, atol=1e-4)
+    if kernel_called == "conv1x1_by_channels" and target_vector_floats() != 16:
+        kernel_called = "conv2d_packed"
     assert "_subsampled = np.empty" in lines[0] and "strided_copy" in lines[1], lines
     assert kernel_called in lines[2] and "y0_subsampled" in lines[2], lines
 
