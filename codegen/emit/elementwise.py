@@ -69,19 +69,53 @@ def _inline_constant(node: Node, i: int) -> str | None:
     return f"np.{v.dtype}({lit(value)})" if v.dtype != "bool" else lit(bool(value))
 
 
+def loop_shapes(node: Node) -> tuple[tuple[int, ...], dict[int, tuple[int, ...]]]:
+    """(output shape, {input index: shape}) the loop runs over: the node's shapes with adjacent dims
+    merged where every array input either has both or broadcasts over both (numpy's iterator does
+    the same). Each input of a squeeze-and-excitation scale (N, C, 1, 1) * (N, C, H, W) is then
+    rows of H * W elements, one multiplier a row: with rows of W = 7 the loop spent its time on
+    the index arithmetic of each row (EfficientNet-B0 batch 8: 262 us for 1152 channels of 7 x 7).
+    The last dim grows to at most ROW_BLOCK elements, unless it is longer alone: the rows are what
+    the threads share. Inputs inlined as constants take no part."""
+    shape = tuple(node.outputs[0].shape)
+    n = len(shape)
+    inputs = {i: (1,) * (n - len(v.shape)) + tuple(v.shape) for i, v in enumerate(node.inputs)
+              if _inline_constant(node, i) is None}
+    kept = [k for k in range(n) if shape[k] != 1]  # dims of one element: dropped
+    if n == 0 or not kept:
+        return shape, {i: tuple(node.inputs[i].shape) for i in inputs}
+    groups: list[list[int]] = []  # runs of adjacent dims merged into one, innermost first
+
+    def kind(k: int) -> tuple[bool, ...]:
+        return tuple(s[k] == shape[k] for s in inputs.values())
+
+    for k in reversed(kept):
+        group = groups[-1] if groups else None
+        if group is not None and kind(k) == kind(group[0]):
+            size = math.prod(shape[d] for d in group)
+            if len(groups) > 1 or size * shape[k] <= ROW_BLOCK:  # the row (innermost group) stays short
+                group.insert(0, k)
+                continue
+        groups.append([k])
+    groups.reverse()
+    merged = tuple(math.prod(shape[d] for d in g) for g in groups)
+    return merged, {i: tuple(math.prod(s[d] for d in g) for g in groups) for i, s in inputs.items()}
+
+
 def generate_loop(name: str, node: Node) -> str:
-    """Source of an @njit function `name(inputs..., out)` computing the node elementwise.
+    """Source of an @njit function `name(inputs..., out)` computing the node elementwise, on its
+    arrays reshaped to loop_shapes(node).
 
     The function reads every size from its arrays' shapes, so it depends on the node's structure
-    only: output rank, each input's rank, whether it has the output's shape and whether its last
+    only: loop rank, each input's rank, whether it has the output's shape and whether its last
     dim is broadcast, the program, inlined constants, dtypes, and whether the loop is parallel.
     Nodes of equal structure share one function (and one compile), across models too."""
     out = node.outputs[0]
-    shape = out.shape
+    shape, in_shapes = loop_shapes(node)
     n = len(shape)
     inline = {i: _inline_constant(node, i) for i in range(len(node.inputs))}
     arrays = [i for i in range(len(node.inputs)) if inline[i] is None]
-    full = {i for i in arrays if tuple(node.inputs[i].shape) == tuple(shape)}  # indexed like the output
+    full = {i for i in arrays if in_shapes[i] == shape}  # indexed like the output
     spread = [i for i in arrays if i not in full]  # broadcast: addressed through strides computed at run time
     rows = math.prod(shape[:-1]) if n else 1
     parallel = out.type.size >= PARALLEL_MIN_ELEMENTS and rows > 1
@@ -107,7 +141,7 @@ def generate_loop(name: str, node: Node) -> str:
     lines += [f"    f{i} = x{i}.reshape(-1)" + ("[lo * last:hi * last]" if i in full else "") for i in arrays]
     lines.append("    fo = out.reshape(-1)[lo * last:hi * last]")
     for i in spread:  # contiguous strides of x_i over the output's leading dims; 0 where x_i broadcasts
-        r = len(node.inputs[i].shape)
+        r = len(in_shapes[i])
         if r:
             lines.append(f"    m{i} = x{i}.shape[{r - 1}]")  # elements per step of the dim before the last
         for k in reversed(range(n - 1)):
@@ -123,7 +157,8 @@ def generate_loop(name: str, node: Node) -> str:
     lines.append("    for r in range(hi - lo):")
     if indexed:
         lines.append("        row = lo + r")
-        lines += [f"        i{k} = row // p{k}" + (f" % d{k}" if k else "") for k in range(n - 1)]
+        lines += [f"        i{k} = {'row' if k == n - 2 else f'row // p{k}'}" + (f" % d{k}" if k else "")
+                  for k in range(n - 1)]
     for i in spread:
         terms = [f"i{k} * s{i}_{k}" for k in range(n - 1)]
         lines.append(f"        b{i} = {' + '.join(terms) if terms else '0'}")
@@ -134,7 +169,7 @@ def generate_loop(name: str, node: Node) -> str:
         if inline[i] is not None:
             scalars[str(i)] = inline[i]
             continue
-        shape_i = node.inputs[i].shape
+        shape_i = in_shapes[i]
         if i in full:
             index = "bo + j"
         else:
@@ -169,8 +204,13 @@ def _emit_elementwise(e: Emit) -> list[str]:
     name, source = kernel_module(e.node)
     e.imports["import_generated"] = "codegen.generated:import_generated"
     e.define(name, f"{name} = import_generated({f'pnnx_jit_{name}'!r}, {source!r}).{name}")
-    args = [a for i, a in enumerate(e.args) if _inline_constant(e.node, i) is None]
-    return [f"{name}({', '.join(args + [e.outs[0]])})"]
+    shape, in_shapes = loop_shapes(e.node)
+
+    def as_looped(array: str, value_shape: tuple[int, ...], looped: tuple[int, ...]) -> str:
+        return array if tuple(value_shape) == looped else f"{array}.reshape({lit(looped)})"
+
+    args = [as_looped(a, e.node.inputs[i].shape, in_shapes[i]) for i, a in enumerate(e.args) if i in in_shapes]
+    return [f"{name}({', '.join(args + [as_looped(e.outs[0], e.node.outputs[0].shape, shape)])})"]
 
 
 for _op, _opdef in all_ops().items():

@@ -95,9 +95,10 @@ def test_nodes_of_one_structure_share_a_kernel_whatever_their_shapes():
     add = ("graph g(%x: f32[{s}], %y: f32[{t}]) {{\n  %out0: f32[{s}] = add(%x, %y) @n\n"
            "  return %out0\n}}")
     assert _kernel_name(relu.format(s="1,64,56,56")) == _kernel_name(relu.format(s="1,96,56,56"))
-    assert _kernel_name(relu.format(s="1,64,56,56")) != _kernel_name(relu.format(s="64,56,56"))  # rank
+    # dims merged (loop_shapes): both loop over (64, 3136), whatever the value's rank
+    assert _kernel_name(relu.format(s="1,64,56,56")) == _kernel_name(relu.format(s="64,56,56"))
     per_channel = _kernel_name(add.format(s="1,64,56,56", t="64,1,1"))
-    assert per_channel == _kernel_name(add.format(s="2,128,28,28", t="128,1,1"))
+    assert per_channel == _kernel_name(add.format(s="1,128,28,28", t="128,1,1"))
     assert per_channel != _kernel_name(add.format(s="1,4,5,6", t="4,1,1"))  # small: a serial loop
     assert per_channel != _kernel_name(add.format(s="1,64,56,56", t="1,64,56,56"))  # same shape: indexed alike
     assert per_channel != _kernel_name(add.format(s="1,64,56,56", t="56"))  # last dim not broadcast
@@ -108,12 +109,13 @@ def test_a_shared_kernel_computes_each_shape_it_serves(tmp_path):
   %out0: f32[{s}] = fused_elementwise(%x, %y) {{program="%t0 = mul(%0, %1); %t1 = relu(%t0)"}} @n
   return %out0
 }}"""
-    for s, t in [("2,3,5,7", "3,1,1"), ("1,6,2,9", "6,1,1"), ("3,1,4,5", "1,1,1")]:
+    for s, t in [("2,3,5,7", "3,1,1"), ("4,6,2,9", "6,1,1"), ("1,6,2,9", "6,1,1"), ("3,1,4,5", "1,1,1")]:
         x = RNG.normal(size=tuple(map(int, s.split(",")))).astype(np.float32)
         y = RNG.normal(size=tuple(map(int, t.split(",")))).astype(np.float32)
         got, expected = run_both(text.format(s=s, t=t), x, y, tmp_path=tmp_path)
         np.testing.assert_array_equal(got, expected)
-    assert len({_kernel_name(text.format(s=s, t=t)) for s, t in [("2,3,5,7", "3,1,1"), ("1,6,2,9", "6,1,1")]}) == 1
+    # both loop over (N, C, H * W) with the multiplier (1, C, 1)
+    assert len({_kernel_name(text.format(s=s, t=t)) for s, t in [("2,3,5,7", "3,1,1"), ("4,6,2,9", "6,1,1")]}) == 1
 
 
 def test_parallel_loop_in_tasks_with_a_ragged_last_one_and_every_kind_of_broadcast(tmp_path):
@@ -130,3 +132,25 @@ def test_parallel_loop_in_tasks_with_a_ragged_last_one_and_every_kind_of_broadca
     got, expected = run_both(text, x, y, z, tmp_path=tmp_path)
     np.testing.assert_allclose(got, expected, rtol=1e-6, atol=1e-6)
     np.testing.assert_allclose(got, x * y + z, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("s, t, looped", [
+    ("8,96,7,7", "8,96,1,1", ((768, 49), (768, 1))),  # a squeeze-and-excitation scale: rows of H * W
+    ("2,16,5,6", "16,1,1", ((2, 16, 30), (1, 16, 1))),  # per channel over a batch
+    ("1,64,56,56", "1,64,56,56", ((64, 3136), (64, 3136))),  # rows grow to ROW_BLOCK elements, no further
+    ("4,1,3,5", "1,1,5", ((12, 5), (1, 5))),  # dims of one element dropped
+    ("3,40,37,29", "40,1,29", ((3, 40, 37, 29), (1, 40, 1, 29))),  # nothing to merge
+])
+def test_dims_merge_where_every_input_has_both_or_broadcasts_over_both(s, t, looped, tmp_path):
+    from codegen.emit.elementwise import loop_shapes
+
+    text = f"""graph g(%x: f32[{s}], %y: f32[{t}]) {{
+  %out0: f32[{s}] = fused_elementwise(%x, %y) {{program="%t0 = mul(%0, %1); %t1 = sub(%t0, %1)"}} @n
+  return %out0
+}}"""
+    shape, inputs = loop_shapes(parse_graph(text).nodes[0])
+    assert (shape, inputs[1]) == looped and inputs[0] == shape
+    x = RNG.normal(size=tuple(map(int, s.split(",")))).astype(np.float32)
+    y = RNG.normal(size=tuple(map(int, t.split(",")))).astype(np.float32)
+    got, _ = run_both(text, x, y, tmp_path=tmp_path)
+    np.testing.assert_array_equal(got, x * y - y)
