@@ -36,6 +36,16 @@ from codegen.kernels.common import SEQ
 from codegen.kernels.vectors import fma_sums, vector_width
 
 MR = 6  # output channels per microkernel call: rows of the accumulator block
+# Software prefetch of the weights, which at batch 1 come from memory (a ResNet-50's 100 MB pass through
+# once a forward). Packed weight panels (a): each step prefetches this many floats ahead of the ones it
+# reads, about 43 steps (a 512 -> 512 3x3 conv on 7 x 7, caches flushed first: 0.83 -> 0.74 ms; 256
+# floats beat 512-2048; in the model ResNet-18 and ResNet-50 batch 1 ran 5% faster; Zen 5 EPYC, 2
+# threads). A transposed weight's rows (b of micro_gemm_a_rows: linear layers, conv1x1_by_channels),
+# ldb apart: each step prefetches the row this many rows ahead, whose stride the hardware does not
+# follow (4096 -> 4096 features at batch 1: 1.9-2.2 -> 1.5-1.75 ms, batch 8: 2.9 -> 2.2; 16 rows as
+# good as 32, better than 4 or 8)
+WEIGHT_PREFETCH_FLOATS = 256
+B_PREFETCH_ROWS = 16
 VECTORS_PER_ROW = 2  # NR = 2 vectors: 2 * MR accumulators + 2 loads + 1 broadcast fit in 16 registers
 
 
@@ -89,6 +99,9 @@ def _micro_gemm_codegen(vectors: int, indirect: bool = False, a_rows: bool = Fal
         kc_, ldb_, ldc_ = (context.cast(builder, v, t, types.int64) for v, t in
                            ((kc_, signature.args[0]), (ldb_, signature.args[5]), (ldc_, signature.args[8])))
         splat_mask = ir.Constant(ir.VectorType(i32, width), [0] * width)
+        prefetch = cgutils.get_or_insert_function(
+            builder.module, ir.FunctionType(ir.VoidType(), [ir.IntType(8).as_pointer(), i32, i32, i32]),
+            "llvm.prefetch.p0i8")
 
         def vector_at(pointer, index):
             return builder.bitcast(builder.gep(pointer, [index]), vec.as_pointer())
@@ -97,10 +110,19 @@ def _micro_gemm_codegen(vectors: int, indirect: bool = False, a_rows: bool = Fal
             b_row = builder.gep(b_ptr, [builder.load(builder.gep(rows_ptr, [p])) if indirect
                                         else builder.mul(p, ldb_)])
             b_vecs = [builder.load(vector_at(b_row, ir.Constant(i64, j * width)), align=4) for j in range(vectors)]
+            if a_rows and B_PREFETCH_ROWS:  # b: a transposed weight's rows, ldb apart
+                ahead = builder.gep(b_row, [builder.mul(ldb_, ir.Constant(i64, B_PREFETCH_ROWS))])
+                for j in range(vectors * width // 16):  # each 64-byte line of the row
+                    line = builder.bitcast(builder.gep(ahead, [ir.Constant(i64, 16 * j)]), ir.IntType(8).as_pointer())
+                    builder.call(prefetch, [line, ir.Constant(i32, 0), ir.Constant(i32, 3), ir.Constant(i32, 1)])
             terms = []
             for q in range(panels):
                 a_step = builder.gep(a_ptr, [builder.add(builder.mul(ir.Constant(i64, q), ps_),
                                                          builder.mul(p, lds_ if a_rows else ir.Constant(i64, MR)))])
+                if not a_rows and WEIGHT_PREFETCH_FLOATS:
+                    ahead = builder.bitcast(builder.gep(a_step, [ir.Constant(i64, WEIGHT_PREFETCH_FLOATS)]),
+                                            ir.IntType(8).as_pointer())
+                    builder.call(prefetch, [ahead, ir.Constant(i32, 0), ir.Constant(i32, 3), ir.Constant(i32, 1)])
                 for i in range(MR):
                     a_at = builder.mul(ir.Constant(i64, i), lda_) if a_rows else ir.Constant(i64, i)
                     scalar = builder.load(builder.gep(a_step, [a_at]))
