@@ -39,7 +39,10 @@ WINOGRAD_MIN_TILES = 32
 # product, the transforms (of C + O channels a tile) cost more than the multiplies saved. At about
 # 3.2M a product Winograd gained on every conv measured (64 channels on 56 x 56, 128 on 28 x 28, 256
 # on 14 x 14, 128 -> 32 on 56 x 56); at 0.2-0.8M it lost (128 -> 32 on 28 x 28: 0.34 ms against 0.22
-# direct, on 14 x 14 0.16 against 0.10; 64 -> 64 on 16 x 16 0.11 against 0.09) (AVX-512 Xeon, 2 threads)
+# direct, on 14 x 14 0.16 against 0.10; 64 -> 64 on 16 x 16 0.11 against 0.09) (AVX-512 Xeon, 2 threads).
+# Counted over one image's tiles: a batch runs image by image when an image's transformed input fills
+# a plane (winograd.PLANE_BYTES), so a batch of 8 such convs lost as much: DenseNet's 128 -> 32 on
+# 28 x 28, 1.52 ms against 1.15 direct, on 14 x 14 0.44 against 0.33 (Zen 5 EPYC, 2 threads)
 WINOGRAD_MIN_PRODUCT_MACS = 1 << 20
 
 
@@ -47,11 +50,11 @@ def uses_winograd(node: Node) -> bool:
     """Whether conv node runs Winograd F(2x2, 3x3): 3x3, stride 1, no dilation or groups, zero
     padding, float32 weights known at compile time, and enough tiles and channels to gain."""
     a, x, w, y = node.attrs, node.inputs[0], node.inputs[1], node.outputs[0]
-    tiles = y.shape[0] * -(-y.shape[2] // 2) * -(-y.shape[3] // 2)
+    image_tiles = -(-y.shape[2] // 2) * -(-y.shape[3] // 2)
     return (w.is_constant and w.dtype == x.dtype == "float32" and w.shape[2:] == (3, 3)
             and tuple(a["stride"]) == (1, 1) and tuple(a["dilation"]) == (1, 1) and a["groups"] == 1
-            and a["padding_mode"] == "zeros" and tiles >= WINOGRAD_MIN_TILES
-            and w.shape[0] * w.shape[1] * tiles >= WINOGRAD_MIN_PRODUCT_MACS)
+            and a["padding_mode"] == "zeros" and y.shape[0] * image_tiles >= WINOGRAD_MIN_TILES
+            and w.shape[0] * w.shape[1] * image_tiles >= WINOGRAD_MIN_PRODUCT_MACS)
 
 
 def is_linear_on_pixels(node: Node) -> bool:

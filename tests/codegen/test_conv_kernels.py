@@ -189,6 +189,7 @@ def test_convs_winograd_cannot_take(shape, o, kernel, stride, dilation, groups, 
     ((1, 32, 6, 6), 32),  # 9 tiles: too few to gain
     ((1, 256, 7, 7), 256),  # one 7 x 7 image: 16 tiles, its weights' traffic decides (WINOGRAD_MIN_TILES)
     ((1, 128, 14, 14), 32),  # products of 128 x 32 x 49 multiply-adds: too few (WINOGRAD_MIN_PRODUCT_MACS)
+    ((8, 128, 28, 28), 32),  # 128 x 32 x 196 an image: too few, whatever the batch
 ])
 def test_convs_too_small_for_winograd_run_direct(shape, o):
     lines = check("conv2d", conv_arrays(*shape, o, (3, 3), 1), conv_attrs((3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 1),
