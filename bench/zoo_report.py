@@ -43,7 +43,7 @@ class ModelResult:
     model: str
     batch: int
     flops: int | None = None  # of one forward at this batch: 2 per multiply-add of conv/linear/matmul
-    latency_ms: dict[str, float | None] = field(default_factory=dict)  # median, by runtime
+    latency_ms: dict[str, float | None] = field(default_factory=dict)  # median (of the best round), by runtime
     compile_cold_s: float | None = None
     compile_warm_s: float | None = None
     peak_mb: dict[str, float | None] = field(default_factory=dict)  # by runtime
@@ -207,8 +207,10 @@ def render_markdown(report: Report) -> str:
 NOTES = (
     "All five runtimes run in one process with the same thread count, each on the same input: "
     "warm-up runs, then the median of repeated runs (repetitions are capped by time, so the "
-    "interpreter on large models has fewer). onnxruntime runs the torch model exported with "
-    "`torch.onnx.export` (CPU provider); torch eager runs under `torch.no_grad()`.",
+    "interpreter on large models has fewer), in rounds over the runtimes (3 by default; the "
+    "interpreter in the first only), each runtime's best round kept, so that no runtime is measured "
+    "only during one of the slow spells some virtual machines go through. onnxruntime runs the torch "
+    "model exported with `torch.onnx.export` (CPU provider); torch eager runs under `torch.no_grad()`.",
     "ncnn runs the model as pnnx converts it to ncnn (float32 weights), on the CPU with "
     "`net.opt.num_threads` threads and float32 storage and arithmetic (its float16/bfloat16 options "
     "off; packing layouts, Winograd and sgemm convolutions on). Its Python API takes one image without "

@@ -237,3 +237,34 @@ def test_call_overhead_times_each_part_of_a_call(capsys):
     assert [line.split("  ")[0].strip() for line in lines][0] == "m(x): the whole call"
     times = [float(re.search(r"([\d.]+) us$", line).group(1)) for line in lines]
     assert len(times) == 3 and all(t > 0 for t in times)
+
+
+def test_timing_rounds_keep_each_runtimes_best_and_time_the_interpreter_once(monkeypatch):
+    """check_and_time: each runtime's output is checked once, then timed in rounds one runtime after
+    another; a runtime slow in one round (a slow spell of the machine) keeps its best round."""
+    from bench import zoo_bench
+
+    spells = {"compiled": [9.0, 5.0, 7.0], "onnxruntime": [4.0, 6.0, 4.5], "interpreter": [50.0]}
+    x = np.ones(3, np.float32)
+    called, timed = [], []
+
+    def runtime(name):
+        def run(inputs):
+            called.append(name)
+            return inputs
+        return run
+
+    def fake_median_ms(fn, warmup, repeat, seconds):
+        fn()
+        timed.append((called[-1], seconds))
+        return spells[called[-1]][sum(1 for n, _ in timed if n == called[-1]) - 1]
+
+    monkeypatch.setattr(zoo_bench, "median_ms", fake_median_ms)
+    result = ModelResult("m", 1)
+    options = zoo_bench.Options(threads=2, repeat=10, max_seconds=9.0, memory=False, rounds=3)
+    zoo_bench.check_and_time(result, {name: runtime(name) for name in spells}, x, [x], options)
+    assert called[:3] == ["compiled", "onnxruntime", "interpreter"]  # the checks, before any timing
+    assert result.max_error == {"compiled": 0.0, "onnxruntime": 0.0, "interpreter": 0.0}
+    assert result.latency_ms == {"compiled": 5.0, "onnxruntime": 4.0, "interpreter": 50.0}
+    assert [n for n, _ in timed] == ["compiled", "onnxruntime", "interpreter"] + ["compiled", "onnxruntime"] * 2
+    assert {s for n, s in timed if n != "interpreter"} == {3.0} and dict(timed)["interpreter"] == 9.0
