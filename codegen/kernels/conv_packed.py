@@ -331,14 +331,22 @@ def _by_channels_task(t, n_p, n_c, cpt, xf, wf, bias, rf, of, dims, acts, params
         for c in range(k):
             for i in range(p - full):
                 last[u(c * MR + i)] = xf[u(x0 + c * hw + full + i)]
-    acc = np.empty(groups * MR * width, np.float32)
-    gemm_row_groups(xf, x0, 1, hw, groups, last, 1, MR, wf, k, c0, width, acc)
-    cols = c1 - c0
-    by_channel = np.empty(cols * p, np.float32)  # the block transposed: each channel's pixels end to end
-    for r in range(p):
-        for j in range(cols):
-            by_channel[u(j * p + r)] = acc[u(r * width + j)]
-    for j in range(cols):
-        bv = 0.0 if bias is None else bias[c0 + j]
-        epilogue_run(of, (n * o_n + c0 + j) * hw + p0, p, by_channel, j * p, bv, rf, act, alpha, beta,
-                     post, post_alpha, post_beta)
+    # the block's rows one cache line further apart than its width: read down a column below, rows a
+    # multiple of 2 KiB apart would all fall into two sets of the L1 cache (512 -> 2048 channels)
+    ldc = width + 16
+    acc = np.empty(groups * MR * ldc, np.float32)
+    gemm_row_groups(xf, x0, 1, hw, groups, last, 1, MR, wf, k, c0, width, acc, ldc)
+    # the block transposed into the output, bias added, channel by channel: each channel's pixels read
+    # ldc apart and written end to end (transposing into scratch first, then the epilogue channel
+    # by channel, took 3.6 us per 1000 outputs on one thread: 16 -> 960 channels on 7 x 7, 42 us)
+    o0 = (n * o_n + c0) * hw + p0
+    for j in range(c1 - c0):
+        bv = np.float32(0.0) if bias is None else np.float32(bias[c0 + j])
+        for r in range(p):
+            of[u(o0 + j * hw + r)] = acc[u(r * ldc + j)] + bv
+    if act != 0 or post != 0 or rf.size != 0:  # the rest of the epilogue in place: one run if the
+        # tile is the whole image (its channels lie end to end), else one per channel
+        runs, run = (1, (c1 - c0) * hw) if p == hw else (c1 - c0, p)
+        for j in range(runs):
+            epilogue_run(of, o0 + j * hw, run, of, o0 + j * hw, 0.0, rf, act, alpha, beta,
+                         post, post_alpha, post_beta)

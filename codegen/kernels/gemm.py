@@ -184,7 +184,7 @@ def _linear_packed_task(t, n_c, cpt, x, wt, bias, rf, out, acts, params):
         for i in range((m1 - full) * k):
             last[i] = xf[u(full * k + i)]
     acc = np.empty(groups * MR * width, np.float32)
-    gemm_row_groups(xf, m0 * k, k, 1, groups, last, k, 1, wf, k, c0, width, acc)
+    gemm_row_groups(xf, m0 * k, k, 1, groups, last, k, 1, wf, k, c0, width, acc, width)
     for r in range(m1 - m0):
         s = r * width
         if bias is not None:
@@ -194,8 +194,8 @@ def _linear_packed_task(t, n_c, cpt, x, wt, bias, rf, out, acts, params):
 
 
 @numba.njit(**SEQ)
-def gemm_row_groups(a, a0, lda, lds, groups, last, last_lda, last_lds, wf, k, c0, width, acc):
-    """acc[r * width + j] = sum_p A[r, p] * W[c0 + j, p] for r < groups * MR, j < width (a whole
+def gemm_row_groups(a, a0, lda, lds, groups, last, last_lda, last_lds, wf, k, c0, width, acc, ldc):
+    """acc[r * ldc + j] = sum_p A[r, p] * W[c0 + j, p] for r < groups * MR, j < width (a whole
     number of half panels), wf = transpose_padded(W) flattened: A's row r, reduction step p at
     a[a0 + r*lda + p*lds], except the last group's when `last` is not empty: its MR rows at
     last[i*last_lda + p*last_lds] (copied, zero-padded: the microkernel always reads MR rows).
@@ -213,11 +213,11 @@ def gemm_row_groups(a, a0, lda, lds, groups, last, last_lda, last_lds, wf, k, c0
                 else:
                     src, s0, l_row, l_step = a, a0 + g * MR * lda + kb * lds, lda, lds
                 if j + nr <= width:
-                    micro_gemm_a_rows(kc, src, s0, l_row, l_step, wf, b0, TRANSPOSED_PAD, acc, g * MR * width + j,
-                                      width, kb > 0)
+                    micro_gemm_a_rows(kc, src, s0, l_row, l_step, wf, b0, TRANSPOSED_PAD, acc, g * MR * ldc + j,
+                                      ldc, kb > 0)
                 else:
                     micro_gemm_a_rows_half(kc, src, s0, l_row, l_step, wf, b0, TRANSPOSED_PAD, acc,
-                                           g * MR * width + j, width, kb > 0)
+                                           g * MR * ldc + j, ldc, kb > 0)
 
 
 @numba.njit(**SEQ)
