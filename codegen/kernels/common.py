@@ -15,7 +15,7 @@ from llvmlite import ir
 from numba.core import cgutils, types
 from numba.extending import intrinsic
 from numba.np.linalg import check_blas_return, ensure_blas, get_blas_kind  # numba's own np.dot plumbing
-from numba.np.ufunc.parallel import _iget_num_threads
+from numba.np.ufunc.parallel import _iget_num_threads, _iget_thread_id
 
 SEQ = {"cache": True, "nogil": True, "error_model": "numpy"}
 PARALLEL_MIN_ELEMENTS = 1 << 15  # elements: below this, running tasks on the threads costs more than it saves
@@ -39,6 +39,16 @@ def span(off, stride, n_in, n_out):
 def num_threads():
     """numba.get_num_threads() that keeps the caller cacheable (the public one embeds a ctypes pointer)."""
     return _iget_num_threads()
+
+
+@numba.njit(inline="always", **SEQ)
+def thread_id():
+    """numba.get_thread_id() that keeps the caller cacheable: this thread's index among the threads
+    running a run_tasks loop, 0 .. num_threads() - 1 (0 outside one). A kernel gives each thread a
+    part of one scratch array passed to run_tasks, which hands arrays to the tasks without their
+    reference counts (tasks.py, _borrowed): an array made inside a task is counted up and down
+    atomically at every call it is passed to."""
+    return _iget_thread_id()
 
 
 @numba.njit(**SEQ)
