@@ -172,7 +172,10 @@ def _packed_task(t, xf, wf, of, rf, bias, dims, window, split, pointwise, planes
     x0 = (n * c_n + g * cg) * h * w
     packs = panels_per_call() == 1 and mb1 - mb0 >= PACK_MIN_PANELS and k >= PACK_MIN_STEPS  # _panels_by_pixels
     inputs, accs = sizes
-    own = thread_id() * (inputs + accs)  # this thread's part of the scratch: its input, then its accumulators
+    # this thread's part of the scratch: its input, then its accumulators. A thread id past the parts
+    # is a loop nested in another's, which runs its tasks on one thread: part 0 is then its own
+    tid = thread_id()
+    own = (tid if tid < scratch.size // (inputs + accs) else 0) * (inputs + accs)
     # the tile's input as k rows of pp columns: reduction step r at src[rows[r]:rows[r] + pp]
     if pointwise:  # each channel's pixels where they lie: row c at x0 + c * H * W + p0
         pp = half_panels(p)  # the tile's pixels, padded to whole half panels

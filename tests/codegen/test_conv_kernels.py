@@ -542,3 +542,36 @@ print("ok")
     done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=1500,
                           cwd=Path(__file__).resolve().parents[2])
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-3000:]
+
+
+def test_packed_conv_inside_another_parallel_loop_matches_float64():
+    """conv2d_packed called from tasks of another run_tasks loop (a nested loop runs its tasks on the
+    calling thread): each call's scratch is taken by thread id, and a caller's id past the nested
+    loop's parts falls back to part 0, so every output is right whichever thread ran it."""
+    import numba
+
+    import codegen.runtime  # noqa: F401 - numba's target before the kernels compile
+    from codegen.kernels.conv import conv2d_packed
+    from codegen.kernels.microkernel import pack_weights
+    from codegen.kernels.tasks import run_tasks
+
+    @numba.njit
+    def one(t, xs, wp, outs):
+        conv2d_packed(xs[t], wp, None, outs[t, :0].reshape(-1), outs[t], (3, 3), (1, 1), (1, 1, 1, 1), (1, 1),
+                      0, 0.0, 0.0, 0, 0.0, 0.0)
+
+    @numba.njit
+    def all_of(xs, wp, outs):
+        run_tasks(one, xs.shape[0], (xs, wp, outs))
+
+    rng = np.random.default_rng(3)
+    xs = rng.standard_normal((8, 1, 5, 4, 4)).astype(np.float32)  # 8 tiny convs: one task each
+    w = rng.standard_normal((6, 5, 3, 3)).astype(np.float32)
+    outs = np.full((8, 1, 6, 4, 4), np.nan, np.float32)
+    all_of(xs, pack_weights(w, 1), outs)
+    padded = np.pad(xs.astype(np.float64), ((0, 0), (0, 0), (0, 0), (1, 1), (1, 1)))
+    expected = np.zeros((8, 1, 6, 4, 4))
+    for i in range(3):
+        for j in range(3):
+            expected += np.einsum("tnchw,oc->tnohw", padded[..., i:i + 4, j:j + 4], w[:, :, i, j])
+    np.testing.assert_allclose(outs, expected, rtol=1e-5, atol=1e-5)
