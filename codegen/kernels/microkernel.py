@@ -103,6 +103,10 @@ def _micro_gemm_codegen(vectors: int, indirect: bool = False, a_rows: bool = Fal
             builder.module, ir.FunctionType(ir.VoidType(), [ir.IntType(8).as_pointer(), i32, i32, i32]),
             "llvm.prefetch.p0i8")
 
+        def prefetch_line(pointer, offset):  # the cache line at pointer + offset elements, for reading into L1
+            line = builder.bitcast(builder.gep(pointer, [offset]), ir.IntType(8).as_pointer())
+            builder.call(prefetch, [line, ir.Constant(i32, 0), ir.Constant(i32, 3), ir.Constant(i32, 1)])
+
         def vector_at(pointer, index):
             return builder.bitcast(builder.gep(pointer, [index]), vec.as_pointer())
 
@@ -113,16 +117,13 @@ def _micro_gemm_codegen(vectors: int, indirect: bool = False, a_rows: bool = Fal
             if a_rows and B_PREFETCH_ROWS:  # b: a transposed weight's rows, ldb apart
                 ahead = builder.gep(b_row, [builder.mul(ldb_, ir.Constant(i64, B_PREFETCH_ROWS))])
                 for j in range(vectors * width // 16):  # each 64-byte line of the row
-                    line = builder.bitcast(builder.gep(ahead, [ir.Constant(i64, 16 * j)]), ir.IntType(8).as_pointer())
-                    builder.call(prefetch, [line, ir.Constant(i32, 0), ir.Constant(i32, 3), ir.Constant(i32, 1)])
+                    prefetch_line(ahead, ir.Constant(i64, 16 * j))
             terms = []
             for q in range(panels):
                 a_step = builder.gep(a_ptr, [builder.add(builder.mul(ir.Constant(i64, q), ps_),
                                                          builder.mul(p, lds_ if a_rows else ir.Constant(i64, MR)))])
                 if not a_rows and WEIGHT_PREFETCH_FLOATS:
-                    ahead = builder.bitcast(builder.gep(a_step, [ir.Constant(i64, WEIGHT_PREFETCH_FLOATS)]),
-                                            ir.IntType(8).as_pointer())
-                    builder.call(prefetch, [ahead, ir.Constant(i32, 0), ir.Constant(i32, 3), ir.Constant(i32, 1)])
+                    prefetch_line(a_step, ir.Constant(i64, WEIGHT_PREFETCH_FLOATS))
                 for i in range(MR):
                     a_at = builder.mul(ir.Constant(i64, i), lda_) if a_rows else ir.Constant(i64, i)
                     scalar = builder.load(builder.gep(a_step, [a_at]))
