@@ -28,7 +28,8 @@ def rand(*shape, dtype=np.float32):
 
 @pytest.mark.parametrize("shape, perm", [
     ((2, 3, 4), (2, 0, 1)), ((4, 5, 6, 7), (0, 2, 1, 3)), ((1, 3, 17, 9, 11), (0, 1, 3, 4, 2)),
-    ((2, 3, 40, 33, 37), (0, 1, 3, 4, 2)), ((3, 70, 65), (0, 2, 1)), ((4, 1, 6, 1), (3, 2, 1, 0)),
+    ((2, 3, 40, 33, 37), (0, 1, 3, 4, 2)), ((2, 3, 85, 30, 40), (0, 1, 3, 4, 2)),
+    ((3, 70, 65), (0, 2, 1)), ((4, 1, 6, 1), (3, 2, 1, 0)),
     ((2, 3, 4, 5, 6, 7, 2), (6, 4, 2, 0, 1, 3, 5)),
 ])
 def test_transpose(shape, perm):
@@ -57,6 +58,30 @@ def test_slice(shape, axes, starts, ends, steps):
 ])
 def test_concat(shapes, dim):
     check("concat", [rand(*s) for s in shapes], {"dim": dim})
+
+
+@pytest.mark.parametrize("sizes, rows, skip", [
+    ((2, 2, 81), 3000, ()),  # YOLO's head: many short rows, whole rows a task and a partial last task
+    ((7000, 13000, 9000), 3, ()),  # rows longer than a task: pieces that cross from run to run
+    ((5000, 20000, 300, 16384), 2, (1,)),  # a run written in place by its producer: a gap in the row
+    ((3, 1), 1, ()),
+])
+def test_copy_runs_against_numpy(sizes, rows, skip):
+    """copy_runs (a concat inside the arena) copies each run's rows to its place in the output rows
+    and nothing else, however its tasks cut the rows."""
+    from codegen.kernels.data import copy_runs
+
+    step = sum(sizes)
+    out0 = 2 * rows * step  # the output after the inputs, each input's rows end to end
+    buf = RNG.normal(size=out0 + rows * step).astype(np.float32)
+    want, src, at, runs = buf.copy(), 0, 0, []
+    for i, n in enumerate(sizes):
+        if i not in skip:
+            runs.append((src, out0 + at, n))
+            want[out0:].reshape(rows, step)[:, at:at + n] = buf[src:src + rows * n].reshape(rows, n)
+        src, at = src + rows * n, at + n
+    copy_runs(buf, np.array(runs, np.int64), rows, step)
+    np.testing.assert_array_equal(buf, want)
 
 
 def test_concat_promotes_and_jit():
