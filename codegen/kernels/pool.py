@@ -25,6 +25,9 @@ from codegen.kernels.common import PARALLEL_MIN_ELEMENTS, u
 from codegen.kernels.tasks import run_tasks
 
 CHUNKS = 16  # parallel window pooling: tasks of consecutive planes, each with its own scratch
+# a 2x2 stride-2 max pool runs on the threads from this many inputs: below, waking them costs more than
+# the one pass saves (16 planes of 64 x 64: 2.5 us on one thread, 3.5 on two)
+PARALLEL_2X2_ELEMENTS = 1 << 18
 BLOCK_ELEMENTS = 2048  # window pooling works on blocks of rows of about this many elements
 
 
@@ -253,10 +256,37 @@ def _chunks(x):
 
 
 @numba.njit(cache=True, nogil=True)
+def _max2x2_chunk(t, x, out, chunks):
+    """Planes of chunk t of a 2x2 stride-2 unpadded max pool: each output row from its two input
+    rows in one loop (LLVM splits the even and odd columns with shuffles)."""
+    n, c, h, w = x.shape
+    oh, ow = out.shape[2], out.shape[3]
+    xf, of = x.reshape(-1), out.reshape(-1)
+    planes = n * c
+    for p in range(planes * t // chunks, planes * (t + 1) // chunks):
+        for y in range(oh):
+            a, o = (p * h + 2 * y) * w, (p * oh + y) * ow
+            for j in range(ow):
+                top = _pmax(xf[u(a + 2 * j)], xf[u(a + 2 * j + 1)])
+                of[u(o + j)] = _pmax(top, _pmax(xf[u(a + w + 2 * j)], xf[u(a + w + 2 * j + 1)]))
+
+
+@numba.njit(cache=True, nogil=True)
 def max_pool2d_window(x, out, kernel, stride, padding, dilation, fill):
-    """Max pooling; padding (top, left, bottom, right) reads as `fill` (the dtype's lowest). Strided
-    along the height, output row by output row (_rows_chunk); else in blocks of rows (_window_chunk)."""
+    """Max pooling; padding (top, left, bottom, right) reads as `fill` (the dtype's lowest). 2x2
+    windows at stride 2 that stay inside the input (UNet's and VGG's downsampling) in one pass
+    (_max2x2_chunk: 16 planes of 64 x 64 10.5 -> 3.0 us, 64 of 16 x 16 10.5 -> 1.9 us, Zen 5 EPYC);
+    others strided along the height, output row by output row (_rows_chunk); else in blocks of rows
+    (_window_chunk)."""
     chunks = _chunks(x)
+    if (kernel[0] == 2 and kernel[1] == 2 and stride[0] == 2 and stride[1] == 2 and dilation[0] == 1
+            and dilation[1] == 1 and padding[0] == 0 and padding[1] == 0
+            and 2 * out.shape[2] <= x.shape[2] and 2 * out.shape[3] <= x.shape[3]):
+        if chunks > 1 and x.size >= PARALLEL_2X2_ELEMENTS:
+            run_tasks(_max2x2_chunk, chunks, (x, out, chunks))
+        else:
+            _max2x2_chunk(0, x, out, 1)
+        return
     if stride[0] > 1:
         run_tasks(_max_rows_chunk, chunks, (x, out, chunks, kernel, stride, padding, dilation, fill, False, 0))
     else:

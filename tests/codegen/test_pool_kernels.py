@@ -30,6 +30,8 @@ WINDOWS = [  # shape, kernel, stride, padding (t, l, b, r), ceil_mode
     ((4, 2, 7, 8), (1, 3), (1, 2), (0, 1, 0, 1), False),
     ((1, 64, 30, 30), (3, 3), (2, 2), (1, 1, 1, 1), False),  # parallel
     ((1, 4, 13, 11), (2, 3), (3, 1), (0, 1, 0, 1), True),  # strided height only: max pools row by row
+    ((2, 3, 10, 7), (2, 2), (2, 2), (0, 0, 0, 0), False),  # 2x2 stride 2 in one pass (an odd last column left)
+    ((1, 16, 130, 128), (2, 2), (2, 2), (0, 0, 0, 0), False),  # the same on the threads
 ]
 
 
@@ -46,8 +48,10 @@ def test_max_pool(op, shape, kernel, stride, padding, ceil_mode, dilation):
 
 
 @pytest.mark.parametrize("op", ["max_pool2d", "max_pool2d_indices"])
-def test_max_pool_ints_nan_and_jit(op):
-    attrs = {"kernel": (3, 3), "stride": (2, 2), "padding": (1, 1, 1, 1)}
+@pytest.mark.parametrize("window", [(3, 1), (2, 0)])  # (kernel, padding), stride 2: 2x2 takes the one-pass path
+def test_max_pool_ints_nan_and_jit(op, window):
+    k, pad = window
+    attrs = {"kernel": (k, k), "stride": (2, 2), "padding": (pad,) * 4}
     check(op, rand(2, 3, 9, 8, dtype=np.int32), attrs, jit=True, rtol=0, atol=0)
     x = rand(2, 3, 9, 8)
     x[0, 1, 4, 4] = np.nan
