@@ -317,11 +317,13 @@ def conv1x1_by_channels(x, wt, bias, residual, out, act, alpha, beta, post, post
     n_n, k, h, w = x.shape
     o_n, hw = out.shape[1], h * w
     n_p = -(-hw // PACKED_ROWS)
-    n_c, cpt = blocks(n_n * n_p, -(-o_n // panel_width()), MIN_PANELS)
+    serial = n_n * hw * o_n * k < PARALLEL_MIN_MACS
+    panels = -(-o_n // panel_width())  # in the calling thread, one block of every channel
+    n_c, cpt = (1, panels) if serial else blocks(n_n * n_p, panels, MIN_PANELS)
     rf = residual_run(residual, out)
     data = (x.reshape(-1), wt.reshape(-1), bias, rf, out.reshape(-1), (n_n, k, hw, o_n), (act, post),
             (alpha, beta, post_alpha, post_beta))
-    if n_n * hw * o_n * k < PARALLEL_MIN_MACS:
+    if serial:
         for t in range(n_n * n_p * n_c):
             _by_channels_task(t, n_p, n_c, cpt, *data)
     else:

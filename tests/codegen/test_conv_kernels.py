@@ -273,7 +273,8 @@ def test_linear_few_rows(rows, k, o, act, residual):
 @pytest.mark.parametrize("rows, k, o", [
     (3, 9, 5),  # one group of rows, padded from 3 to MR; one half panel of features
     (49, 3072, 70),  # ConvNeXt's last stage: 9 groups (the last of 1 row), 24 reduction chunks
-    (200, 96, 385),  # 3 tasks of rows (PACKED_ROWS), features past whole panels (385 = 12 * 32 + 1)
+    (200, 96, 385),  # 3 tiles of rows (72, 72, 56), features past whole panels (385 = 12 * 32 + 1)
+    (128, 64, 70),  # 2 equal tiles of rows (66, 62: a partial last group), in parallel
     (13, 40, 48),  # 48 features: a whole panel and a half one on AVX-512
 ])
 @pytest.mark.parametrize("act, residual", [("none", False), ("relu", True), ("gelu", False)])
