@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ast
 import inspect
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -124,3 +125,17 @@ def test_the_generated_epilogue_source_is_part_of_the_kernel_cache_digest():
         pytest.skip("no kernel cache stamp")
     assert stamp.read_text() == kernels.kernel_digest(extra=activations_source().encode())
     assert kernels.kernel_digest(extra=b"x") != kernels.kernel_digest(extra=b"y")
+
+
+def test_the_generated_activations_file_is_named_by_the_kernel_sources_too():
+    """activate_run inlines vmath's functions (erf, exp): its generated file, whose numba cache the
+    kernels' stale-cache check never drops, is named by the kernel sources' digest as well as its
+    own source, so an edit of vmath.py compiles it anew instead of loading stale machine code."""
+    from pathlib import Path
+
+    import codegen.kernels as kernels
+    from codegen.kernels import epilogue
+
+    source = Path(sys.modules[epilogue.activate_run.py_func.__module__].__file__).read_text()
+    assert source.startswith(f"# kernel sources {kernels.kernel_digest()}\n")
+    assert source.endswith(activations_source())

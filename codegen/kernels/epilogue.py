@@ -18,6 +18,7 @@ from numba.core import types
 from numba.extending import overload
 
 from codegen.generated import import_generated
+from codegen.kernels import kernel_digest
 from codegen.kernels.common import u
 from codegen.kernels.vmath import SCALAR_FUNCTIONS
 from ir.ops.fused import epilogue_activations
@@ -62,7 +63,11 @@ def activations_source() -> str:
 
 
 ACTIVATIONS_SOURCE = activations_source()
-activate_run = import_generated("codegen.kernels._activations", ACTIVATIONS_SOURCE).activate_run
+# the generated module inlines vmath's functions, whose source its own digest does not cover: its file is
+# named by the kernel sources' digest too, so that an edit of them compiles it anew (its numba cache lies
+# beside the file, out of reach of the kernels' stale-cache check; a faster erf went unseen otherwise)
+activate_run = import_generated("codegen.kernels._activations",
+                                f"# kernel sources {kernel_digest()}\n{ACTIVATIONS_SOURCE}").activate_run
 
 
 def residual_run(residual, out):
