@@ -77,15 +77,25 @@ def _gather_split_rows(xf, x0, h, w, iy0, sh, pl, p, p0, hq, wq):
 
 @numba.njit(**SEQ)
 def _gather_any(xf, x0, h, w, iy0, sh, sw, pl, p, p0, hq, wq):
-    """gather_planes for any stride, one element at a time."""
+    """gather_planes for any stride: each phase of a row in one loop, every sw-th column, with no
+    division per element (one per element: AlexNet's stride 4, 1.6 ns an element, 43 us a channel
+    of a 28-row tile, a third of the conv)."""
     plane = hq * wq
     for r in range(hq):
         for a in range(sh):
             iy = iy0 + r * sh + a
-            valid = iy >= 0 and iy < h
-            src, d = x0 + iy * w, p0 + a * sw * plane + r * wq
-            for c in range(w):
-                p[u(d + (c + pl) % sw * plane + (c + pl) // sw)] = xf[u(src + c)] if valid else 0
+            d = p0 + a * sw * plane + r * wq
+            for b in range(sw):  # phase b: padded columns b, b + sw, ...: input columns c0, c0 + sw, ...
+                c0 = (b - pl) % sw
+                e = d + b * plane + (c0 + pl) // sw
+                count = (w - c0 + sw - 1) // sw
+                if iy >= 0 and iy < h:
+                    src = x0 + iy * w + c0
+                    for k in range(count):
+                        p[u(e + k)] = xf[u(src + k * sw)]
+                else:
+                    for k in range(count):
+                        p[u(e + k)] = 0
 
 
 @numba.njit(inline="always", **SEQ)

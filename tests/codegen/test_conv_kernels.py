@@ -396,6 +396,8 @@ PACKED_CONVS = [
     ((1, 64, 14, 14), 16, (1, 1), (1, 1), (0, 0, 0, 0), 1),  # pixels split between threads in half panels
     ((2, 12, 10, 10), 18, (3, 3), (1, 1), (1, 1, 1, 1), 3),
     ((1, 130, 3, 3), 200, (3, 3), (1, 1), (1, 1, 1, 1), 1),  # many channel panels, 9 pixels
+    ((1, 3, 47, 45), 16, (11, 11), (4, 4), (2, 2, 2, 2), 1),  # AlexNet's stem: 16 phase planes a channel
+    ((1, 4, 20, 22), 8, (3, 5), (3, 1), (1, 0, 2, 3), 1),  # stride 3 down, 1 across, uneven padding
     # blocks of many channel panels pack their pixels (_panels_by_pixels): a 1x1 conv with a partial
     # last half panel and packed columns in two passes (SUB_BYTES), a strided conv over two reduction
     # chunks, and groups
