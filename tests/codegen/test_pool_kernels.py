@@ -32,6 +32,8 @@ WINDOWS = [  # shape, kernel, stride, padding (t, l, b, r), ceil_mode
     ((1, 4, 13, 11), (2, 3), (3, 1), (0, 1, 0, 1), True),  # strided height only: max pools row by row
     ((2, 3, 10, 7), (2, 2), (2, 2), (0, 0, 0, 0), False),  # 2x2 stride 2 in one pass (an odd last column left)
     ((1, 16, 130, 128), (2, 2), (2, 2), (0, 0, 0, 0), False),  # the same on the threads
+    ((1, 2, 12, 15), (3, 3), (2, 2), (0, 0, 0, 0), True),  # 3x3 stride 2, ceil mode: a last window past the input
+    ((2, 3, 9, 10), (3, 3), (2, 2), (1, 0, 1, 0), True),  # 3x3 stride 2, padding above only, ceil mode
 ]
 
 
