@@ -9,7 +9,15 @@ import numpy as np
 from codegen.emit import Emit, const_args, emits, lit
 from codegen.emit.data import contiguous_strides, copy_call
 from codegen.emit.gemm import NO_EPILOGUE, epilogue_args, linear_call, no_residual
-from codegen.kernels.conv import PAD_CODES, conv1x1_by_channels, conv2d, conv2d_packed, conv_transpose2d, pad5
+from codegen.kernels.conv import (
+    PAD_CODES,
+    conv1x1_by_channels,
+    conv2d,
+    conv2d_packed,
+    conv_transpose2d,
+    interleave_taps,
+    pad5,
+)
 from codegen.kernels.gemm import PACKED_ROWS, transpose_padded
 from codegen.kernels.microkernel import MR, pack_weights
 from codegen.kernels.vectors import target_vector_floats
@@ -158,9 +166,41 @@ def _emit_conv2d(e: Emit) -> list[str]:
                     f"{const_args(a['stride'], padding, a['dilation'], a['groups'])}, {act})"]
 
 
+def is_pixel_unshuffled_gemm(node: Node) -> bool:
+    """Whether conv_transpose2d node is a 1x1 conv followed by a pixel interleave: float32 weights and
+    bias (or none) known at compile time, kernel == stride, no padding, dilation or groups, the output
+    exactly H * KH x W * KW (a UNet's upsampling). Each input pixel then meets each kernel tap once,
+    and no two taps write one output."""
+    a, x, w, y = node.attrs, node.inputs[0], node.inputs[1], node.outputs[0]
+    (h, wd), (kh, kw) = x.shape[2:], w.shape[2:]
+    bias_known = len(node.inputs) < 3 or node.inputs[2].is_constant
+    return (w.is_constant and bias_known and w.dtype == x.dtype == "float32" and a["groups"] == 1
+            and tuple(a["stride"]) == (kh, kw) and not any(a["padding"]) and tuple(a["dilation"]) == (1, 1)
+            and y.shape[2:] == (h * kh, wd * kw))
+
+
+def _conv_transpose_as_pointwise(e: Emit) -> list[str]:
+    """conv_transpose2d as conv2d_packed's 1x1 conv into (N, O*KH*KW, H, W) scratch, channel
+    (o, i, j) the products of tap (i, j) and bias o, then interleave_taps into the output. The GEMM
+    and scatter-add path (conv_transpose2d) ran a UNet's 2x2 stride-2 upsamplings 1.6-2.5x behind
+    onnxruntime: 128 -> 64 channels on 8 x 8, 48 against 19 us."""
+    (n, c, h, w), (_, o, kh, kw) = e.node.inputs[0].shape, e.node.inputs[1].shape
+    taps = kh * kw
+    wp = e.prepack(1, "pointwise_taps", lambda wt: pack_weights(
+        np.ascontiguousarray(wt.transpose(1, 2, 3, 0)).reshape(o * taps, c, 1, 1), 1))
+    bias = e.prepack(2, "per_tap", lambda b: np.repeat(b, taps)) if len(e.args) > 2 else "None"
+    tmp = f"{e.outs[0]}_taps"
+    return [f"{tmp} = np.empty({lit((n, o * taps, h, w))}, np.float32)",
+            f"{e.call(conv2d_packed)}({e.args[0]}, {wp}, {bias}, {no_residual(tmp)}, {tmp}, "
+            f"{const_args((1, 1), (1, 1), (0, 0, 0, 0), (1, 1))}, {NO_EPILOGUE})",
+            f"{e.call(interleave_taps)}({tmp}, {e.outs[0]}, {kh}, {kw})"]
+
+
 @emits("conv_transpose2d")
 def _emit_conv_transpose2d(e: Emit) -> list[str]:
     a = e.node.attrs
+    if is_pixel_unshuffled_gemm(e.node):
+        return _conv_transpose_as_pointwise(e)
     bias = e.args[2] if len(e.args) > 2 else "None"
     groups = a["groups"]
     if e.node.inputs[1].is_constant:

@@ -21,7 +21,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from codegen.kernels.common import SEQ, blocks, gemm, span, u
+from codegen.kernels.common import PARALLEL_MIN_ELEMENTS, SEQ, blocks, gemm, span, u
 from codegen.kernels.conv_gemm import conv_gemm
 from codegen.kernels.conv_packed import conv1x1_by_channels, conv2d_packed  # noqa: F401 - conv kernels, emitted from here
 from codegen.kernels.depthwise import conv_depthwise
@@ -133,6 +133,39 @@ def _col2im(cols, of, d0, bias, o0, oh, ow, kh, kw, sh, sw, pt, pl, dh, dw, w_in
                     for ix in range(lo, hi):
                         of[u(d + ix * sw)] += cf[u(s + ix)]
 
+
+
+@numba.njit(**SEQ)
+def interleave_taps(taps, out, kh, kw):
+    """out[n, o, y*KH + i, x*KW + j] = taps[n, (o*KH + i)*KW + j, y, x]: a transposed conv whose
+    kernel is its stride, from its 1x1 conv's products (codegen/emit/conv.py), each output row from
+    KW rows of taps; two taps a row (2x2 upsampling) in one loop of paired stores. Tasks of planes."""
+    n_n, c_n, h, w = taps.shape
+    planes = n_n * c_n // (kh * kw)
+    tf, of = taps.reshape(-1), out.reshape(-1)
+    if taps.size >= PARALLEL_MIN_ELEMENTS and planes > 1:
+        run_tasks(_interleave_plane, planes, (tf, of, h, w, kh, kw))
+    else:
+        for p in range(planes):
+            _interleave_plane(p, tf, of, h, w, kh, kw)
+
+
+@numba.njit(**SEQ)
+def _interleave_plane(p, tf, of, h, w, kh, kw):
+    """Output plane p of interleave_taps."""
+    for y in range(h):
+        for i in range(kh):
+            d = ((p * h + y) * kh + i) * w * kw
+            s = ((p * kh + i) * kw * h + y) * w  # tap (i, 0)'s row y; tap (i, j) is j planes further
+            if kw == 2:
+                s1 = s + h * w
+                for x in range(w):
+                    of[u(d + 2 * x)] = tf[u(s + x)]
+                    of[u(d + 2 * x + 1)] = tf[u(s1 + x)]
+            else:
+                for j in range(kw):
+                    for x in range(w):
+                        of[u(d + x * kw + j)] = tf[u(s + j * h * w + x)]
 
 
 @numba.njit(**SEQ)

@@ -230,6 +230,26 @@ def test_conv_transpose2d(shape, og, kernel, stride, padding, output_padding, di
     check("conv_transpose2d", arrays, attrs, weights=(1, 2) if bias else (1,))
 
 
+@pytest.mark.parametrize("shape, og, kernel", [
+    ((1, 8, 5, 6), 4, (2, 2)),  # UNet's 2x2 stride-2 upsampling
+    ((3, 5, 4, 3), 6, (3, 2)),  # a batch; taps of their own per dim
+    ((1, 4, 6, 5), 3, (1, 3)),  # three taps across: the general interleave
+    ((2, 64, 8, 8), 40, (2, 2)),  # channels past whole panels, on the threads
+])
+@pytest.mark.parametrize("bias", [True, False])
+def test_conv_transpose2d_with_the_kernel_as_stride_runs_as_a_1x1_conv_and_an_interleave(shape, og, kernel, bias):
+    """A transposed conv whose kernel is its stride (no padding) with weights known at compile
+    time: conv2d_packed's 1x1 conv into a channel per (output channel, tap), then one strided copy
+    into the output; against the reference. A weight computed by the model keeps the GEMM path."""
+    c = shape[1]
+    arrays = [rand(*shape), rand(c, og, *kernel, scale=0.3)] + ([rand(og)] if bias else [])
+    attrs = {"stride": kernel, "padding": (0, 0, 0, 0), "output_padding": (0, 0), "dilation": (1, 1), "groups": 1}
+    lines = check("conv_transpose2d", arrays, attrs, weights=(1, 2) if bias else (1,), rtol=1e-5, atol=1e-5)
+    assert "_taps = np.empty" in lines[0] and "conv2d_packed" in lines[1] and "interleave_taps" in lines[2], lines
+    lines = check("conv_transpose2d", arrays, attrs, weights=(), rtol=1e-5, atol=1e-5)
+    assert "conv_conv_transpose2d" in lines[0], lines
+
+
 @pytest.mark.parametrize("mode", ["constant", "reflect", "replicate", "circular"])
 @pytest.mark.parametrize("shape, pads", [
     ((2, 3, 7, 6), (1, 2, 3, 0)),
