@@ -159,9 +159,7 @@ def _runs_task(t, buf, runs, rows, dst_step, per_task, pieces):
             lo, hi = max(e0, at), min(e1, at + n)
             if lo < hi:
                 s, d = runs[i, 0] + r * n + lo - at, runs[i, 1] + r * dst_step + lo - at
-                src, dst = buf[s:s + hi - lo], buf[d:d + hi - lo]
-                for j in range(hi - lo):
-                    dst[j] = src[j]
+                _copy_line(buf, buf, s, d, hi - lo, 1, 1)
             at += n
 
 

@@ -318,7 +318,7 @@ def _max3x3s2_chunk(t, x, out, chunks, pt, pl):
                 m[u(i + 1)] = _max3(xf[u(r0 + i)], xf[u(r1 + i)], xf[u(r2 + i)])
             m[0], m[w + 1], m[w + 2], m[w + 3] = m[1], m[w], m[w], m[w]
             s = 1 - pl  # output column j reads padded columns 2j .. 2j + 2: m[s + 2j ..]
-            for j in range(ow + 1):
+            for j in range(ow + 1):  # (vectors.split_pairs is float-only; max pools take ints too)
                 ev[j], od[j] = m[u(s + 2 * j)], m[u(s + 2 * j + 1)]
             o = (p * oh + y) * ow
             for j in range(ow):
