@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from codegen.emit import Emit, emit_rule, lit
+from codegen.emit.conv import writes_over_residual
 from codegen.emit.data import concat_parts
 from codegen.memory_plan import MemoryPlan, plan_memory
 from ir.errors import CodegenUnsupportedError
@@ -104,6 +105,12 @@ def is_view(node: Node) -> bool:
     return rule is not None and rule.alias
 
 
+def plan_forward_memory(graph: Graph) -> MemoryPlan:
+    """The memory plan the generated forward keeps its intermediates by: views, concats joined in
+    place, outputs written over residuals. A cached model recomputes it when loaded (its arena size)."""
+    return plan_memory(graph, is_view, concat_parts, writes_over_residual)
+
+
 class ValueNames:
     """Unique, legal Python identifiers for values (torch.fx's namespace idea)."""
 
@@ -127,7 +134,7 @@ def generate_module(graph: Graph, comment: str = "", profile: bool = False) -> G
 
     profile: also define forward_profiled(..., times), which records a clock
     reading after every node (times has len(graph.nodes) + 1 entries)."""
-    plan = plan_memory(graph, is_view, concat_parts)
+    plan = plan_forward_memory(graph)
     names = ValueNames()
     inputs = name_graph_values(graph, names)
     imports: dict[str, str] = {}

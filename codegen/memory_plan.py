@@ -20,6 +20,13 @@ widest concat of such a chain owns the buffer. Values are never written in place
 so every byte of a buffer has one writer, and the buffer lives from its first
 member's write to its last member's read.
 
+One exception, where the kernel allows it (`overwritable`): a conv whose epilogue adds
+a residual (ResNet's `relu(bn(conv(x)) + identity)`) reads each residual element just
+before it writes the output element at the same index, so when nothing reads the
+residual afterwards its output takes the residual's buffer. A ResNet-50 at batch 8
+then reads its 25 MB identity and writes its output over the same lines, instead of
+streaming a third array through memory: 64 -> 256 channels on 56 x 56, 3.12 -> 2.63 ms.
+
 Graph inputs, constants and anything a graph output views get no arena space:
 outputs are allocated on their own so callers can keep them.
 """
@@ -51,6 +58,7 @@ class MemoryPlan:
     owned: set[Value] = field(default_factory=set)  # values allocated on their own (outputs)
     views: dict[Value, Value] = field(default_factory=dict)  # view -> the value it views
     in_place: dict[Node, frozenset[int]] = field(default_factory=dict)  # concat -> inputs already in its output
+    overwritten: dict[Node, int] = field(default_factory=dict)  # node -> its input whose buffer output 0 took
     total_bytes: int = 0  # every intermediate in its own buffer: memory with no reuse
     peak_live_bytes: int = 0  # the largest set of simultaneously live buffers: the lower bound
 
@@ -59,15 +67,22 @@ class MemoryPlan:
         joined = sum(len(parts) for parts in self.in_place.values())
         return (f"arena {self.arena_bytes / mib:.2f} MiB for {len(self.buffers)} buffers "
                 f"(no reuse: {self.total_bytes / mib:.2f} MiB, largest live set: {self.peak_live_bytes / mib:.2f} MiB"
-                + (f"; {joined} concat copies saved" if joined else "") + ")")
+                + (f"; {joined} concat copies saved" if joined else "")
+                + (f"; {len(self.overwritten)} outputs written over their residuals" if self.overwritten else "")
+                + ")")
 
 
 # concat_parts(node): the byte offset of each input inside output 0 when the node is a concat whose
 # output is its inputs laid end to end; None for any other node
 ConcatParts = Callable[[Node], "list[int] | None"]
+# overwritable(node): the index of the input whose bytes the node's kernel may write its output 0 over (it
+# reads each of that input's elements just before writing the output element at the same index, and no
+# other), or None
+Overwritable = Callable[[Node], "int | None"]
 
 
-def plan_memory(graph: Graph, is_view: Callable[[Node], bool], concat_parts: ConcatParts | None = None) -> MemoryPlan:
+def plan_memory(graph: Graph, is_view: Callable[[Node], bool], concat_parts: ConcatParts | None = None,
+                overwritable: Overwritable | None = None) -> MemoryPlan:
     """Plan the arena for `graph` (nodes in execution order). is_view(node): its output 0 views input 0."""
     home: dict[Value, tuple[Value, int]] = {}  # value -> (the value whose bytes it lives in, byte offset)
     views: dict[Value, Value] = {}
@@ -94,6 +109,8 @@ def plan_memory(graph: Graph, is_view: Callable[[Node], bool], concat_parts: Con
                 if placed:
                     in_place[node] = placed
 
+    overwritten = {} if overwritable is None else _write_over(graph, overwritable, home, locate, produced,
+                                                                output_roots)
     first: dict[Value, int] = {}
     last: dict[Value, int] = {}
     for step, node in enumerate(graph.nodes):
@@ -108,7 +125,7 @@ def plan_memory(graph: Graph, is_view: Callable[[Node], bool], concat_parts: Con
     members: dict[Value, list[Value]] = {}
     for v in produced:
         members.setdefault(locate(v)[0], []).append(v)
-    plan = MemoryPlan(0, views=views, in_place=in_place)
+    plan = MemoryPlan(0, views=views, in_place=in_place, overwritten=overwritten)
     buffers = []
     for root in first:
         if root not in produced or root in home:
@@ -156,6 +173,41 @@ def _join(node: Node, parts: list[int], home: dict[Value, tuple[Value, int]],
             home[owner] = (out, part)
             placed.add(i)
     return frozenset(placed)
+
+
+def _write_over(graph: Graph, overwritable: Overwritable, home: dict[Value, tuple[Value, int]],
+                locate: Callable[[Value], tuple[Value, int]], produced: set[Value],
+                output_roots: set[Value]) -> dict[Node, int]:
+    """Give each node that may write its output over an input (overwritable) that input's buffer,
+    recording it in `home`, where the input is a whole buffer of the output's size and type, is no
+    other input of the node, and every value in that buffer was written before and is read for the
+    last time by this node. Returns node -> the input's index."""
+    written: dict[Value, int] = {}
+    last_read: dict[Value, int] = {}
+    for step, node in enumerate(graph.nodes):
+        for v in node.outputs:
+            written[v] = step
+        for v in node.inputs:
+            last_read[v] = step
+    members: dict[Value, list[Value]] = {}
+    for v in produced:
+        members.setdefault(locate(v)[0], []).append(v)
+    overwritten: dict[Node, int] = {}
+    for step, node in enumerate(graph.nodes):
+        i = overwritable(node)
+        if i is None:
+            continue
+        out, old = node.outputs[0], node.inputs[i]
+        root, offset = locate(old)
+        if (out in home or out in output_roots or root not in produced or root in output_roots or offset != 0
+                or not old.type.nbytes == out.type.nbytes == root.type.nbytes or old.type.dtype != out.type.dtype
+                or any(locate(v)[0] is root for k, v in enumerate(node.inputs) if k != i)
+                or any(written[m] > step or last_read.get(m, -1) > step for m in members[root])):
+            continue
+        home[out] = (root, 0)
+        members[root] += members.pop(out)
+        overwritten[node] = i
+    return overwritten
 
 
 def _lowest_fit(buf: Buffer, placed: list[Buffer]) -> int:

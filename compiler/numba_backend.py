@@ -35,10 +35,10 @@ import numba
 import numpy as np
 
 import codegen.runtime  # noqa: F401 - thread policy before numba's pool starts
-from codegen.emitter import GeneratedModule, generate_module, is_view
+from codegen.emitter import GeneratedModule, generate_module, plan_forward_memory
 from codegen.kernels.control import STOPPED
 from codegen.linker import BoundKernels, bind, link
-from codegen.memory_plan import ALIGN, MemoryPlan, plan_memory
+from codegen.memory_plan import ALIGN, MemoryPlan
 from codegen.opt_level import FORWARD_OPT_LEVEL, opt_level
 from compiler.cache import CacheInfo, ModelCache, cache_key
 from compiler.model import CompiledModel
@@ -225,7 +225,7 @@ class NumbaModel(CompiledModel):
             weights[name] = packs[dtype][offset:offset + size].reshape(shape)
         graph = parse_graph((directory / "graph.ir").read_text(), weights)
         module, kernels, source = load_modules(directory, _entry_module(directory))
-        plan = plan_memory(graph, is_view)
+        plan = plan_forward_memory(graph)  # the plan the forward was generated with: its arena's size
         return cls(graph, module, kernels, [np.asarray(p) for p in packs.values()], source, plan,
                    meta["interpreted"], info)
 

@@ -18,6 +18,7 @@ from codegen.kernels.conv import (
     interleave_taps,
     pad5,
 )
+from codegen.kernels.epilogue import ACTIVATION_CODES, ONE_PASS
 from codegen.kernels.gemm import PACKED_ROWS, transpose_padded
 from codegen.kernels.microkernel import MR, pack_weights
 from codegen.kernels.vectors import target_vector_floats
@@ -105,6 +106,24 @@ def uses_packed_weights(node: Node) -> bool:
     x, w = node.inputs[0], node.inputs[1]
     depthwise = node.attrs["groups"] == x.shape[1] and w.shape[1] == 1 and node.attrs["groups"] > 1
     return w.is_constant and w.dtype == x.dtype == "float32" and not depthwise
+
+
+def writes_over_residual(node: Node) -> int | None:
+    """The input index of a fused conv's residual when its kernel may write the output over it
+    (codegen/memory_plan.py, `overwritable`): conv2d_packed and Winograd apply the epilogue per run
+    of outputs (epilogue_run), reading each residual element just before writing the output element
+    at its index, and read nothing else of it. Only with a post-activation of none or relu, which
+    epilogue_run adds in its one pass (others would copy each run of the residual first), and for
+    Winograd an activation of at most a clamp too (conv2d_packed applies others to its block first).
+    Not for the other kernels: conv1x1_by_channels and the depthwise flat path write the output
+    before adding the residual to it."""
+    if node.op != "fused_conv2d" or len(node.inputs) < 4 or ACTIVATION_CODES[node.attrs["post_activation"]] > 1:
+        return None
+    if uses_winograd(node):
+        return 3 if ACTIVATION_CODES[node.attrs["activation"]] <= ONE_PASS else None
+    packed = (uses_packed_weights(node) and not is_linear_on_pixels(node)
+              and not uses_channel_vectors(node, target_vector_floats()))
+    return 3 if packed else None
 
 
 def _zero_padded_input(e: Emit) -> tuple[list[str], str, tuple[int, ...]]:

@@ -113,7 +113,8 @@ def activate_block(block, rows, pitch, bias, b0, act, alpha, beta):
 def epilogue_run(dst, d, n, src, s, bias, res, act, alpha, beta, post, post_alpha, post_beta):
     """dst[d:d+n] = post(act(v + bias) + res[d:d+n]) over flat arrays, v = src[s:s+n] (src may be
     dst itself at d: a run in place); bias is a scalar, res indexed like dst, or None or empty for
-    none (residual_run).
+    none (residual_run). res may be dst itself: an output written over its residual (the memory
+    plan gives a conv's output its residual's buffer when nothing reads the residual later).
 
     Kernels call it with one signature per dtype, each costing seconds of numba's time to
     compile and more to link into every kernel calling it: a float64 bias, and arrays for src
@@ -122,8 +123,11 @@ def epilogue_run(dst, d, n, src, s, bias, res, act, alpha, beta, post, post_alph
     typed = dst.dtype.type  # parameters in the output's precision: float32 stays float32, float64 exact
     a, b, bv = typed(alpha), typed(beta), typed(bias)
     r = residual_run(res, dst)
-    # in place (src is dst, at d): its loops index dst alone, so that they vectorise (activate_run)
+    # in place (src is dst, at d): its loops index dst alone, so that they vectorise (activate_run);
+    # so do the loops adding a residual that is dst itself (an overlap check fails on one array: scalar).
+    # (A residual in dst with v in place too would already be lost: no kernel writes over one so)
     in_place = src.ctypes.data + s * src.itemsize == dst.ctypes.data + d * dst.itemsize
+    over_residual = r.size != 0 and r.ctypes.data == dst.ctypes.data
     if act <= ONE_PASS and post <= 1:  # none, relu, clamp (ReLU6), the most common: one pass
         lo = typed(-np.inf if act == 0 else (0.0 if act == 1 else alpha))
         hi = typed(beta if act == ONE_PASS else np.inf)
@@ -134,6 +138,9 @@ def epilogue_run(dst, d, n, src, s, bias, res, act, alpha, beta, post, post_alph
         elif r.size == 0:
             for i in range(n):
                 dst[u(d + i)] = max(min(max(src[u(s + i)] + bv, lo), hi), top)
+        elif over_residual and not in_place:
+            for i in range(n):
+                dst[u(d + i)] = max(min(max(src[u(s + i)] + bv, lo), hi) + dst[u(d + i)], top)
         elif in_place:
             for i in range(n):
                 dst[u(d + i)] = max(min(max(dst[u(d + i)] + bv, lo), hi) + r[u(d + i)], top)
@@ -141,11 +148,17 @@ def epilogue_run(dst, d, n, src, s, bias, res, act, alpha, beta, post, post_alph
             for i in range(n):
                 dst[u(d + i)] = max(min(max(src[u(s + i)] + bv, lo), hi) + r[u(d + i)], top)
         return
+    # the passes below write v into dst before adding the residual: a residual in dst is kept first
+    # (a copy per run: slow, and no kernel the memory plan writes over a residual takes this path)
+    saved = dst[d:d + n].copy() if over_residual and not in_place else dst[:0]
     if not in_place:
         for i in range(n):
             dst[u(d + i)] = src[u(s + i)]
     activate_run(dst, d, n, bv, act, a, b)  # then, over the run still in L1:
-    if r.size != 0:
+    if saved.size != 0:
+        for i in range(n):
+            dst[u(d + i)] += saved[u(i)]
+    elif r.size != 0:
         for i in range(n):
             dst[u(d + i)] += r[u(d + i)]
     if post != 0:

@@ -29,14 +29,18 @@ class RuleRun(NamedTuple):
 
 
 def run_rule(op: str, arrays: Sequence[np.ndarray], attrs: dict, *, weights: Sequence[int] = (),
-             jit: bool = False) -> RuleRun:
+             jit: bool = False, over_input: int | None = None) -> RuleRun:
     """Emit `op` on `arrays` and run the emitted lines, inside an @njit function if jit (as the
     forward does; slower to compile, so only some tests do).
 
     weights: indices of the arrays to pass as constants (read-only, with their data in the IR,
     like a model's weights), which emit rules may prepack. Outputs are preallocated and filled
-    with -7, so an element the kernel misses shows; an alias rule (reshape) binds its output instead."""
+    with -7, so an element the kernel misses shows; an alias rule (reshape) binds its output instead.
+    over_input: the output is that input's array itself, as when the memory plan gives a node's output
+    its input's buffer (codegen/memory_plan.py, `overwritable`)."""
     arrays = [np.ascontiguousarray(a) for a in arrays]  # the forward's arrays always are
+    if over_input is not None:
+        arrays[over_input] = arrays[over_input].copy()  # the caller's array stays as it was
     for i in weights:
         arrays[i] = arrays[i].copy()
         arrays[i].flags.writeable = False
@@ -61,16 +65,19 @@ def run_rule(op: str, arrays: Sequence[np.ndarray], attrs: dict, *, weights: Seq
             ns[local] = getattr(__import__(module, fromlist=[name]), name)
         exec(source, ns)
         _COMPILED[source] = numba.njit(ns["f"]) if jit else ns["f"]
+    expected = opdef.run([a.copy() for a in arrays], node.attrs)  # before the lines may write over an input
     outs = [] if rule.alias else [np.full(v.shape, -7, v.dtype) for v in node.outputs]
+    if over_input is not None:
+        outs[0] = arrays[over_input]
     got = _COMPILED[source](*arrays, *e.prepacked.values(), *outs)
-    return RuleRun(list(got), opdef.run(arrays, node.attrs), lines)
+    return RuleRun(list(got), expected, lines)
 
 
 def check_rule(op: str, arrays: Sequence[np.ndarray], attrs: dict, *, weights: Sequence[int] = (),
-               jit: bool = False, rtol: float = 0.0, atol: float = 0.0) -> list[str]:
+               jit: bool = False, rtol: float = 0.0, atol: float = 0.0, over_input: int | None = None) -> list[str]:
     """run_rule(), then assert every output has the reference's shape, dtype and values (to rtol,
     atol); return the emitted lines."""
-    run = run_rule(op, arrays, attrs, weights=weights, jit=jit)
+    run = run_rule(op, arrays, attrs, weights=weights, jit=jit, over_input=over_input)
     assert len(run.outputs) == len(run.expected)
     for got, expected in zip(run.outputs, run.expected):
         assert got.shape == expected.shape and got.dtype == expected.dtype, \

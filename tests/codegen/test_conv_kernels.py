@@ -13,6 +13,7 @@ import pytest
 
 import codegen.emit.conv as emit_conv
 from codegen.kernels.vectors import target_vector_floats
+from ir.graph import Value, make_node
 from ir.op_registry import get_op
 from ir.ops.fused import epilogue_activations
 from ir.types import TensorType
@@ -22,9 +23,9 @@ RNG = np.random.default_rng(0)
 EPILOGUE_ACTIVATIONS = list(epilogue_activations())  # "none" first
 
 
-def check(op, arrays, attrs, weights=(), rtol=1e-4, atol=1e-4, jit=False):
+def check(op, arrays, attrs, weights=(), rtol=1e-4, atol=1e-4, jit=False, over_input=None):
     """Run op's emit rule and compare with the IR reference; return the emitted lines."""
-    return check_rule(op, arrays, attrs, weights=weights, jit=jit, rtol=rtol, atol=atol)
+    return check_rule(op, arrays, attrs, weights=weights, jit=jit, rtol=rtol, atol=atol, over_input=over_input)
 
 
 def rand(*shape, scale=1.0, dtype=np.float32):
@@ -170,6 +171,76 @@ def test_winograd_conv2d(shape, o, padding, act, residual):
         arrays.append(rand(*out.shape))
     lines = check("fused_conv2d", arrays, attrs, weights=(1, 2), rtol=1e-5, atol=1e-5)
     assert "winograd_conv2d" in lines[0] and "__winograd" in lines[0]
+
+
+def _with_residual(shape, o, kernel, stride, padding, groups=1):
+    arrays = conv_arrays(*shape, o, kernel, groups)
+    out = get_op("conv2d").infer_types([TensorType(a.shape) for a in arrays],
+                                       get_op("conv2d").normalize_attrs(conv_attrs(kernel, stride, padding, (1, 1),
+                                                                                  groups)))[0]
+    return arrays + [rand(*out.shape)]
+
+
+def _fused_node(arrays, attrs):
+    """The fused_conv2d node of arrays (weight and bias constants), as writes_over_residual sees it."""
+    values = [Value(f"x{i}", TensorType(a.shape, a.dtype.name), a if i in (1, 2) else None)
+              for i, a in enumerate(arrays)]
+    return make_node("fused_conv2d", "n", values, ["y"], attrs)
+
+
+# (n, c, h, w), o, kernel, stride, padding, activation, post-activation
+OVER_RESIDUAL = [
+    ((1, 24, 40, 39), 12, (1, 1), (1, 1), (0, 0, 0, 0), "none", "relu"),  # 1x1: pixels split between tasks
+    ((4, 16, 20, 20), 40, (1, 1), (1, 1), (0, 0, 0, 0), "relu", "none"),  # a batch, channels in blocks
+    ((2, 16, 40, 38), 24, (1, 1), (2, 2), (0, 0, 0, 0), "none", "relu"),  # subsampled first (a downsample)
+    ((1, 16, 64, 61), 16, (3, 3), (1, 1), (1, 1, 1, 1), "silu", "relu"),  # phase planes, rows split; silu blocked
+    ((4, 16, 13, 12), 24, (3, 3), (1, 1), (1, 1, 1, 1), "clamp", "none"),
+    ((2, 6, 9, 7), 5, (3, 3), (2, 2), (1, 1, 1, 1), "none", "relu"),
+]
+
+
+@pytest.mark.parametrize("shape, o, kernel, stride, padding, act, post", OVER_RESIDUAL)
+def test_fused_conv2d_writes_its_output_over_its_residual(shape, o, kernel, stride, padding, act, post):
+    """The memory plan may give a residual conv's output its residual's buffer (writes_over_residual):
+    the kernel then reads each residual element where it writes the output, and must still be right."""
+    attrs = {**conv_attrs(kernel, stride, padding, (1, 1), 1), **epilogue_attrs(act, post)}
+    arrays = _with_residual(shape, o, kernel, stride, padding)
+    assert emit_conv.writes_over_residual(_fused_node(arrays, attrs)) == 3
+    lines = check("fused_conv2d", arrays, attrs, weights=(1, 2), over_input=3)
+    assert "conv2d_packed" in lines[-1]
+
+
+@pytest.mark.usefixtures("any_winograd")
+@pytest.mark.parametrize("shape, o, padding", WINOGRAD_CONVS[:2] + WINOGRAD_CONVS[-2:])
+def test_winograd_writes_its_output_over_its_residual(shape, o, padding):
+    attrs = {**conv_attrs((3, 3), (1, 1), padding, (1, 1), 1), **epilogue_attrs("relu", "relu")}
+    arrays = _with_residual(shape, o, (3, 3), (1, 1), padding)
+    assert emit_conv.writes_over_residual(_fused_node(arrays, attrs)) == 3
+    lines = check("fused_conv2d", arrays, attrs, weights=(1, 2), rtol=1e-5, atol=1e-5, over_input=3)
+    assert "winograd_conv2d" in lines[0]
+
+
+@pytest.mark.usefixtures("any_winograd")
+@pytest.mark.parametrize("shape, o, kernel, groups, act, post", [
+    ((1, 8, 9, 11), 6, (3, 3), 1, "none", "sigmoid"),  # a post-activation beyond relu: a copy per run
+    ((1, 16, 12, 12), 16, (3, 3), 1, "silu", "relu"),  # Winograd, an activation beyond a clamp: the same
+    ((2, 8, 7, 9), 8, (3, 3), 8, "none", "relu"),  # depthwise: its flat path writes the output first
+])
+def test_residuals_the_kernel_would_write_over_too_soon_or_slowly_keep_their_buffer(shape, o, kernel, groups, act,
+                                                                                    post):
+    attrs = {**conv_attrs(kernel, (1, 1), (1, 1, 1, 1), (1, 1), groups), **epilogue_attrs(act, post)}
+    arrays = _with_residual(shape, o, kernel, (1, 1), (1, 1, 1, 1), groups)
+    assert emit_conv.writes_over_residual(_fused_node(arrays, attrs)) is None
+    if groups == 1:  # epilogue_run keeps the residual of a run before its general passes: still right
+        check("fused_conv2d", arrays, attrs, weights=(1, 2), rtol=1e-5, atol=1e-5, over_input=3)
+
+
+def test_1x1_convs_with_channels_in_the_vectors_keep_their_residuals_buffer(monkeypatch):
+    """conv1x1_by_channels writes its output before adding the residual to it."""
+    monkeypatch.setattr(emit_conv, "target_vector_floats", lambda: 16)
+    attrs = {**conv_attrs((1, 1), (1, 1), (0, 0, 0, 0), (1, 1), 1), **epilogue_attrs("none", "relu")}
+    node = _fused_node(_with_residual((1, 32, 7, 7), 64, (1, 1), (1, 1), (0, 0, 0, 0)), attrs)
+    assert emit_conv.uses_channel_vectors(node, 16) and emit_conv.writes_over_residual(node) is None
 
 
 @pytest.mark.usefixtures("any_winograd")

@@ -173,3 +173,122 @@ def test_concat_inputs_in_place_only_where_their_bytes_can_stay(text, expected):
     graph, plan = _plan(text)
     assert _by_name(graph, plan)[1] == expected
     _simulate(graph, plan)
+
+
+# -- outputs written over a residual -----------------------------------------------------------
+
+def _plan_over(text: str):
+    """The plan with every add allowed to write its output over its input 1 (as a residual conv's
+    kernel is: codegen/emit/conv.py, writes_over_residual), concats joined as the forward plans them."""
+    from codegen.emit.data import concat_parts
+
+    graph = parse_graph(text)
+    plan = plan_memory(graph, lambda n: n.op == "reshape", concat_parts, lambda n: 1 if n.op == "add" else None)
+    return graph, plan
+
+
+RESIDUAL = """
+    graph g(%x: f32[1,4,3,3]) {
+      %a: f32[1,4,3,3] = relu(%x) @stem
+      %b: f32[1,4,3,3] = sigmoid(%a) @branch
+      %c: f32[1,4,3,3] = add(%b, %a) @join
+      %d: f32[1,4,3,3] = tanh(%c) @next
+      %out0: f32[1,4,3,3] = neg(%d) @head
+      return %out0
+    }"""
+
+
+def test_an_output_takes_its_residuals_buffer_when_nothing_reads_the_residual_later():
+    graph, plan = _plan_over(RESIDUAL)
+    offsets, _ = _by_name(graph, plan)
+    assert offsets["c"] == offsets["a"] != offsets["b"]
+    assert [(n.name, i) for n, i in plan.overwritten.items()] == [("join", 1)]
+    assert "1 outputs written over their residuals" in plan.summary()
+    _simulate(graph, plan)
+    # without the kernel's consent the output has a buffer of its own
+    plain = plan_memory(graph, lambda n: n.op == "reshape")
+    assert not plain.overwritten and _by_name(graph, plain)[0]["c"] != _by_name(graph, plain)[0]["a"]
+
+
+@pytest.mark.parametrize("text, expected", [
+    # the residual is read again later: only that later add may take it
+    ("""graph g(%x: f32[1,4,3,3]) {
+      %a: f32[1,4,3,3] = relu(%x) @stem
+      %b: f32[1,4,3,3] = sigmoid(%a) @branch
+      %c: f32[1,4,3,3] = add(%b, %a) @join
+      %e: f32[1,4,3,3] = add(%c, %a) @late
+      %out0: f32[1,4,3,3] = neg(%e) @head
+      return %out0
+    }""", ["late"]),
+    # a graph input: not the arena's to overwrite
+    ("""graph g(%x: f32[1,4,3,3]) {
+      %b: f32[1,4,3,3] = sigmoid(%x) @branch
+      %c: f32[1,4,3,3] = add(%b, %x) @join
+      %out0: f32[1,4,3,3] = neg(%c) @head
+      return %out0
+    }""", []),
+    # the residual is the node's other input too: its kernel still reads it elsewhere
+    ("""graph g(%x: f32[1,4,3,3]) {
+      %a: f32[1,4,3,3] = relu(%x) @stem
+      %c: f32[1,4,3,3] = add(%a, %a) @join
+      %out0: f32[1,4,3,3] = neg(%c) @head
+      return %out0
+    }""", []),
+    # ... or through a view of it
+    ("""graph g(%x: f32[1,36]) {
+      %a: f32[1,36] = relu(%x) @stem
+      %v: f32[1,36] = reshape(%a) {shape=[1, 36]} @view
+      %c: f32[1,36] = add(%v, %a) @join
+      %out0: f32[1,36] = neg(%c) @head
+      return %out0
+    }""", []),
+    # a residual seen through a view of all its bytes, nothing reading either later: taken
+    ("""graph g(%x: f32[1,36]) {
+      %a: f32[1,36] = relu(%x) @stem
+      %v: f32[1,4,3,3] = reshape(%a) {shape=[1, 4, 3, 3]} @view
+      %b: f32[1,4,3,3] = sigmoid(%v) @branch
+      %c: f32[1,4,3,3] = add(%b, %v) @join
+      %out0: f32[1,4,3,3] = neg(%c) @head
+      return %out0
+    }""", ["join"]),
+    # the view is read later: not taken
+    ("""graph g(%x: f32[1,36]) {
+      %a: f32[1,36] = relu(%x) @stem
+      %v: f32[1,4,3,3] = reshape(%a) {shape=[1, 4, 3, 3]} @view
+      %b: f32[1,4,3,3] = sigmoid(%v) @branch
+      %c: f32[1,4,3,3] = add(%b, %a) @join
+      %out0: f32[1,4,3,3] = mul(%c, %v) @head
+      return %out0
+    }""", []),
+    # the output is a graph output (allocated on its own), or the residual is one
+    ("""graph g(%x: f32[1,4,3,3]) {
+      %a: f32[1,4,3,3] = relu(%x) @stem
+      %b: f32[1,4,3,3] = sigmoid(%a) @branch
+      %out0: f32[1,4,3,3] = add(%b, %a) @join
+      return %out0
+    }""", []),
+    ("""graph g(%x: f32[1,4,3,3]) {
+      %a: f32[1,4,3,3] = relu(%x) @stem
+      %b: f32[1,4,3,3] = sigmoid(%a) @branch
+      %c: f32[1,4,3,3] = add(%b, %a) @join
+      %out0: f32[1,4,3,3] = neg(%c) @head
+      return %out0, %a
+    }""", []),
+    # a residual that is part of a concat's buffer, smaller than it: not taken; the concat itself, read
+    # last by the add: taken
+    ("""graph g(%x: f32[1,2,4]) {
+      %a: f32[1,2,4] = relu(%x) @r
+      %b: f32[1,2,4] = neg(%x) @s
+      %c: f32[1,4,4] = concat(%a, %b) {dim=1} @cat
+      %d: f32[1,2,4] = add(%x, %a) @small
+      %e: f32[1,4,4] = sigmoid(%c) @branch
+      %f: f32[1,4,4] = add(%e, %c) @join
+      %out0: f32[1,4,4] = mul(%f, %f) @head
+      %out1: f32[1,2,4] = neg(%d) @head2
+      return %out0, %out1
+    }""", ["join"]),
+])
+def test_outputs_take_a_residuals_buffer_only_where_no_one_reads_it_again(text, expected):
+    graph, plan = _plan_over(text)
+    assert [n.name for n in plan.overwritten] == expected
+    _simulate(graph, plan)
