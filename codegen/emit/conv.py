@@ -114,16 +114,15 @@ def writes_over_residual(node: Node) -> int | None:
     of outputs (epilogue_run), reading each residual element just before writing the output element
     at its index, and read nothing else of it. Only with a post-activation of none or relu, which
     epilogue_run adds in its one pass (others would copy each run of the residual first), and for
-    Winograd an activation of at most a clamp too (conv2d_packed applies others to its block first).
-    Not for the other kernels: conv1x1_by_channels and the depthwise flat path write the output
-    before adding the residual to it."""
+    Winograd an activation of at most a clamp too (conv2d_packed applies others to its block first),
+    as conv1x1_by_channels, which adds the residual on the way out of its block only then. Not for
+    the other kernels: the depthwise flat path, for one, writes the output before adding the residual."""
     if node.op != "fused_conv2d" or len(node.inputs) < 4 or ACTIVATION_CODES[node.attrs["post_activation"]] > 1:
         return None
-    if uses_winograd(node):
-        return 3 if ACTIVATION_CODES[node.attrs["activation"]] <= ONE_PASS else None
-    packed = (uses_packed_weights(node) and not is_linear_on_pixels(node)
-              and not uses_channel_vectors(node, target_vector_floats()))
-    return 3 if packed else None
+    one_pass = ACTIVATION_CODES[node.attrs["activation"]] <= ONE_PASS
+    if uses_winograd(node) or uses_channel_vectors(node, target_vector_floats()):
+        return 3 if one_pass else None
+    return 3 if uses_packed_weights(node) and not is_linear_on_pixels(node) else None
 
 
 def _zero_padded_input(e: Emit) -> tuple[list[str], str, tuple[int, ...]]:

@@ -235,12 +235,15 @@ def test_residuals_the_kernel_would_write_over_too_soon_or_slowly_keep_their_buf
         check("fused_conv2d", arrays, attrs, weights=(1, 2), rtol=1e-5, atol=1e-5, over_input=3)
 
 
-def test_1x1_convs_with_channels_in_the_vectors_keep_their_residuals_buffer(monkeypatch):
-    """conv1x1_by_channels writes its output before adding the residual to it."""
+@pytest.mark.parametrize("act, post, expected", [("none", "relu", 3), ("clamp", "none", 3), ("silu", "none", None)])
+def test_1x1_convs_with_channels_in_the_vectors_write_over_a_residual_after_a_one_pass_activation(monkeypatch, act,
+                                                                                                   post, expected):
+    """conv1x1_by_channels adds the residual on the way out of its block after ReLU or a clamp; after
+    another activation it writes the output first and adds the residual to it in place."""
     monkeypatch.setattr(emit_conv, "target_vector_floats", lambda: 16)
-    attrs = {**conv_attrs((1, 1), (1, 1), (0, 0, 0, 0), (1, 1), 1), **epilogue_attrs("none", "relu")}
+    attrs = {**conv_attrs((1, 1), (1, 1), (0, 0, 0, 0), (1, 1), 1), **epilogue_attrs(act, post)}
     node = _fused_node(_with_residual((1, 32, 7, 7), 64, (1, 1), (1, 1), (0, 0, 0, 0)), attrs)
-    assert emit_conv.uses_channel_vectors(node, 16) and emit_conv.writes_over_residual(node) is None
+    assert emit_conv.uses_channel_vectors(node, 16) and emit_conv.writes_over_residual(node) == expected
 
 
 @pytest.mark.usefixtures("any_winograd")
@@ -384,10 +387,15 @@ def test_linear_on_the_microkernel(rows, k, o, act, residual):
     (2, 40, 48, 10, 11),  # 110 pixels: two tiles (PACKED_ROWS), the second of 14
     (1, 300, 33, 6, 6),  # 300 input channels: 3 reduction chunks (PACKED_K_CHUNK)
 ])
-@pytest.mark.parametrize("act, residual, bias", [("none", False, True), ("clamp", True, False), ("silu", True, True)])
-def test_1x1_conv_by_channels_matches_float64(n, c, o, h, w, act, residual, bias):
+@pytest.mark.parametrize("act, post, residual, bias, over", [
+    ("none", "none", False, True, False), ("clamp", "none", True, False, False), ("silu", "none", True, True, False),
+    ("none", "relu", True, True, True),  # ResNet's residual then ReLU, the output written over the residual
+    ("clamp", "none", True, False, True),
+])
+def test_1x1_conv_by_channels_matches_float64(n, c, o, h, w, act, post, residual, bias, over):
     """conv1x1_by_channels (the output channels in the vectors), called directly whatever this
-    machine's choice between it and conv2d_packed, against a float64 product."""
+    machine's choice between it and conv2d_packed, against a float64 product; over: the output is
+    the residual's array (codegen/emit/conv.py, writes_over_residual)."""
     import codegen.runtime  # noqa: F401 - numba's target before the kernels compile
     from codegen.kernels.conv import conv1x1_by_channels
     from codegen.kernels.epilogue import ACTIVATION_CODES
@@ -396,13 +404,14 @@ def test_1x1_conv_by_channels_matches_float64(n, c, o, h, w, act, residual, bias
     x, weight, b = rand(n, c, h, w), rand(o, c, scale=c ** -0.5), rand(o)
     res = rand(n, o, h, w) if residual else np.empty(0, np.float32)
     alpha, beta = (-0.5, 0.75) if act == "clamp" else (0.0, 0.0)
-    out = np.full((n, o, h, w), np.nan, np.float32)
-    conv1x1_by_channels(x, transpose_padded(weight), b if bias else None, res, out, ACTIVATION_CODES[act],
-                        alpha, beta, 0, 0.0, 0.0)
+    out = res.copy() if over else np.full((n, o, h, w), np.nan, np.float32)
+    conv1x1_by_channels(x, transpose_padded(weight), b if bias else None, out if over else res, out,
+                        ACTIVATION_CODES[act], alpha, beta, ACTIVATION_CODES[post], 0.0, 0.0)
     ref = np.einsum("oc,nchw->nohw", weight.astype(np.float64), x.astype(np.float64))
     ref = ref + (b[:, None, None] if bias else 0)
     ref = {"none": ref, "clamp": np.clip(ref, alpha, beta), "silu": ref / (1 + np.exp(-ref))}[act]
-    np.testing.assert_allclose(out, ref + (res if residual else 0), rtol=1e-5, atol=1e-5)
+    ref = ref + (res if residual else 0)
+    np.testing.assert_allclose(out, np.maximum(ref, 0) if post == "relu" else ref, rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("hw, width, expected", [(7, 16, True), (7, 8, False), (14, 16, False), (3, 16, True),
