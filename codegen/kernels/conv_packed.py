@@ -24,7 +24,7 @@ import numba
 import numpy as np
 
 from codegen.kernels.common import SEQ, blocks, num_threads, thread_id, u
-from codegen.kernels.epilogue import ONE_PASS, activate_block, epilogue_run, residual_run
+from codegen.kernels.epilogue import ONE_PASS, activate_block, epilogue_run, one_pass_bounds, residual_run
 from codegen.kernels.gemm import PACKED_ROWS, PARALLEL_MIN_MACS, gemm_row_groups
 from codegen.kernels.microkernel import (
     MR,
@@ -365,9 +365,8 @@ def _by_channels_task(t, n_p, n_c, cpt, xf, wf, bias, rf, of, dims, acts, params
     # just before writing the output over it (the memory plan may give the output the residual's buffer)
     o0 = (n * o_n + c0) * hw + p0
     one_pass = act <= ONE_PASS and post <= 1
-    lo = np.float32(-np.inf if act == 0 or not one_pass else (0.0 if act == 1 else alpha))
-    hi = np.float32(beta if act == ONE_PASS and one_pass else np.inf)
-    top = np.float32(0.0 if post == 1 and one_pass else -np.inf)
+    bounds = one_pass_bounds(act, alpha, beta, post) if one_pass else (-np.inf, np.inf, -np.inf)
+    lo, hi, top = np.float32(bounds[0]), np.float32(bounds[1]), np.float32(bounds[2])
     for j in range(c1 - c0):
         bv = np.float32(0.0) if bias is None else np.float32(bias[c0 + j])
         d = o0 + j * hw

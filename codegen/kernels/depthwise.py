@@ -46,7 +46,7 @@ from numba.core import cgutils, types
 from numba.extending import intrinsic, overload
 
 from codegen.kernels.common import SEQ, blocks, num_threads, u
-from codegen.kernels.epilogue import ONE_PASS, epilogue_run, residual_run
+from codegen.kernels.epilogue import ONE_PASS, epilogue_run, one_pass_bounds, residual_run
 from codegen.kernels.planes import gather_planes, plane_pitch, tap_offset
 from codegen.kernels.tasks import run_tasks
 from codegen.kernels.vectors import clamp_run, copy_run, fma_sums, lane_mask, vector_floats, vector_loop, vector_width
@@ -135,8 +135,8 @@ def conv_depthwise(x, weight, bias, residual, out, sh, sw, pt, pl, dh, dw,
     typed = of.dtype.type
     rf = residual_run(residual, out)
     clamp = act <= ONE_PASS and post == 0 and rf.size == 0
-    vmin = typed(-np.inf if act == 0 else (0.0 if act == 1 else alpha))
-    vmax = typed(np.inf if act <= 1 else beta)
+    bounds = one_pass_bounds(act, alpha, beta, 0)
+    vmin, vmax = typed(bounds[0]), typed(bounds[1])
     hp, wp = (oh - 1) * sh + (kh - 1) * dh + 1, (ow - 1) * sw + (kw - 1) * dw + 1  # the padded input the windows read
     # small output planes whose rows are as long as a phase plane's: the flat path (_plane_taps), up to
     # FLAT_PIXELS for stride-1 "same" convs (read in place), otherwise where the channel blocks would run

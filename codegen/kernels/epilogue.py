@@ -109,6 +109,17 @@ def activate_block(block, rows, pitch, bias, b0, act, alpha, beta):
     activate_run(block, 0, rows * pitch, typed(0.0), act, typed(alpha), typed(beta))
 
 
+@numba.njit(inline="always", nogil=True, error_model="numpy")
+def one_pass_bounds(act, alpha, beta, post):
+    """(lo, hi, top) of a one-pass epilogue (act <= ONE_PASS, post none or relu), as float64:
+    post(act(v) + residual) = max(min(max(v, lo), hi) + residual, top). NaN stays NaN when v
+    comes first in each max and min (numba's, as Python's, keep a NaN first argument)."""
+    lo = -np.inf if act == 0 else (0.0 if act == 1 else alpha)
+    hi = beta if act == ONE_PASS else np.inf
+    top = 0.0 if post == 1 else -np.inf
+    return lo, hi, top
+
+
 @numba.njit(cache=True, nogil=True, error_model="numpy")
 def epilogue_run(dst, d, n, src, s, bias, res, act, alpha, beta, post, post_alpha, post_beta):
     """dst[d:d+n] = post(act(v + bias) + res[d:d+n]) over flat arrays, v = src[s:s+n] (src may be
@@ -129,9 +140,8 @@ def epilogue_run(dst, d, n, src, s, bias, res, act, alpha, beta, post, post_alph
     in_place = src.ctypes.data + s * src.itemsize == dst.ctypes.data + d * dst.itemsize
     over_residual = r.size != 0 and r.ctypes.data == dst.ctypes.data
     if act <= ONE_PASS and post <= 1:  # none, relu, clamp (ReLU6), the most common: one pass
-        lo = typed(-np.inf if act == 0 else (0.0 if act == 1 else alpha))
-        hi = typed(beta if act == ONE_PASS else np.inf)
-        top = typed(0.0 if post == 1 else -np.inf)
+        bounds = one_pass_bounds(act, alpha, beta, post)
+        lo, hi, top = typed(bounds[0]), typed(bounds[1]), typed(bounds[2])
         if r.size == 0 and in_place:
             for i in range(n):
                 dst[u(d + i)] = max(min(max(dst[u(d + i)] + bv, lo), hi), top)
