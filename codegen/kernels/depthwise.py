@@ -1,5 +1,9 @@
 """Depthwise convolution (groups == input channels, MobileNet's 3x3 blocks): direct loops.
 
+Float32 convs with kernel height 3, 5 or 7, equal strides 1 or 2 and no row dilation take the
+register-row path of depthwise_rows.py (except 7 x 7 output planes with smaller kernels, below).
+The paths here serve the others and float64.
+
 Output channel o reads input channel o // (O / C) only, so there is no GEMM to hand to
 BLAS. The work is cut into tasks of one (image, channel, block of output rows), shared
 out over the threads; each thread has one scratch, and for each task it
@@ -46,6 +50,7 @@ from numba.core import cgutils, types
 from numba.extending import intrinsic, overload
 
 from codegen.kernels.common import SEQ, blocks, num_threads, u
+from codegen.kernels.depthwise_rows import depthwise_rows
 from codegen.kernels.epilogue import ONE_PASS, epilogue_run, one_pass_bounds, residual_run
 from codegen.kernels.planes import gather_planes, plane_pitch, tap_offset
 from codegen.kernels.tasks import run_tasks
@@ -141,6 +146,10 @@ def conv_depthwise(x, weight, bias, residual, out, sh, sw, pt, pl, dh, dw,
     # small output planes whose rows are as long as a phase plane's: the flat path (_plane_taps), up to
     # FLAT_PIXELS for stride-1 "same" convs (read in place), otherwise where the channel blocks would run
     small = CHANNEL_BLOCK_PIXELS if kh * kw > 9 else CHANNEL_BLOCK_PIXELS_3X3
+    if depthwise_rows(x, xf, wf, of, rf, bias, (n_n, c_n, h, w, o_n, oh, ow, mult, kh, kw), (sh, sw, pt, pl, dh, dw),
+                      clamp, vmin if clamp else -np.inf, vmax if clamp else np.inf, (act, post),
+                      (alpha, beta, post_alpha, post_beta)):
+        return
     same = sh == 1 and sw == 1 and oh == h and ow == w
     if oh * ow <= (FLAT_PIXELS if same else small) and ow * sw >= w and _flat_path(
             x, xf, wf, of, rf, bias, (n_n, c_n, h, w, o_n, oh, ow, mult, kh, kw), (sh, sw, pt, pl, dh, dw), clamp,

@@ -1,0 +1,238 @@
+"""Depthwise convolution with blocks of output rows in vector registers (float32, kernel heights
+3, 5 and 7, strides 1 or 2 the same along rows and columns, no row dilation): the path
+conv_depthwise takes first, for MobileNets', EfficientNets' and ConvNeXts' depthwise layers.
+
+A thread takes a share of the (image, channel) planes. A plane's output rows go in blocks of R
+rows (7, then 4, 2, 1 for the last ones), each row's sums in one vector register per vector of
+output columns. For kernel column j, every input row the block reads is loaded once (a masked
+load: lanes whose tap column lies outside the image read nothing and add zero) and multiplied
+into every output row of the block whose window covers it: a 3x3 kernel at stride 1 loads R + 2
+input vectors for 3R FMAs, where the flat path (depthwise.py) loads an input vector and its mask
+for each FMA. At stride 2 a tap's 2W consecutive columns are loaded at once and their even lanes
+kept (one shuffle): no phase planes. Rows of COPY_WIDTH floats and more are first copied a block
+at a time (one sequential copy: read in place out of L3, as in a model, the block's rows are as
+many streams, and ran 1.8x slower than the row-blocks path it replaced); narrower planes are read
+where they lie. Rows narrower than half a vector (7 x 7 planes) stay on the flat path, whose
+vectors span rows, except for 7x7 kernels.
+
+Which input rows feed which output rows depends on the kernel height, the stride and R only, so
+each (height, stride, R) is its own straight-line code (`_row_block`, LLVM IR: a switch over the
+24 variants, ~2 s of the kernel's compile). Measured alone, one thread, AMD EPYC Zen 5 (AVX-512),
+warm caches, old path -> this one: 672 channels 5x5 on 14 x 14 138 -> 70 us; 144 channels 3x3 on
+56 x 56 160 -> 110-119; 240 channels 5x5 stride 2 from 28 x 28 86 -> 48; 96 channels 7x7 on 56 x 56
+517 -> 199; 768 channels 7x7 on 7 x 7 74 -> 62; inputs out of L2 (two threads, SiLU): 32 channels
+3x3 on 112 x 112 130 -> 102, 96 channels stride 2 from 112 x 112 237 -> 178.
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+from llvmlite import ir
+from numba.core import cgutils, types
+from numba.extending import intrinsic, overload
+
+from codegen.kernels.common import SEQ, num_threads
+from codegen.kernels.epilogue import epilogue_run
+from codegen.kernels.tasks import run_tasks
+from codegen.kernels.vectors import copy_run, lane_mask, vector_floats, vector_loop, vector_width
+
+ROWS = (7, 4, 2, 1)  # output rows in registers at once: 7 sums, a kernel column's weights, an input vector;
+# a plane's rows go in blocks of 7 (ImageNet nets' planes are 7 * 2^k high), then at most one of 4, 2 and 1
+HEIGHTS = (3, 5, 7)  # kernel heights with code of their own
+STRIDES = (1, 2)  # strides (the same along rows and columns) with code of their own
+COPY_WIDTH = 32  # input rows at least this wide are copied a block at a time (_rows_share)
+EPILOGUE_FLOATS = 4096  # a non-clamp epilogue runs over this many outputs at once (16 KiB), in L1
+
+
+def depthwise_rows(x, xf, wf, of, rf, bias, dims, window, clamp, lo, hi, acts, params):
+    """Run conv_depthwise on this path and return True, or return False, doing nothing, for convs it has no
+    code for: other than float32, kernel heights other than HEIGHTS, row strides other than STRIDES, row
+    dilation. xf, wf, of, rf: the arrays flat; lo, hi: the clamp applied as the rows are written (the
+    epilogue runs in place afterwards unless `clamp`)."""
+
+
+@overload(depthwise_rows)
+def _depthwise_rows_impl(x, xf, wf, of, rf, bias, dims, window, clamp, lo, hi, acts, params):
+    if x.dtype != types.float32:
+        return lambda x, xf, wf, of, rf, bias, dims, window, clamp, lo, hi, acts, params: False
+
+    def run(x, xf, wf, of, rf, bias, dims, window, clamp, lo, hi, acts, params):
+        n_n, c_n, h, w, o_n, oh, ow, mult, kh, kw = dims
+        sh, sw, pt, pl, dh, dw = window
+        lanes = vector_floats()
+        if not ((kh == 3 or kh == 5 or kh == 7) and (sh == 1 or sh == 2) and sw == sh and dh == 1):
+            return False
+        if 2 * ow <= lanes and kh * kw < 49:  # rows of 7 in 16 lanes: the flat path's vectors span rows
+            return False
+        nv = -(-ow // lanes)  # vectors of output columns per row
+        offsets = np.empty(kw, np.int64)  # input column of tap column j for output column 0
+        masks = np.zeros(kw * nv, np.int64)  # bit k of [j * nv + v]: the k-th column loaded, of sw * lanes, lies
+        for j in range(kw):  # inside the image
+            offsets[j] = j * dw - pl
+            for v in range(nv):
+                for k in range(sw * lanes):
+                    if 0 <= v * lanes * sw + offsets[j] + k < w:
+                        masks[j * nv + v] |= 1 << k
+        threads = min(num_threads(), n_n * o_n)
+        if oh * ow > 0:
+            run_tasks(_rows_share, threads, (threads, xf, wf, of, rf, bias, dims, (sh, pt), offsets, masks,
+                                             clamp, np.float32(lo), np.float32(hi), acts, params))
+        return True
+
+    return run
+
+
+@numba.njit(**SEQ)
+def _rows_share(th, threads, xf, wf, of, rf, bias, dims, layout, offsets, masks, clamp, lo, hi, acts, params):
+    """Thread th's share of the planes: their blocks of rows (_row_block), then the epilogue in place
+    over runs of whole planes unless it was the clamp."""
+    n_n, c_n, h, w, o_n, oh, ow, mult, kh, kw = dims
+    stride, pt = layout
+    act, post = acts
+    alpha, beta, post_alpha, post_beta = params
+    # wide rows are read from a copy of the block's input rows (one sequential copy, in L1): straight from
+    # an input out of the core's caches, the block's rows are as many streams, which prefetching misses
+    p = np.empty(((ROWS[0] - 1) * stride + kh) * w if w >= COPY_WIDTH else 0, xf.dtype)
+    pixels = oh * ow
+    planes = n_n * o_n
+    stop = planes * (th + 1) // threads
+    chunk = max(1, EPILOGUE_FLOATS // pixels)  # planes per epilogue run: end to end in the output
+    for j0 in range(planes * th // threads, stop, chunk):
+        j1 = min(stop, j0 + chunk)
+        for job in range(j0, j1):
+            n, o = job // o_n, job % o_n
+            bv = np.float32(0.0 if bias is None else bias[o])
+            x0 = (n * c_n + o // mult) * h * w
+            oy0 = 0
+            while oy0 < oh:
+                left = oh - oy0
+                rows = 7 if left >= 7 else (4 if left >= 4 else (2 if left >= 2 else 1))
+                iy0 = oy0 * stride - pt
+                if p.size:  # the block's input rows inside the image, to p[(iy - iy0) * w]
+                    r0, r1 = max(iy0, 0), min(iy0 + (rows - 1) * stride + kh, h)
+                    if r1 > r0:
+                        copy_run(p, (r0 - iy0) * w, xf, x0 + r0 * w, (r1 - r0) * w)
+                    _row_block(p, -iy0 * w, h, w, offsets, masks, wf, o * kh * kw, of, job * pixels + oy0 * ow, ow,
+                               iy0, kh, stride, rows, bv, lo, hi)
+                else:
+                    _row_block(xf, x0, h, w, offsets, masks, wf, o * kh * kw, of, job * pixels + oy0 * ow, ow,
+                               iy0, kh, stride, rows, bv, lo, hi)
+                oy0 += rows
+        if not clamp:
+            epilogue_run(of, j0 * pixels, (j1 - j0) * pixels, of, j0 * pixels, 0.0, rf, act, alpha, beta,
+                         post, post_alpha, post_beta)
+
+
+def _flat_array(array, dtype) -> bool:
+    return isinstance(array, types.Array) and array.ndim == 1 and array.layout == "C" and array.dtype == dtype
+
+
+@intrinsic
+def _row_block(typingctx, src, s0, h, pitch, offsets, masks, wf, w0, of, o0, ow, iy0, kh, sh, rows, bias, lo, hi):
+    """Output rows 0 .. rows - 1 of a block, at of[o0 + y * ow + x], of one channel (float32), with
+    stride sh along rows and columns: row y, column x = the sum over taps (i, j) of wf[w0 + i * kw + j]
+    * src[s0 + (iy0 + y * sh + i) * pitch + x * sh + offsets[j]] over the input rows 0 <= iy0 + y * sh + i < h
+    and the columns inside the image (masks[j * nv + v], bit k: the k-th of the sh * W columns loaded for
+    vector v lies inside; kw = offsets.size, nv = masks.size // kw), then min(max(sum + bias, lo), hi)
+    (NaN kept), stored for x < ow. At stride 2 a tap's 2W columns are loaded at once and their even lanes
+    kept (one shuffle). kh, sh and rows pick the variant (HEIGHTS x STRIDES x ROWS); others do nothing."""
+    if not (all(_flat_array(a, types.float32) for a in (src, wf, of))
+            and _flat_array(offsets, types.int64) and _flat_array(masks, types.int64)):
+        return None
+    sig = types.void(src, s0, h, pitch, offsets, masks, wf, w0, of, o0, ow, iy0, kh, sh, rows, bias, lo, hi)
+
+    def codegen(context, builder, signature, args):
+        i32, i64, f32 = ir.IntType(32), ir.IntType(64), ir.FloatType()
+        s0_, h_, pitch_, w0_, o0_, ow_, iy0_, kh_, sh_, rows_ = (
+            context.cast(builder, args[i], signature.args[i], types.int64) for i in (1, 2, 3, 7, 9, 10, 11, 12, 13, 14))
+        width = vector_width(context)
+        vec, mask_t = ir.VectorType(f32, width), ir.VectorType(ir.IntType(1), width)
+        src_ptr, off_ptr, m_ptr, w_ptr, o_ptr = (cgutils.create_struct_proxy(signature.args[i])(
+            context, builder, value=args[i]).data for i in (0, 4, 5, 6, 8))
+        kw = cgutils.create_struct_proxy(signature.args[4])(context, builder, value=args[4]).nitems
+        nv = builder.sdiv(cgutils.create_struct_proxy(signature.args[5])(context, builder, value=args[5]).nitems, kw)
+
+        def splat(value):
+            lane0 = builder.insert_element(ir.Constant(vec, ir.Undefined), value, ir.Constant(i32, 0))
+            return builder.shuffle_vector(lane0, ir.Constant(vec, ir.Undefined),
+                                          ir.Constant(ir.VectorType(i32, width), [0] * width))
+
+        bias_, lo_, hi_ = (splat(context.cast(builder, args[i], signature.args[i], types.float32))
+                           for i in (15, 16, 17))
+        fma = cgutils.get_or_insert_function(builder.module, ir.FunctionType(vec, [vec, vec, vec]),
+                                             f"llvm.fma.v{width}f32")
+        store = cgutils.get_or_insert_function(
+            builder.module, ir.FunctionType(ir.VoidType(), [vec, vec.as_pointer(), i32, mask_t]),
+            f"llvm.masked.store.v{width}f32.p0")
+        zero = ir.Constant(vec, [0.0] * width)
+
+        def variant(height, stride, count):  # the block's code for kernel height, stride, rows
+            feeds = {}  # input row (from iy0) -> the (output row, kernel row) pairs it feeds
+            for y in range(count):
+                for i in range(height):
+                    feeds.setdefault(y * stride + i, []).append((y, i))
+            loaded, loaded_mask = ir.VectorType(f32, stride * width), ir.VectorType(ir.IntType(1), stride * width)
+            load = cgutils.get_or_insert_function(
+                builder.module, ir.FunctionType(loaded, [loaded.as_pointer(), i32, loaded_mask, loaded]),
+                f"llvm.masked.load.v{stride * width}f32.p0")
+            no_lanes = ir.Constant(loaded_mask, [0] * stride * width)
+            nothing = ir.Constant(loaded, [0.0] * stride * width)
+            even = ir.Constant(ir.VectorType(i32, width), [stride * k for k in range(width)])
+            inside_rows = {}
+            for r in feeds:  # loop-invariant: whether input row iy0 + r lies inside the image
+                row = builder.add(iy0_, ir.Constant(i64, r))
+                inside_rows[r] = builder.and_(builder.icmp_signed(">=", row, ir.Constant(i64, 0)),
+                                              builder.icmp_signed("<", row, h_))
+
+            def column(v, _):  # one vector of output columns, all the block's rows
+                x0 = builder.mul(v, ir.Constant(i64, width))
+
+                def tap_column(j, sums):
+                    bits = builder.load(builder.gep(m_ptr, [builder.add(builder.mul(j, nv), v)]))
+                    columns = builder.bitcast(builder.trunc(bits, ir.IntType(stride * width)), loaded_mask)
+                    start = builder.add(builder.add(s0_, builder.mul(x0, ir.Constant(i64, stride))),
+                                        builder.load(builder.gep(off_ptr, [j])))
+                    weights = [splat(builder.load(builder.gep(w_ptr, [builder.add(
+                        w0_, builder.add(builder.mul(ir.Constant(i64, i), kw), j))]))) for i in range(height)]
+                    sums = list(sums)
+                    for r in sorted(feeds):
+                        at = builder.add(start, builder.mul(builder.add(iy0_, ir.Constant(i64, r)), pitch_))
+                        x = builder.call(load, [builder.bitcast(builder.gep(src_ptr, [at]), loaded.as_pointer()),
+                                                ir.Constant(i32, 4), builder.select(inside_rows[r], columns, no_lanes),
+                                                nothing])
+                        if stride > 1:  # the columns of this stride: the loaded vector's lanes 0, stride, ...
+                            x = builder.shuffle_vector(x, ir.Constant(loaded, ir.Undefined), even)
+                        for y, i in feeds[r]:
+                            sums[y] = builder.call(fma, [x, weights[i], sums[y]])
+                    return sums
+
+                sums = vector_loop(builder, "taps", kw, 1, [zero] * count, tap_column)
+                inside = lane_mask(builder, builder.sub(ow_, x0), width)
+                for y, total in enumerate(sums):
+                    r = builder.fadd(total, bias_)
+                    r = builder.select(builder.fcmp_ordered("<", r, lo_), lo_, r)
+                    r = builder.select(builder.fcmp_ordered(">", r, hi_), hi_, r)
+                    at = builder.add(o0_, builder.add(builder.mul(ir.Constant(i64, y), ow_), x0))
+                    builder.call(store, [r, builder.bitcast(builder.gep(o_ptr, [at]), vec.as_pointer()),
+                                         ir.Constant(i32, 4), inside])
+                return []
+
+            vector_loop(builder, "columns", nv, 1, [], column)
+
+        key = builder.add(builder.mul(builder.add(builder.mul(kh_, ir.Constant(i64, 4)), sh_), ir.Constant(i64, 64)),
+                          rows_)
+        done = builder.append_basic_block("block.done")
+        switch = builder.switch(key, done)
+        for height in HEIGHTS:
+            for stride in STRIDES:
+                for count in ROWS:
+                    case = builder.append_basic_block(f"block.k{height}s{stride}r{count}")
+                    switch.add_case(ir.Constant(i64, (height * 4 + stride) * 64 + count), case)
+                    builder.position_at_end(case)
+                    variant(height, stride, count)
+                    builder.branch(done)
+        builder.position_at_end(done)
+        return context.get_dummy_value()
+
+    return sig, codegen
