@@ -65,15 +65,20 @@ def _depthwise_rows_impl(x, xf, wf, of, rf, bias, dims, window, clamp, lo, hi, a
             return False
         if 2 * ow <= lanes and kh * kw < 49:  # rows of 7 in 16 lanes: the flat path's vectors span rows
             return False
+        if lanes < 16 and sw == 2 and w >= COPY_WIDTH:  # AVX2 (two masked loads and shuffles a tap vector):
+            return False  # the row blocks' phase planes are faster on wide rows (144 ch from 56 x 56: 44 against 76 us)
         nv = -(-ow // lanes)  # vectors of output columns per row
         offsets = np.empty(kw, np.int64)  # input column of tap column j for output column 0
-        masks = np.zeros(kw * nv, np.int64)  # bit k of [j * nv + v]: the k-th column loaded, of sw * lanes, lies
-        for j in range(kw):  # inside the image
+        # lane k of the sw * lanes columns loaded for tap column j and vector v, at masks[(j * nv + v) * sw * lanes
+        # + k]: -1 where that column lies inside the image, else 0 (lanes, not bits: AVX2 has no mask registers,
+        # and its masked loads take the lanes' sign bits as they are)
+        masks = np.zeros(kw * nv * sw * lanes, np.int32)
+        for j in range(kw):
             offsets[j] = j * dw - pl
             for v in range(nv):
                 for k in range(sw * lanes):
                     if 0 <= v * lanes * sw + offsets[j] + k < w:
-                        masks[j * nv + v] |= 1 << k
+                        masks[(j * nv + v) * sw * lanes + k] = -1
         threads = min(num_threads(), n_n * o_n)
         if oh * ow > 0:
             run_tasks(_rows_share, threads, (threads, xf, wf, of, rf, bias, dims, (sh, pt), offsets, masks,
@@ -133,12 +138,13 @@ def _row_block(typingctx, src, s0, h, pitch, offsets, masks, wf, w0, of, o0, ow,
     """Output rows 0 .. rows - 1 of a block, at of[o0 + y * ow + x], of one channel (float32), with
     stride sh along rows and columns: row y, column x = the sum over taps (i, j) of wf[w0 + i * kw + j]
     * src[s0 + (iy0 + y * sh + i) * pitch + x * sh + offsets[j]] over the input rows 0 <= iy0 + y * sh + i < h
-    and the columns inside the image (masks[j * nv + v], bit k: the k-th of the sh * W columns loaded for
-    vector v lies inside; kw = offsets.size, nv = masks.size // kw), then min(max(sum + bias, lo), hi)
-    (NaN kept), stored for x < ow. At stride 2 a tap's 2W columns are loaded at once and their even lanes
+    and the columns inside the image (masks[(j * nv + v) * sh * W + k] < 0: the k-th of the sh * W columns
+    loaded for vector v lies inside; kw = offsets.size, nv = masks.size // (kw * sh * W)), then
+    min(max(sum + bias, lo), hi) (NaN kept), stored for x < ow (a masked store for a last partial vector
+    only). At stride 2 a tap's 2W columns are loaded at once and their even lanes
     kept (one shuffle). kh, sh and rows pick the variant (HEIGHTS x STRIDES x ROWS); others do nothing."""
     if not (all(_flat_array(a, types.float32) for a in (src, wf, of))
-            and _flat_array(offsets, types.int64) and _flat_array(masks, types.int64)):
+            and _flat_array(offsets, types.int64) and _flat_array(masks, types.int32)):
         return None
     sig = types.void(src, s0, h, pitch, offsets, masks, wf, w0, of, o0, ow, iy0, kh, sh, rows, bias, lo, hi)
 
@@ -151,7 +157,8 @@ def _row_block(typingctx, src, s0, h, pitch, offsets, masks, wf, w0, of, o0, ow,
         src_ptr, off_ptr, m_ptr, w_ptr, o_ptr = (cgutils.create_struct_proxy(signature.args[i])(
             context, builder, value=args[i]).data for i in (0, 4, 5, 6, 8))
         kw = cgutils.create_struct_proxy(signature.args[4])(context, builder, value=args[4]).nitems
-        nv = builder.sdiv(cgutils.create_struct_proxy(signature.args[5])(context, builder, value=args[5]).nitems, kw)
+        nv = builder.sdiv(cgutils.create_struct_proxy(signature.args[5])(context, builder, value=args[5]).nitems,
+                          builder.mul(kw, builder.mul(sh_, ir.Constant(i64, width))))
 
         def splat(value):
             lane0 = builder.insert_element(ir.Constant(vec, ir.Undefined), value, ir.Constant(i32, 0))
@@ -179,18 +186,25 @@ def _row_block(typingctx, src, s0, h, pitch, offsets, masks, wf, w0, of, o0, ow,
             no_lanes = ir.Constant(loaded_mask, [0] * stride * width)
             nothing = ir.Constant(loaded, [0.0] * stride * width)
             even = ir.Constant(ir.VectorType(i32, width), [stride * k for k in range(width)])
+            lane_ints = ir.VectorType(i32, stride * width)
             inside_rows = {}
             for r in feeds:  # loop-invariant: whether input row iy0 + r lies inside the image
                 row = builder.add(iy0_, ir.Constant(i64, r))
                 inside_rows[r] = builder.and_(builder.icmp_signed(">=", row, ir.Constant(i64, 0)),
                                               builder.icmp_signed("<", row, h_))
 
+            def row_at(y, x0):  # where output row y of the block, columns x0 .., lies
+                at = builder.add(o0_, builder.add(builder.mul(ir.Constant(i64, y), ow_), x0))
+                return builder.bitcast(builder.gep(o_ptr, [at]), vec.as_pointer())
+
             def column(v, _):  # one vector of output columns, all the block's rows
                 x0 = builder.mul(v, ir.Constant(i64, width))
 
                 def tap_column(j, sums):
-                    bits = builder.load(builder.gep(m_ptr, [builder.add(builder.mul(j, nv), v)]))
-                    columns = builder.bitcast(builder.trunc(bits, ir.IntType(stride * width)), loaded_mask)
+                    lanes_at = builder.mul(builder.add(builder.mul(j, nv), v), ir.Constant(i64, stride * width))
+                    lanes = builder.load(builder.bitcast(builder.gep(m_ptr, [lanes_at]), lane_ints.as_pointer()),
+                                         align=4)
+                    columns = builder.icmp_signed("<", lanes, ir.Constant(lane_ints, [0] * stride * width))
                     start = builder.add(builder.add(s0_, builder.mul(x0, ir.Constant(i64, stride))),
                                         builder.load(builder.gep(off_ptr, [j])))
                     weights = [splat(builder.load(builder.gep(w_ptr, [builder.add(
@@ -208,14 +222,20 @@ def _row_block(typingctx, src, s0, h, pitch, offsets, masks, wf, w0, of, o0, ow,
                     return sums
 
                 sums = vector_loop(builder, "taps", kw, 1, [zero] * count, tap_column)
-                inside = lane_mask(builder, builder.sub(ow_, x0), width)
-                for y, total in enumerate(sums):
+                values = []
+                for total in sums:
                     r = builder.fadd(total, bias_)
                     r = builder.select(builder.fcmp_ordered("<", r, lo_), lo_, r)
-                    r = builder.select(builder.fcmp_ordered(">", r, hi_), hi_, r)
-                    at = builder.add(o0_, builder.add(builder.mul(ir.Constant(i64, y), ow_), x0))
-                    builder.call(store, [r, builder.bitcast(builder.gep(o_ptr, [at]), vec.as_pointer()),
-                                         ir.Constant(i32, 4), inside])
+                    values.append(builder.select(builder.fcmp_ordered(">", r, hi_), hi_, r))
+                left = builder.sub(ow_, x0)
+                with builder.if_else(builder.icmp_signed(">=", left, ir.Constant(i64, width))) as (whole, part):
+                    with whole:  # a whole vector: a plain store (AVX2's masked stores are slow on AMD's cores)
+                        for y, r in enumerate(values):
+                            builder.store(r, row_at(y, x0), align=4)
+                    with part:
+                        inside = lane_mask(builder, left, width)
+                        for y, r in enumerate(values):
+                            builder.call(store, [r, row_at(y, x0), ir.Constant(i32, 4), inside])
                 return []
 
             vector_loop(builder, "columns", nv, 1, [], column)
