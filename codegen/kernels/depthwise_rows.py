@@ -9,10 +9,10 @@ load: lanes whose tap column lies outside the image read nothing and add zero) a
 into every output row of the block whose window covers it: a 3x3 kernel at stride 1 loads R + 2
 input vectors for 3R FMAs, where the flat path (depthwise.py) loads an input vector and its mask
 for each FMA. At stride 2 a tap's 2W consecutive columns are loaded at once and their even lanes
-kept (one shuffle): no phase planes. Rows of COPY_WIDTH floats and more are first copied a block
-at a time (one sequential copy: read in place out of L3, as in a model, the block's rows are as
-many streams, and ran 1.8x slower than the row-blocks path it replaced); narrower planes are read
-where they lie. Rows narrower than half a vector (7 x 7 planes) stay on the flat path, whose
+kept (one shuffle): no phase planes. An input larger than L2 (COPY_BYTES) has each block's rows
+copied first (one sequential copy: read in place out of L3 or memory, as in a model, the block's
+rows are as many streams, and ran 1.8x slower than the row-blocks path it replaced); a smaller
+one is read where it lies. Rows narrower than half a vector (7 x 7 planes) stay on the flat path, whose
 vectors span rows, except for 7x7 kernels.
 
 Which input rows feed which output rows depends on the kernel height, the stride and R only, so
@@ -41,7 +41,8 @@ ROWS = (7, 4, 2, 1)  # output rows in registers at once: 7 sums, a kernel column
 # a plane's rows go in blocks of 7 (ImageNet nets' planes are 7 * 2^k high), then at most one of 4, 2 and 1
 HEIGHTS = (3, 5, 7)  # kernel heights with code of their own
 STRIDES = (1, 2)  # strides (the same along rows and columns) with code of their own
-COPY_WIDTH = 32  # input rows at least this wide are copied a block at a time (_rows_share)
+AVX2_STRIDE2_WIDTH = 32  # on AVX2, stride-2 convs on rows this wide or wider take depthwise.py's row blocks
+COPY_BYTES = 1 << 20  # inputs larger than a core's L2 are read from copies of each block's rows (_rows_share)
 EPILOGUE_FLOATS = 4096  # a non-clamp epilogue runs over this many outputs at once (16 KiB), in L1
 
 
@@ -65,8 +66,8 @@ def _depthwise_rows_impl(x, xf, wf, of, rf, bias, dims, window, clamp, lo, hi, a
             return False
         if 2 * ow <= lanes and kh * kw < 49:  # rows of 7 in 16 lanes: the flat path's vectors span rows
             return False
-        if lanes < 16 and sw == 2 and w >= COPY_WIDTH:  # AVX2 (two masked loads and shuffles a tap vector):
-            return False  # the row blocks' phase planes are faster on wide rows (144 ch from 56 x 56: 44 against 76 us)
+        if lanes < 16 and sw == 2 and w >= AVX2_STRIDE2_WIDTH:  # AVX2 (two masked loads and shuffles a tap
+            return False  # vector): the row blocks' phase planes are faster (144 ch from 56 x 56: 44 against 76 us)
         nv = -(-ow // lanes)  # vectors of output columns per row
         offsets = np.empty(kw, np.int64)  # input column of tap column j for output column 0
         # lane k of the sw * lanes columns loaded for tap column j and vector v, at masks[(j * nv + v) * sw * lanes
@@ -81,7 +82,8 @@ def _depthwise_rows_impl(x, xf, wf, of, rf, bias, dims, window, clamp, lo, hi, a
                         masks[(j * nv + v) * sw * lanes + k] = -1
         threads = min(num_threads(), n_n * o_n)
         if oh * ow > 0:
-            run_tasks(_rows_share, threads, (threads, xf, wf, of, rf, bias, dims, (sh, pt), offsets, masks,
+            copy = xf.size * 4 > COPY_BYTES
+            run_tasks(_rows_share, threads, (threads, xf, wf, of, rf, bias, dims, (sh, pt, copy), offsets, masks,
                                              clamp, np.float32(lo), np.float32(hi), acts, params))
         return True
 
@@ -93,12 +95,14 @@ def _rows_share(th, threads, xf, wf, of, rf, bias, dims, layout, offsets, masks,
     """Thread th's share of the planes: their blocks of rows (_row_block), then the epilogue in place
     over runs of whole planes unless it was the clamp."""
     n_n, c_n, h, w, o_n, oh, ow, mult, kh, kw = dims
-    stride, pt = layout
+    stride, pt, copy = layout
     act, post = acts
     alpha, beta, post_alpha, post_beta = params
-    # wide rows are read from a copy of the block's input rows (one sequential copy, in L1): straight from
-    # an input out of the core's caches, the block's rows are as many streams, which prefetching misses
-    p = np.empty(((ROWS[0] - 1) * stride + kh) * w if w >= COPY_WIDTH else 0, xf.dtype)
+    # an input larger than L2 is read from a copy of each block's input rows (one sequential copy, in L1):
+    # straight from L3 or memory, a block's rows are as many streams, which prefetching misses (192 channels
+    # on 28 x 28 at batch 8: 695 against 264 us); in L2 the copy only costs (240 channels 5x5 stride 2 from
+    # 28 x 28: 48 against 63 us)
+    p = np.empty(((ROWS[0] - 1) * stride + kh) * w if copy else 0, xf.dtype)
     pixels = oh * ow
     planes = n_n * o_n
     stop = planes * (th + 1) // threads

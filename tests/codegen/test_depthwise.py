@@ -1,7 +1,7 @@
 """The depthwise conv kernel (codegen/kernels/depthwise.py), called directly, against the IR
 reference of fused_conv2d. Float32 convs with kernel height 3, 5 or 7, equal strides 1 or 2 and no
 row dilation take the register rows (depthwise_rows.py: blocks of 7, 4, 2 and 1 rows, taps read in
-place or, for rows of COPY_WIDTH and more, from a copy of the block's rows; stride 2 split in
+place or, for inputs over COPY_BYTES, from a copy of each block's rows; stride 2 split in
 registers); the others, and float64, every path of its scratch copy (stride 1, 2, other; either
 parity of the left padding; odd widths; rows and columns in the padding; unread columns),
 of its sums (3x3 in registers, Kx5 a kernel row at a time, any other kernel tap by tap), of its
@@ -88,6 +88,10 @@ GEOMETRIES = {
     "rows_3x3_s2_no_padding_copied": ((1, 2, 35, 34), 1, (3, 3), (2, 2), (0, 0, 0, 0), (1, 1)),
     "rows_3x5_multiplier_2_dilated_columns": ((1, 2, 11, 33), 2, (3, 5), (1, 1), (1, 4, 1, 4), (1, 2)),
     "rows_asymmetric_padding_wide": ((1, 2, 9, 50), 1, (5, 3), (1, 1), (0, 2, 4, 0), (1, 1)),
+    # inputs over COPY_BYTES: each block's rows copied first
+    "rows_copied_3x3_s1": ((2, 12, 112, 112), 1, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1)),
+    "rows_copied_5x5_s2_odd": ((1, 24, 101, 111), 1, (5, 5), (2, 2), (2, 2, 2, 2), (1, 1)),
+    "rows_copied_7x7_s1_narrow": ((8, 96, 19, 19), 1, (7, 7), (1, 1), (3, 3, 3, 3), (1, 1)),
 }
 
 
