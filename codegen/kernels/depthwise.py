@@ -50,7 +50,7 @@ from numba.core import cgutils, types
 from numba.extending import intrinsic, overload
 
 from codegen.kernels.common import SEQ, blocks, num_threads, u
-from codegen.kernels.depthwise_rows import depthwise_rows
+from codegen.kernels.depthwise_rows import EPILOGUE_FLOATS, depthwise_rows
 from codegen.kernels.epilogue import ONE_PASS, epilogue_run, one_pass_bounds, residual_run
 from codegen.kernels.planes import gather_planes, plane_pitch, tap_offset
 from codegen.kernels.tasks import run_tasks
@@ -65,7 +65,6 @@ CB = 16  # channels per task of the small-plane path: one AVX-512 vector of floa
 CHANNEL_BLOCK_PIXELS = 256  # output planes up to 16 x 16 take it for kernels over 3x3 (at 28 x 28 the row blocks win)
 CHANNEL_BLOCK_PIXELS_3X3 = 64  # and up to 8 x 8 for 3x3: at 14 x 14 the row blocks are 10-30% faster (AVX-512 EPYC)
 CHANNEL_BLOCK_FLOATS = 1 << 14  # and CB padded input planes fit in 64 KiB
-EPILOGUE_FLOATS = 4096  # the flat path's epilogue runs over this many outputs at once (16 KiB), in L1
 PLANE_UNROLL = 4  # vectors of output pixels _plane_taps sums at once, in independent registers
 FLAT_PIXELS = 256  # stride-1 "same" convs up to 16 x 16 read their taps straight from the input (_plane_taps)
 

@@ -43,7 +43,7 @@ HEIGHTS = (3, 5, 7)  # kernel heights with code of their own
 STRIDES = (1, 2)  # strides (the same along rows and columns) with code of their own
 AVX2_STRIDE2_WIDTH = 32  # on AVX2, stride-2 convs on rows this wide or wider take depthwise.py's row blocks
 COPY_BYTES = 1 << 20  # inputs larger than a core's L2 are read from copies of each block's rows (_rows_share)
-EPILOGUE_FLOATS = 4096  # a non-clamp epilogue runs over this many outputs at once (16 KiB), in L1
+EPILOGUE_FLOATS = 4096  # a non-clamp epilogue runs over this many outputs at once (16 KiB), in L1 (and the flat path's)
 
 
 def depthwise_rows(x, xf, wf, of, rf, bias, dims, window, clamp, lo, hi, acts, params):
