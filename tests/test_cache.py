@@ -310,6 +310,38 @@ def test_kernel_caches_are_dropped_when_a_kernel_changes_not_an_emit_rule(tmp_pa
     assert not kernels._drop_stale_numba_caches(library, extra=b"generated kernel source")
 
 
+def test_kernel_caches_under_numba_cache_dir_are_dropped_too(tmp_path, monkeypatch):
+    """With NUMBA_CACHE_DIR set numba caches the kernels in a folder of its own: a change of one kernel
+    source drops the cached code there too (conv_depthwise inlines depthwise_rows.py's code and kept
+    the old one after an edit of that file alone), and each folder keeps its own stamp, so a folder
+    last used at an older source starts over even when __pycache__'s stamp is current."""
+    from numba.core import caching, config
+
+    from codegen import kernels
+
+    src = tmp_path / "codegen"
+    shutil.copytree(ROOT / "codegen", src, ignore=shutil.ignore_patterns("__pycache__"))
+    library = src / "kernels"
+    monkeypatch.setattr(config, "CACHE_DIR", str(tmp_path / "numba_cache"))
+    user = Path(config.CACHE_DIR) / caching.UserProvidedCacheLocator.get_suitable_cache_subpath(
+        str(library / "depthwise.py"))  # where numba caches that file's kernels
+
+    def cached_kernel() -> Path:
+        path = user / "depthwise.conv_depthwise-1.py311.nbi"
+        path.write_bytes(b"index")
+        return path
+
+    assert kernels._drop_stale_numba_caches(library)  # no stamps yet
+    stale = cached_kernel()
+    assert not kernels._drop_stale_numba_caches(library) and stale.exists()
+    _edit(library / "depthwise_rows.py")
+    assert kernels._drop_stale_numba_caches(library) and not stale.exists()
+    stale = cached_kernel()
+    (user / kernels.STAMP).write_text("the digest of an older source")
+    assert kernels._drop_stale_numba_caches(library) and not stale.exists()
+    assert (library / "__pycache__" / kernels.STAMP).read_text() == (user / kernels.STAMP).read_text()
+
+
 # -- what the key covers ------------------------------------------------------------------------------
 
 

@@ -42,6 +42,19 @@ def kernel_digest(directory: Path = HERE, extra: bytes = b"") -> str:
     return h.hexdigest()
 
 
+def _numba_cache_dirs(directory: Path) -> list[Path]:
+    """Where numba may keep the cache files of `directory`'s kernels: its __pycache__, and, when
+    NUMBA_CACHE_DIR is set, the folder numba derives from it for this directory (which it then
+    uses instead)."""
+    dirs = [directory / "__pycache__"]
+    from numba.core import caching, config  # noqa: PLC0415 - numba is imported by then (codegen.runtime)
+
+    if config.CACHE_DIR:
+        dirs.append(Path(config.CACHE_DIR) / caching.UserProvidedCacheLocator.get_suitable_cache_subpath(
+            str(directory / "__init__.py")))
+    return dirs
+
+
 def _drop_stale_numba_caches(directory: Path = HERE, extra: bytes = b"") -> bool:
     """Delete the kernels' numba cache files when any kernel source has changed; return whether
     the digest had changed. extra: more kernel source to digest (see the module docstring).
@@ -49,26 +62,31 @@ def _drop_stale_numba_caches(directory: Path = HERE, extra: bytes = b"") -> bool
     numba keys a cached function on its own source file alone, so a kernel whose callee in
     another module changed (conv_gemm calling epilogue, say) would load stale machine code
     after an edit or a partial update. A digest of every source here, kept beside the cache
-    files, tells when to start over. (Installed read-only, numba caches elsewhere, but then
-    the sources only change all at once, by a reinstall that moves every file's stamp.)"""
+    files of each place numba may cache them (__pycache__, and NUMBA_CACHE_DIR's folder for this
+    directory when that is set: each has its own stamp, so switching between them never reads
+    files of an older source), tells when to start over. (Installed read-only, numba caches in the
+    user's cache directory, but then the sources only change all at once, by a reinstall that
+    moves every file's stamp.)"""
     digest = kernel_digest(directory, extra)
-    cache = directory / "__pycache__"
-    stamp = cache / STAMP
-    try:
-        if stamp.read_text() == digest:
-            return False
-    except OSError:
-        pass
-    try:
-        cache.mkdir(exist_ok=True)
-        for path in cache.glob("*.nb[ic]"):
-            path.unlink(missing_ok=True)
-        tmp = cache / f".{STAMP}.{os.getpid()}"
-        tmp.write_text(digest)
-        os.replace(tmp, stamp)
-    except OSError:  # a read-only install: numba does not cache here either
-        pass
-    return True
+    changed = False
+    for cache in _numba_cache_dirs(directory):
+        stamp = cache / STAMP
+        try:
+            if stamp.read_text() == digest:
+                continue
+        except OSError:
+            pass
+        changed = True
+        try:
+            cache.mkdir(parents=True, exist_ok=True)
+            for path in cache.glob("*.nb[ic]"):
+                path.unlink(missing_ok=True)
+            tmp = cache / f".{STAMP}.{os.getpid()}"
+            tmp.write_text(digest)
+            os.replace(tmp, stamp)
+        except OSError:  # a read-only install: numba does not cache here either
+            pass
+    return changed
 
 
 # epilogue.py's activate_run is generated from the op registry; conv and linear kernels inline it
