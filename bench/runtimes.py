@@ -31,6 +31,7 @@ from bench import zoo
 from bench.pnnx_export import _CWD_LOCK, _captured_fds, _chdir, _zoo_key, build_cache_dir, default_cache_dir, export_zoo
 from bench.zoo_probe import limit_numpy_blas
 from ir.graph import Graph
+from ir.ops.fused import CONV_OPS, conv_weight
 
 # seconds to wait before timing a runtime, so the threads of the one timed before it stop spinning:
 # onnxruntime's intra-op threads keep two cores busy for more than 20 ms after a run, and our ResNet-18
@@ -158,8 +159,8 @@ def node_flops(node) -> int:
     count nothing: the usual convention, under which these ops are the work.
     """
     op = node.op
-    if op in ("conv2d", "fused_conv2d"):
-        out, (_, cg, kh, kw) = node.outputs[0].shape, node.inputs[1].shape
+    if op in CONV_OPS:
+        out, (_, cg, kh, kw) = node.outputs[0].shape, conv_weight(node).shape
         return 2 * math.prod(out) * cg * kh * kw  # each output: Cin/groups * KH * KW multiply-adds
     if op == "conv_transpose2d":
         (n, c, h, w), (_, og, kh, kw) = node.inputs[0].shape, node.inputs[1].shape

@@ -71,6 +71,7 @@ from compiler.run_control import RunControl
 from compiler.step_stats import NodeStat
 from ir.errors import NodeExecutionError, RunCancelledError
 from ir.graph import Graph, Node, Value
+from ir.ops.fused import CONV_OPS, conv_weight
 from ir.printer import print_graph
 
 # -- what a node costs: the one place that decides ---------------------------------------------------
@@ -106,8 +107,8 @@ def node_cost(node: Node) -> tuple[int, int]:
     """(FLOPs, bytes written) of a node: 2 per multiply-add of a conv, linear or matmul (0 for other ops)."""
     out = node.outputs[0].shape
     flops = 0
-    if node.op in ("conv2d", "fused_conv2d"):
-        flops = 2 * math.prod(out) * math.prod(node.inputs[1].shape[1:])
+    if node.op in CONV_OPS:
+        flops = 2 * math.prod(out) * math.prod(conv_weight(node).shape[1:])
     elif node.op == "conv_transpose2d":
         flops = 2 * math.prod(node.inputs[0].shape) * math.prod(node.inputs[1].shape[1:])
     elif node.op in ("linear", "fused_linear", "matmul"):

@@ -6,12 +6,13 @@ import math
 
 import numpy as np
 
-from codegen.emit import Emit, const_args, emits, lit
+from codegen.emit import Emit, const, const_args, emits, lit
 from codegen.emit.data import contiguous_strides, copy_call
 from codegen.emit.gemm import NO_EPILOGUE, epilogue_args, linear_call, no_residual
 from codegen.kernels.conv import (
     PAD_CODES,
     conv1x1_by_channels,
+    conv1x1_packed_prologue,
     conv2d,
     conv2d_packed,
     conv_transpose2d,
@@ -21,10 +22,11 @@ from codegen.kernels.conv import (
 from codegen.kernels.epilogue import ACTIVATION_CODES, ONE_PASS
 from codegen.kernels.gemm import PACKED_ROWS, transpose_padded
 from codegen.kernels.microkernel import MR, pack_weights
+from codegen.kernels.norm import channel_affine
 from codegen.kernels.vectors import target_vector_floats
 from codegen.kernels.winograd import pack_transformed, winograd_conv2d
 from ir.errors import CodegenUnsupportedError
-from ir.graph import Node
+from ir.graph import Node, Value
 from ir.ops.conv import _pad_pairs
 
 
@@ -182,6 +184,46 @@ def _emit_conv2d(e: Emit) -> list[str]:
                         f"{const_args(e.node.inputs[1].shape[2:], stride, padding, a['dilation'])}, {act})"]
     return lines + [f"{e.call(conv2d)}({x}, {e.args[1]}, {bias}, {residual}, {e.outs[0]}, "
                     f"{const_args(a['stride'], padding, a['dilation'], a['groups'])}, {act})"]
+
+
+def _as_fused_conv(node: Node, x: Value) -> Node:
+    """The fused_conv2d that fused_affine_conv2d node runs after its prologue, on input x."""
+    attrs = {k: v for k, v in node.attrs.items() if k != "in_activation"}
+    outputs = [Value(v.name, v.type) for v in node.outputs]  # copies: a Node takes its outputs' producer
+    return Node("fused_conv2d", node.name, [x, *node.inputs[3:]], outputs, attrs)
+
+
+def takes_prologue(node: Node) -> bool:
+    """Whether fused_affine_conv2d node runs conv1x1_packed_prologue, which applies the affine to
+    each tile of its input on the way in: the 1x1 stride-1 unpadded convs without groups that run
+    conv2d_packed's path reading the input in place. The others apply it into a scratch array first."""
+    conv = _as_fused_conv(node, node.inputs[0])
+    a = conv.attrs
+    return (uses_packed_weights(conv) and conv.inputs[1].shape[2:] == (1, 1) and a["groups"] == 1
+            and tuple(a["stride"]) == (1, 1) and not any(a["padding"]) and not is_linear_on_pixels(conv)
+            and not uses_channel_vectors(conv, target_vector_floats()))
+
+
+@emits("fused_affine_conv2d")
+def _emit_affine_conv2d(e: Emit) -> list[str]:
+    x, scale, shift, *conv_args = e.args
+    lo = 0.0 if e.node.attrs["in_activation"] == "relu" else -math.inf
+    if takes_prologue(e.node):
+        weight, bias, *rest = conv_args
+        residual = rest[0] if rest else no_residual(e.outs[0])
+        wp = e.prepack(3, "panels1", lambda w: pack_weights(w, 1))
+        return [f"{e.call(conv1x1_packed_prologue)}({x}, {scale}, {shift}, {const(int(lo == 0.0))}, {wp}, {bias}, "
+                f"{residual}, {e.outs[0]}, {epilogue_args(e.node.attrs)})"]
+    xv = e.node.inputs[0]
+    (n, c), tmp = xv.shape[:2], f"{e.outs[0]}_prologue"
+    rest3 = (n, c, math.prod(xv.shape[2:]))
+    lines = [f"{tmp} = np.empty({lit(xv.shape)}, np.{xv.dtype})",
+             f"{e.call(channel_affine)}({x}.reshape({lit(rest3)}), {scale}, {shift}, {lit(lo)}, "
+             f"{tmp}.reshape({lit(rest3)}))"]
+    conv = _as_fused_conv(e.node, Value(tmp, xv.type))
+    inner = Emit(conv, [tmp, *conv_args], e.outs, e.imports, e.definitions, e.prepacked, e.in_place, e.offsets,
+                 e.arena_bytes)
+    return lines + _emit_conv2d(inner)
 
 
 def is_pixel_unshuffled_gemm(node: Node) -> bool:

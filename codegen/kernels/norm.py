@@ -31,28 +31,33 @@ ROW_FLOATS = 4096  # layer_norm, and softmax over the last dim: elements per tas
 @numba.njit(cache=True, nogil=True)
 def batch_norm(x, mean, var, weight, bias, out, eps):
     """out = (x - mean) / sqrt(var + eps) * weight + bias per channel (dim 1), folded as torch's eval kernel."""
-    n, c = x.shape[0], x.shape[1]
-    size = x.size // (n * c) if n * c else 0
-    xf, of = x.reshape(-1), out.reshape(-1)
     scale = weight / np.sqrt(var + eps)
-    shift = bias - mean * scale
-    if n * c > 1 and x.size >= PARALLEL_MIN_ELEMENTS:
-        run_tasks(_bn_plane, n * c, (xf, of, scale, shift, size))
-    else:
-        for p in range(n * c):
-            _bn_plane(p, xf, of, scale, shift, size)
+    channel_affine(x, scale, bias - mean * scale, -np.inf, out)
 
 
 @numba.njit(cache=True, nogil=True)
-def _bn_plane(p, xf, of, scale, shift, size):
+def channel_affine(x, scale, shift, lo, out):
+    """out = max(x * scale + shift, lo) per channel (dim 1) of an (n, c, rest) x: lo -inf for none,
+    0 for a ReLU after (a conv's prologue, fused_affine_conv2d, where its kernel has no path for it)."""
+    n, c = x.shape[0], x.shape[1]
+    size = x.size // (n * c) if n * c else 0
+    xf, of = x.reshape(-1), out.reshape(-1)
+    bound = xf.dtype.type(lo)
+    per = max(1, PARALLEL_MIN_ELEMENTS // max(size, 1))  # planes per task: 7 x 7 planes one a task cost 5x
+    if n * c > per and x.size >= PARALLEL_MIN_ELEMENTS:
+        run_tasks(_affine_planes, -(-n * c // per), (xf, of, scale, shift, size, bound, per))
+    else:
+        _affine_planes(0, xf, of, scale, shift, size, bound, n * c)
+
+
+@numba.njit(cache=True, nogil=True)
+def _affine_planes(t, xf, of, scale, shift, size, lo, per):
+    """Planes [t * per, (t + 1) * per) of channel_affine (as far as there are)."""
     c = scale.size
-    _affine(xf[p * size:(p + 1) * size], of[p * size:(p + 1) * size], scale[p % c], shift[p % c])
-
-
-@numba.njit(inline="always", cache=True, nogil=True)
-def _affine(xv, ov, scale, shift):
-    for i in range(xv.size):
-        ov[i] = xv[i] * scale + shift
+    for p in range(t * per, min((t + 1) * per, xf.size // max(size, 1))):
+        sc, sf = scale[p % c], shift[p % c]
+        for i in range(p * size, (p + 1) * size):
+            of[u(i)] = max(xf[u(i)] * sc + sf, lo)
 
 
 @numba.njit(cache=True, nogil=True, fastmath={"reassoc"})  # not inlined: callers lack the flag

@@ -12,6 +12,7 @@ from compiler.passes.eliminate_dead_code import eliminate_dead_code
 from compiler.passes.fold_batchnorm import fold_batchnorm
 from compiler.passes.fold_constants import fold_constants
 from compiler.passes.fuse_conv_epilogue import fuse_conv_epilogue
+from compiler.passes.fuse_conv_prologue import fuse_conv_prologue
 from compiler.passes.fuse_elementwise import fuse_elementwise
 from compiler.passes.hoist_activations import hoist_activations
 from compiler.passes.lower_expressions import lower_expressions
@@ -39,6 +40,7 @@ def pipeline(outputs: Sequence[str] | None = None, fuse: bool = True, feeds: Seq
             Pass("hoist-activations", hoist_activations),
             Pass("fuse-conv-epilogue", fuse_conv_epilogue),
             Pass("fuse-elementwise", fuse_elementwise),
+            Pass("fuse-conv-prologue", fuse_conv_prologue),
         ]
     passes.append(Pass("schedule", schedule))
     return passes

@@ -203,3 +203,34 @@ def _fused_type(types: list[TensorType], attrs: dict) -> TensorType:
 @register("fused_elementwise", ["inputs*"], {"program": STR()}, infer=_fused_type, traits=[Trait.ELEMENTWISE])
 def fused_elementwise(*inputs, program):
     return _run_program(program, list(inputs), lambda s, arrays: get_op(s.op).run(arrays, dict(s.attrs))[0])
+
+
+_PROLOGUE_ATTRS = {"in_activation": STR("none", choices=("none", "relu"))}
+
+
+def _affine_conv_type(types: list[TensorType], attrs: dict) -> TensorType:
+    x, scale, shift = types[:3]
+    if len(x.shape) != 4 or scale.shape != (x.shape[1],) or shift.shape != (x.shape[1],):
+        raise ValueError(f"scale {scale} and shift {shift} must be one value per channel of input {x}")
+    if not scale.dtype == shift.dtype == x.dtype:
+        raise ValueError(f"scale {scale} and shift {shift} must have the input's dtype {x.dtype}")
+    return _check_epilogue(types[3:], attrs, _conv2d_type([x, *types[3:5]], attrs), 2)
+
+
+@register("fused_affine_conv2d", ["x", "scale", "shift", "weight", "bias", "residual?"],
+          {**_PROLOGUE_ATTRS, **_CONV_ATTRS, **_EPILOGUE_ATTRS}, infer=_affine_conv_type)
+def fused_affine_conv2d(x, scale, shift, weight, bias, residual=None, *, in_activation, **conv_and_epilogue):
+    """fused_conv2d on in_activation(x * scale + shift), scale and shift one value per input channel:
+    a BatchNorm (and ReLU) before a conv, as DenseNet's norm1, relu1, conv1 (fuse-conv-prologue)."""
+    x = x * scale.reshape(1, -1, 1, 1) + shift.reshape(1, -1, 1, 1)
+    if in_activation == "relu":
+        x = np.maximum(x, x.dtype.type(0))
+    return fused_conv2d(x, weight, bias, residual, **conv_and_epilogue)
+
+
+CONV_OPS = ("conv2d", "fused_conv2d", "fused_affine_conv2d")
+
+
+def conv_weight(node: Node):
+    """The weight Value of a node of CONV_OPS (input 1, or 3 after fused_affine_conv2d's scale and shift)."""
+    return node.inputs[3 if node.op == "fused_affine_conv2d" else 1]
