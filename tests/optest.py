@@ -86,3 +86,14 @@ def check_module(
             assert g.shape == e.shape, f"{backend} {label}: shape {g.shape}, torch {e.shape}"
             np.testing.assert_allclose(g, e, rtol=rtol, atol=atol, err_msg=f"{backend} {label}")
     return param
+
+
+def randomize_norms(module: torch.nn.Module) -> torch.nn.Module:
+    """Non-trivial running statistics and affine parameters (defaults are 0/1, which hide mistakes)."""
+    with torch.no_grad():
+        for name, tensor in list(module.named_parameters()) + list(module.named_buffers()):
+            if name.endswith("running_var"):
+                tensor.copy_(torch.rand_like(tensor) * 2 + 0.1)
+            elif tensor.is_floating_point():
+                tensor.copy_(torch.randn_like(tensor))
+    return module

@@ -6,10 +6,11 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+import compiler
 from compiler.lowering import supported_pnnx_types
 from ir.op_registry import get_op
 from ir.types import TensorType
-from tests.optest import check_module
+from tests.optest import check_module, randomize_norms
 
 # -- nn.Conv2d -------------------------------------------------------------------------------
 
@@ -257,3 +258,29 @@ def test_pad_reference_crops_then_pads_and_keeps_dtype():
     got = get_op("pad").run([x], {"pads": (-1, 1, 1, 0), "mode": "constant", "value": 7.0})[0]
     np.testing.assert_array_equal(got, [[7, 7, 7, 7], [1, 2, 3, 7], [5, 6, 7, 7], [9, 10, 11, 7]])
     assert got.dtype == np.int64
+
+
+class PreActivation(nn.Module):
+    """BatchNorm and ReLU before convs, as DenseNet's layers and pre-activation ResNets have them:
+    fuse-conv-prologue folds each into its conv (fused_affine_conv2d)."""
+
+    def __init__(self):
+        super().__init__()
+        self.bn1, self.conv1 = nn.BatchNorm2d(12), nn.Conv2d(12, 16, 1)
+        self.bn2, self.conv2 = nn.BatchNorm2d(28), nn.Conv2d(28, 8, 3, padding=1, bias=False)
+        self.bn3, self.conv3 = nn.BatchNorm2d(36), nn.Conv2d(36, 24, 1)
+        self.bn4, self.conv4 = nn.BatchNorm2d(24), nn.Conv2d(24, 10, 1)
+        self.bn5 = nn.BatchNorm2d(24)
+
+    def forward(self, x, small):
+        y = self.conv1(torch.relu(self.bn1(x)))
+        z = self.conv2(torch.relu(self.bn2(torch.cat([x, y], 1))))  # a DenseNet layer's input: the features so far
+        out = self.conv3(torch.relu(self.bn3(torch.cat([x, y, z], 1))))
+        return out, self.conv4(torch.relu(self.bn4(small))) + self.conv4(self.bn5(small))  # on 7 x 7 images
+
+
+def test_batchnorm_relu_before_convs_folds_into_them():
+    param = check_module(randomize_norms(PreActivation()), torch.randn(2, 12, 20, 19), torch.randn(3, 24, 7, 7))
+    graph = compiler.compile(param).graph
+    fused = sorted(n.attrs["in_activation"] for n in graph.nodes if n.op == "fused_affine_conv2d")
+    assert fused == ["none", "relu", "relu", "relu", "relu"]

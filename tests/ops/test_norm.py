@@ -6,22 +6,10 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-import compiler
 from ir.op_registry import get_op
 from ir.ops import norm
 from ir.types import TensorType
-from tests.optest import check_module
-
-
-def _randomize(module: nn.Module) -> nn.Module:
-    """Non-trivial running statistics and affine parameters (defaults are 0/1, which hide mistakes)."""
-    with torch.no_grad():
-        for name, tensor in list(module.named_parameters()) + list(module.named_buffers()):
-            if name.endswith("running_var"):
-                tensor.copy_(torch.rand_like(tensor) * 2 + 0.1)
-            elif tensor.is_floating_point():
-                tensor.copy_(torch.randn_like(tensor))
-    return module
+from tests.optest import check_module, randomize_norms
 
 
 class BatchNorms(nn.Module):
@@ -40,7 +28,7 @@ class BatchNorms(nn.Module):
 
 
 def test_batch_norm_uses_running_statistics():
-    check_module(_randomize(BatchNorms()), torch.randn(3, 4, 7, 9), torch.randn(5, 4), torch.randn(2, 4, 11),
+    check_module(randomize_norms(BatchNorms()), torch.randn(3, 4, 7, 9), torch.randn(5, 4), torch.randn(2, 4, 11),
                  torch.randn(4), torch.rand(4) + 0.5, torch.randn(4), torch.randn(4),
                  labels=["BatchNorm2d", "affine=False", "BatchNorm1d (N,C)", "BatchNorm1d (N,C,L)",
                          "F affine", "F bias only", "F no affine"])
@@ -59,8 +47,8 @@ class InstanceNorms(nn.Module):
 
 
 def test_instance_norm():
-    check_module(_randomize(InstanceNorms()), torch.randn(2, 4, 7, 9) * 3 + 1, torch.randn(3, 4, 10), torch.randn(4),
-                 labels=["plain", "affine", "running stats", "1d", "F weight only"])
+    check_module(randomize_norms(InstanceNorms()), torch.randn(2, 4, 7, 9) * 3 + 1, torch.randn(3, 4, 10),
+                 torch.randn(4), labels=["plain", "affine", "running stats", "1d", "F weight only"])
 
 
 class LayerNorms(nn.Module):
@@ -76,7 +64,7 @@ class LayerNorms(nn.Module):
 
 
 def test_layer_norm():
-    check_module(_randomize(LayerNorms()), torch.randn(2, 4, 7, 9) * 5 + 3, torch.randn(9), torch.randn(9),
+    check_module(randomize_norms(LayerNorms()), torch.randn(2, 4, 7, 9) * 5 + 3, torch.randn(9), torch.randn(9),
                  labels=["last dim", "last two dims", "no affine", "F no affine", "F bias only", "F affine"])
 
 
@@ -90,7 +78,7 @@ class TokenLayerNorm(nn.Module):
 
 
 def test_layer_norm_on_tokens():
-    check_module(_randomize(TokenLayerNorm()), torch.randn(3, 5, 12))
+    check_module(randomize_norms(TokenLayerNorm()), torch.randn(3, 5, 12))
 
 
 class GroupNorms(nn.Module):
@@ -106,7 +94,7 @@ class GroupNorms(nn.Module):
 
 
 def test_group_norm():
-    check_module(_randomize(GroupNorms()), torch.randn(2, 6, 7, 9) * 4 - 2, torch.randn(3, 6, 10), torch.randn(6),
+    check_module(randomize_norms(GroupNorms()), torch.randn(2, 6, 7, 9) * 4 - 2, torch.randn(3, 6, 10), torch.randn(6),
                  torch.randn(6),
                  labels=["affine", "one channel per group", "3-D input", "F no affine", "F affine",
                          "F bias only"])
@@ -193,28 +181,3 @@ def test_norm_shape_rule_errors(op, shapes, attrs, dtype, message):
     with pytest.raises(ValueError, match=message):
         _infer(op, shapes, attrs, dtype)
 
-
-class PreActivation(nn.Module):
-    """BatchNorm and ReLU before convs, as DenseNet's layers and pre-activation ResNets have them:
-    fuse-conv-prologue folds each into its conv (fused_affine_conv2d)."""
-
-    def __init__(self):
-        super().__init__()
-        self.bn1, self.conv1 = nn.BatchNorm2d(12), nn.Conv2d(12, 16, 1)
-        self.bn2, self.conv2 = nn.BatchNorm2d(28), nn.Conv2d(28, 8, 3, padding=1, bias=False)
-        self.bn3, self.conv3 = nn.BatchNorm2d(36), nn.Conv2d(36, 24, 1)
-        self.bn4, self.conv4 = nn.BatchNorm2d(24), nn.Conv2d(24, 10, 1)
-        self.bn5 = nn.BatchNorm2d(24)
-
-    def forward(self, x, small):
-        y = self.conv1(torch.relu(self.bn1(x)))
-        z = self.conv2(torch.relu(self.bn2(torch.cat([x, y], 1))))  # a DenseNet layer's input: the features so far
-        out = self.conv3(torch.relu(self.bn3(torch.cat([x, y, z], 1))))
-        return out, self.conv4(torch.relu(self.bn4(small))) + self.conv4(self.bn5(small))  # on 7 x 7 images
-
-
-def test_batchnorm_relu_before_convs_folds_into_them():
-    param = check_module(_randomize(PreActivation()), torch.randn(2, 12, 20, 19), torch.randn(3, 24, 7, 7))
-    graph = compiler.compile(param).graph
-    fused = sorted(n.attrs["in_activation"] for n in graph.nodes if n.op == "fused_affine_conv2d")
-    assert fused == ["none", "relu", "relu", "relu", "relu"]
