@@ -55,6 +55,13 @@ WINOGRAD_MIN_TILES = 32
 # a plane (winograd.PLANE_BYTES), so a batch of 8 such convs lost as much: DenseNet's 128 -> 32 on
 # 28 x 28, 1.52 ms against 1.15 direct, on 14 x 14 0.44 against 0.33 (Zen 5 EPYC, 2 threads)
 WINOGRAD_MIN_PRODUCT_MACS = 1 << 20
+# Each tile's transforms cost about as much per channel, input and output, whatever the product: with
+# few channels on both sides (a YOLOv5s's 32 -> 32 on 160 x 160) they outweigh the multiplies saved
+# once the transformed planes of a large image run through L3, as in a model: that conv took 1.64-1.74
+# ms on Winograd against 1.31-1.43 direct at batch 1, 12.9-13.5 against 10.8 at batch 8 (in the model,
+# Zen 5 EPYC, 2 threads; alone, warm, Winograd was 10% faster). 64 -> 64 and 128 -> 32 gain (64 -> 64
+# on 80 x 80 0.66 against 1.0 ms; DenseNet's 128 -> 32 on 56 x 56 0.43 against 0.59)
+WINOGRAD_MIN_CHANNEL_MACS = 4096
 
 
 def uses_winograd(node: Node) -> bool:
@@ -65,7 +72,8 @@ def uses_winograd(node: Node) -> bool:
     return (w.is_constant and w.dtype == x.dtype == "float32" and w.shape[2:] == (3, 3)
             and tuple(a["stride"]) == (1, 1) and tuple(a["dilation"]) == (1, 1) and a["groups"] == 1
             and a["padding_mode"] == "zeros" and y.shape[0] * image_tiles >= WINOGRAD_MIN_TILES
-            and w.shape[0] * w.shape[1] * image_tiles >= WINOGRAD_MIN_PRODUCT_MACS)
+            and w.shape[0] * w.shape[1] * image_tiles >= WINOGRAD_MIN_PRODUCT_MACS
+            and w.shape[0] * w.shape[1] >= WINOGRAD_MIN_CHANNEL_MACS)
 
 
 def is_linear_on_pixels(node: Node) -> bool:

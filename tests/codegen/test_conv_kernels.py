@@ -156,6 +156,7 @@ def any_winograd(monkeypatch):
     rule that chooses it for the convs where it gains."""
     monkeypatch.setattr(emit_conv, "WINOGRAD_MIN_TILES", 1)
     monkeypatch.setattr(emit_conv, "WINOGRAD_MIN_PRODUCT_MACS", 0)
+    monkeypatch.setattr(emit_conv, "WINOGRAD_MIN_CHANNEL_MACS", 0)
 
 
 @pytest.mark.usefixtures("any_winograd")
@@ -264,6 +265,7 @@ def test_convs_winograd_cannot_take(shape, o, kernel, stride, dilation, groups, 
     ((1, 256, 7, 7), 256),  # one 7 x 7 image: 16 tiles, its weights' traffic decides (WINOGRAD_MIN_TILES)
     ((1, 128, 14, 14), 32),  # products of 128 x 32 x 49 multiply-adds: too few (WINOGRAD_MIN_PRODUCT_MACS)
     ((8, 128, 28, 28), 32),  # 128 x 32 x 196 an image: too few, whatever the batch
+    ((1, 32, 64, 64), 32),  # 32 x 32 channels: the transforms outweigh the products (WINOGRAD_MIN_CHANNEL_MACS)
 ])
 def test_convs_too_small_for_winograd_run_direct(shape, o):
     lines = check("conv2d", conv_arrays(*shape, o, (3, 3), 1), conv_attrs((3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 1),
@@ -274,6 +276,7 @@ def test_convs_too_small_for_winograd_run_direct(shape, o):
 @pytest.mark.parametrize("shape, o", [
     ((1, 64, 32, 32), 64),  # 256 tiles: products of 64 x 64 x 256 multiply-adds (WINOGRAD_MIN_PRODUCT_MACS)
     ((2, 256, 7, 7), 256),  # two 7 x 7 images: 32 tiles (WINOGRAD_MIN_TILES)
+    ((1, 128, 64, 64), 32),  # 128 x 32 channels (WINOGRAD_MIN_CHANNEL_MACS), 1024 tiles
 ])
 def test_winograd_takes_convs_large_enough_to_gain(shape, o):
     lines = check("conv2d", conv_arrays(*shape, o, (3, 3), 1), conv_attrs((3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 1),
