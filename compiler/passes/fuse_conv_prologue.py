@@ -103,8 +103,12 @@ def _per_channel(v: Value, channels: int) -> bool:
 
 
 def _constant(graph: Graph, name: str, data: np.ndarray) -> Value:
-    if name in graph.constants:
-        return graph.constants[name]
+    """A new float32 constant of the graph holding data, under name or name_2, name_3, ...: never
+    another constant that happens to bear the name."""
+    base, k = name, 1
+    while name in graph.constants:
+        k += 1
+        name = f"{base}_{k}"
     data = np.ascontiguousarray(data, np.float32)
     data.flags.writeable = False
     v = Value(name, TensorType(data.shape, "float32"), data)

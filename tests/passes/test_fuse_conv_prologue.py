@@ -94,3 +94,12 @@ def test_left_alone(edit):
     weights = {**W, "s": RNG.uniform(0.5, 1.5, size=(5, 1)).astype(np.float32)} if "f32[5,1]" in text else W
     after = fused(text, weights)
     assert "fused_affine_conv2d" not in [n.op for n in after.nodes]
+
+
+def test_a_constant_already_named_like_the_per_channel_scale_is_not_reused():
+    text = PRE_ACT.replace("      const %t: f32[6,1,1]\n", "      const %t: f32[6,1,1]\n      const %s.per_channel6: f32[6]\n")
+    weights = {**W, "s.per_channel6": np.full(6, 9.0, np.float32)}
+    after = fused(text, weights)
+    (node,) = after.nodes
+    np.testing.assert_array_equal(node.inputs[1].data, W["s"].reshape(-1))
+    check_same_values(after, text, weights)
