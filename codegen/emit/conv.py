@@ -215,16 +215,16 @@ def takes_prologue(node: Node) -> bool:
 @emits("fused_affine_conv2d")
 def _emit_affine_conv2d(e: Emit) -> list[str]:
     x, scale, shift, *conv_args = e.args
-    lo = 0.0 if e.node.attrs["in_activation"] == "relu" else -math.inf
+    relu = e.node.attrs["in_activation"] == "relu"
     if takes_prologue(e.node):
-        weight, bias, *rest = conv_args
+        _, bias, *rest = conv_args
         residual = rest[0] if rest else no_residual(e.outs[0])
         wp = e.prepack(3, "panels1", lambda w: pack_weights(w, 1))
-        return [f"{e.call(conv1x1_packed_prologue)}({x}, {scale}, {shift}, {const(int(lo == 0.0))}, {wp}, {bias}, "
+        return [f"{e.call(conv1x1_packed_prologue)}({x}, {scale}, {shift}, {const(int(relu))}, {wp}, {bias}, "
                 f"{residual}, {e.outs[0]}, {epilogue_args(e.node.attrs)})"]
     xv = e.node.inputs[0]
     (n, c), tmp = xv.shape[:2], f"{e.outs[0]}_prologue"
-    rest3 = (n, c, math.prod(xv.shape[2:]))
+    rest3, lo = (n, c, math.prod(xv.shape[2:])), 0.0 if relu else -math.inf
     lines = [f"{tmp} = np.empty({lit(xv.shape)}, np.{xv.dtype})",
              f"{e.call(channel_affine)}({x}.reshape({lit(rest3)}), {scale}, {shift}, {lit(lo)}, "
              f"{tmp}.reshape({lit(rest3)}))"]
