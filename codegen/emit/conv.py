@@ -14,11 +14,13 @@ from codegen.kernels.conv import (
     conv1x1_by_channels,
     conv1x1_packed_prologue,
     conv2d,
+    conv2d_by_channels,
     conv2d_packed,
     conv_transpose2d,
     interleave_taps,
     pad5,
 )
+from codegen.kernels.conv_channels import pack_channel_panels
 from codegen.kernels.epilogue import ACTIVATION_CODES, ONE_PASS
 from codegen.kernels.gemm import PACKED_ROWS, transpose_padded
 from codegen.kernels.microkernel import MR, pack_weights
@@ -110,6 +112,37 @@ def uses_channel_vectors(node: Node, vector_floats: int) -> bool:
             and pixels <= PACKED_ROWS and rows * 1.1 < columns)
 
 
+# conv2d_by_channels' conditions: reductions this long at least (16 -> 32 channels 3x3 on 32 x 32, 144
+# steps: 33 against 28 us on conv2d_packed; 64 -> 32, 576 steps: 98 against 101), output channels that
+# fill this much of its half panels at least (16 of 32 on AVX-512: 2x slower), output rows that fill
+# less than this much of the phase planes' pitch conv2d_packed computes (56 of 58 on 56 x 56: 2-4%
+# slower; 40 of 42 on 40 x 40: 5% faster), and phase planes (gathered whole by each task) up to this size
+CHANNEL_TAPS_MIN_STEPS = 256
+CHANNEL_TAPS_MIN_FILL = 0.75
+CHANNEL_TAPS_MAX_ROW_FILL = 0.96
+CHANNEL_TAPS_MAX_PLANE_BYTES = 1 << 22
+
+
+def uses_channel_taps(node: Node, vector_floats: int) -> bool:
+    """Whether conv node runs conv2d_by_channels (output channels in the vectors, MR pixels a
+    microkernel call): a float32 conv with constant weights, no groups and a kernel larger than 1x1,
+    on images small enough that conv2d_packed's phase-plane columns past each output row, or its
+    pixels padded to whole half panels, cost more than MR-pixel groups and channel panels pad. On
+    AVX-512, 2 threads, Zen 5 EPYC: 512 -> 512 channels on 7 x 7 0.65 -> 0.57 ms, 256 -> 256 on
+    14 x 14 0.55 -> 0.49, 384 -> 256 on 13 x 13 0.78 -> 0.65, 64 -> 192 5x5 on 27 x 27 1.08 -> 0.92,
+    256 -> 512 stride 2 on 40 x 40 2.29 -> 1.97, batch 8 of 256 -> 256 on 14 x 14 4.20 -> 3.71."""
+    a, x, w, y = node.attrs, node.inputs[0], node.inputs[1], node.outputs[0]
+    if not (uses_packed_weights(node) and a["groups"] == 1 and w.shape[2:] != (1, 1)):
+        return False
+    (c, wd), (o, oh, ow), (kh, kw) = (x.shape[1], x.shape[3]), y.shape[1:], w.shape[2:]
+    (sh, sw), (dh, dw), pl = a["stride"], a["dilation"], a["padding"][1]
+    half = 2 * vector_floats if vector_floats == 16 else vector_floats  # micro_gemm_taps_half's channels
+    wq = -(-max((ow - 1) * sw + (kw - 1) * dw + 1, pl + wd) // sw)  # planes.plane_pitch
+    plane_bytes = 4 * c * sh * sw * (oh + (kh - 1) * dh // sh) * wq
+    return (c * kh * kw >= CHANNEL_TAPS_MIN_STEPS and o >= CHANNEL_TAPS_MIN_FILL * -(-o // half) * half
+            and ow < CHANNEL_TAPS_MAX_ROW_FILL * wq and plane_bytes <= CHANNEL_TAPS_MAX_PLANE_BYTES)
+
+
 def uses_packed_weights(node: Node) -> bool:
     """Whether conv node runs on our microkernel with weights packed at compile time: float32
     weights known at compile time, and not depthwise (which has a direct kernel of its own)."""
@@ -130,7 +163,8 @@ def writes_over_residual(node: Node) -> int | None:
     if node.op != "fused_conv2d" or len(node.inputs) < 4 or ACTIVATION_CODES[node.attrs["post_activation"]] > 1:
         return None
     one_pass = ACTIVATION_CODES[node.attrs["activation"]] <= ONE_PASS
-    if uses_winograd(node) or uses_channel_vectors(node, target_vector_floats()):
+    if uses_winograd(node) or uses_channel_vectors(node, target_vector_floats()) or uses_channel_taps(
+            node, target_vector_floats()):
         return 3 if one_pass else None
     return 3 if uses_packed_weights(node) and not is_linear_on_pixels(node) else None
 
@@ -185,6 +219,10 @@ def _emit_conv2d(e: Emit) -> list[str]:
         o, c = e.node.inputs[1].shape[:2]
         wt = e.prepack(1, "by_channels", lambda w: transpose_padded(w.reshape(o, c)))
         return lines + [f"{e.call(conv1x1_by_channels)}({x}, {wt}, {bias}, {residual}, {e.outs[0]}, {act})"]
+    if uses_channel_taps(e.node, target_vector_floats()):
+        wt = e.prepack(1, "channel_panels", pack_channel_panels)
+        return lines + [f"{e.call(conv2d_by_channels)}({x}, {wt}, {bias}, {residual}, {e.outs[0]}, "
+                        f"{const_args(e.node.inputs[1].shape[2:], stride, padding, a['dilation'])}, {act})"]
     if uses_packed_weights(e.node):
         groups = a["groups"]
         wp = e.prepack(1, f"panels{groups}", lambda w: pack_weights(w, groups))

@@ -24,8 +24,7 @@ import numba
 import numpy as np
 
 from codegen.kernels.common import SEQ, blocks, num_threads, thread_id, u
-from codegen.kernels.epilogue import ONE_PASS, activate_block, epilogue_run, one_pass_bounds, residual_run
-from codegen.kernels.gemm import PACKED_ROWS, PARALLEL_MIN_MACS, gemm_row_groups
+from codegen.kernels.epilogue import ONE_PASS, activate_block, epilogue_run, residual_run
 from codegen.kernels.microkernel import (
     MR,
     gemm_panels,
@@ -344,81 +343,3 @@ def _block_out(acc, blk, mb, of, rf, bias, dims, ow, wq, pointwise, out, acts, p
         bv = 0.0 if bias is None or blocked else bias[o]
         epilogue_run(of, (n * o_n + o) * p_n + p0, p, acc, blk + (r - r0) * pp, bv, rf, 0 if blocked else act,
                      alpha, beta, post, post_alpha, post_beta)
-
-
-@numba.njit(**SEQ)
-def conv1x1_by_channels(x, wt, bias, residual, out, act, alpha, beta, post, post_alpha, post_beta):
-    """out = post(act(conv1x1(x, W) + bias) + residual) for a 1x1 stride-1 unpadded float32 conv,
-    wt = gemm.transpose_padded(W as (O, C)) made at compile time: the output channels in the
-    vectors, MR pixels a microkernel call (linear_packed's orientation, the pixels read where they
-    lie: a channel's pixels side by side). For small images, where conv2d_packed pads the pixels
-    to whole half panels: a 7 x 7 image's 49 pixels fill 64 columns on AVX-512, 54 rows here.
-    Tasks: (image, tile of up to PACKED_ROWS pixels, block of channel panels), shared out evenly."""
-    n_n, k, h, w = x.shape
-    o_n, hw = out.shape[1], h * w
-    n_p = -(-hw // PACKED_ROWS)
-    serial = n_n * hw * o_n * k < PARALLEL_MIN_MACS
-    panels = -(-o_n // panel_width())  # in the calling thread, one block of every channel
-    n_c, cpt = (1, panels) if serial else blocks(n_n * n_p, panels, MIN_PANELS)
-    rf = residual_run(residual, out)
-    data = (x.reshape(-1), wt.reshape(-1), bias, rf, out.reshape(-1), (n_n, k, hw, o_n), (act, post),
-            (alpha, beta, post_alpha, post_beta))
-    if serial:
-        for t in range(n_n * n_p * n_c):
-            _by_channels_task(t, n_p, n_c, cpt, *data)
-    else:
-        run_tasks(_by_channels_task, n_n * n_p * n_c, (n_p, n_c, cpt, *data))
-
-
-@numba.njit(**SEQ)
-def _by_channels_task(t, n_p, n_c, cpt, xf, wf, bias, rf, of, dims, acts, params):
-    """Task t of conv1x1_by_channels: pixels [p0, p0 + p) of image n times channels [c0, c1), into
-    a (pixel, channel) block (gemm_row_groups), then out channel by channel through the epilogue."""
-    n_n, k, hw, o_n = dims
-    act, post = acts
-    alpha, beta, post_alpha, post_beta = params
-    nr = panel_width()
-    ci, pi, n = t % n_c, (t // n_c) % n_p, t // (n_c * n_p)
-    p0 = pi * PACKED_ROWS
-    p = min(PACKED_ROWS, hw - p0)
-    c0 = ci * cpt * nr
-    c1 = min(o_n, c0 + cpt * nr)
-    width = half_panels(c1 - c0)
-    groups = -(-p // MR)
-    x0 = n * k * hw + p0
-    partial = p % MR != 0
-    last = np.zeros(k * MR if partial else 0, np.float32)  # the last pixels, zero-padded to MR: [c][i]
-    if partial:
-        full = (groups - 1) * MR
-        for c in range(k):
-            for i in range(p - full):
-                last[u(c * MR + i)] = xf[u(x0 + c * hw + full + i)]
-    # the block's rows one cache line further apart than its width: read down a column below, rows a
-    # multiple of 2 KiB apart would all fall into two sets of the L1 cache (512 -> 2048 channels)
-    ldc = width + 16
-    acc = np.empty(groups * MR * ldc, np.float32)
-    gemm_row_groups(xf, x0, 1, hw, groups, last, 1, MR, wf, k, c0, width, acc, ldc)
-    # the block transposed into the output, bias added, channel by channel: each channel's pixels read
-    # ldc apart and written end to end (transposing into scratch first, then the epilogue channel
-    # by channel, took 3.6 us per 1000 outputs on one thread: 16 -> 960 channels on 7 x 7, 42 us)
-    # ReLU, ReLU6 and a residual then ReLU (ResNet) on the way too, reading each residual element
-    # just before writing the output over it (the memory plan may give the output the residual's buffer)
-    o0 = (n * o_n + c0) * hw + p0
-    one_pass = act <= ONE_PASS and post <= 1
-    bounds = one_pass_bounds(act, alpha, beta, post) if one_pass else (-np.inf, np.inf, -np.inf)
-    lo, hi, top = np.float32(bounds[0]), np.float32(bounds[1]), np.float32(bounds[2])
-    for j in range(c1 - c0):
-        bv = np.float32(0.0) if bias is None else np.float32(bias[c0 + j])
-        d = o0 + j * hw
-        if one_pass and rf.size != 0:
-            for r in range(p):
-                of[u(d + r)] = max(min(max(acc[u(r * ldc + j)] + bv, lo), hi) + rf[u(d + r)], top)
-        else:
-            for r in range(p):
-                of[u(d + r)] = max(min(max(acc[u(r * ldc + j)] + bv, lo), hi), top)
-    if not one_pass:  # the rest of the epilogue in place: one run if the
-        # tile is the whole image (its channels lie end to end), else one per channel
-        runs, run = (1, (c1 - c0) * hw) if p == hw else (c1 - c0, p)
-        for j in range(runs):
-            epilogue_run(of, o0 + j * hw, run, of, o0 + j * hw, 0.0, rf, act, alpha, beta,
-                         post, post_alpha, post_beta)

@@ -63,14 +63,26 @@ def _data_pointer(context, builder, array_type, value, offset):
     return builder.gep(data, [offset])
 
 
-def _micro_gemm_codegen(vectors: int, indirect: bool = False, a_rows: bool = False, panels: int = 1):
-    """LLVM IR of micro_gemm with `vectors` vectors per accumulator row (NR = vectors * width);
-    indirect: micro_gemm_rows, b's rows at b0 + rows[r0 + p] instead of b0 + p * ldb; a_rows:
-    micro_gemm_a_rows, a's element (i, p) at a0 + i * lda + p * lds instead of a0 + p * MR + i;
-    panels = 2: micro_gemm2, an argument ps after a0 and a second panel of a at a0 + ps, whose MR
-    rows of c follow the first's."""
+def _micro_gemm_codegen(vectors, indirect: bool = False, a_rows: bool = False, panels: int = 1,
+                        a_taps: bool = False):
+    """LLVM IR of micro_gemm with `vectors` vectors per accumulator row (NR = vectors * width; a
+    function of the width for micro_gemm_taps); indirect: micro_gemm_rows, b's rows at
+    b0 + rows[r0 + p] instead of b0 + p * ldb; a_rows: micro_gemm_a_rows, a's element (i, p) at
+    a0 + i * lda + p * lds instead of a0 + p * MR + i; a_taps: micro_gemm_taps, a's element (i, p)
+    at a0 + pix[q0 + i] + rows[r0 + p]; panels = 2: micro_gemm2, an argument ps after a0 and a
+    second panel of a at a0 + ps, whose MR rows of c follow the first's."""
     def codegen(context, builder, signature, args):
+        nv = vectors(vector_width(context)) if callable(vectors) else vectors  # vectors per accumulator row
         ps_ = ir.Constant(ir.IntType(64), 0)
+        pix_ = taps_ptr = None
+        if a_taps:  # (kc, a, a0, pix, q0, rows, r0, b, ...): the MR offsets and the step rows out
+            i64_ = ir.IntType(64)
+            q0_, r0_ = (context.cast(builder, args[i], signature.args[i], types.int64) for i in (4, 6))
+            pix_ptr = _data_pointer(context, builder, signature.args[3], args[3], q0_)
+            pix_ = [builder.load(builder.gep(pix_ptr, [ir.Constant(i64_, i)])) for i in range(MR)]
+            taps_ptr = _data_pointer(context, builder, signature.args[5], args[5], r0_)
+            args = (*args[:3], *args[7:])
+            signature = types.void(*signature.args[:3], *signature.args[7:])
         if panels == 2:  # (kc, a, a0, ps, ...): take ps out, the rest as the one-panel kernel's
             ps_ = context.cast(builder, args[3], signature.args[3], types.int64)
             args = (*args[:3], *args[4:])
@@ -110,35 +122,38 @@ def _micro_gemm_codegen(vectors: int, indirect: bool = False, a_rows: bool = Fal
         def vector_at(pointer, index):
             return builder.bitcast(builder.gep(pointer, [index]), vec.as_pointer())
 
-        def step(p):  # one reduction step: MR broadcasts, `vectors` loads, MR * vectors FMAs
+        def step(p):  # one reduction step: MR broadcasts, `nv` loads, MR * nv FMAs
             b_row = builder.gep(b_ptr, [builder.load(builder.gep(rows_ptr, [p])) if indirect
                                         else builder.mul(p, ldb_)])
-            b_vecs = [builder.load(vector_at(b_row, ir.Constant(i64, j * width)), align=4) for j in range(vectors)]
+            b_vecs = [builder.load(vector_at(b_row, ir.Constant(i64, j * width)), align=4) for j in range(nv)]
             if a_rows and B_PREFETCH_ROWS:  # b: a transposed weight's rows, ldb apart
                 ahead = builder.gep(b_row, [builder.mul(ldb_, ir.Constant(i64, B_PREFETCH_ROWS))])
-                for j in range(vectors * width // 16):  # each 64-byte line of the row
+                for j in range(nv * width // 16):  # each 64-byte line of the row
                     prefetch_line(ahead, ir.Constant(i64, 16 * j))
             terms = []
             for q in range(panels):
                 a_step = builder.gep(a_ptr, [builder.add(builder.mul(ir.Constant(i64, q), ps_),
                                                          builder.mul(p, lds_ if a_rows else ir.Constant(i64, MR)))])
-                if not a_rows and WEIGHT_PREFETCH_FLOATS:
+                if not (a_rows or a_taps) and WEIGHT_PREFETCH_FLOATS:
                     prefetch_line(a_step, ir.Constant(i64, WEIGHT_PREFETCH_FLOATS))
+                if a_taps:  # this step's tap, then each of the MR pixels from it
+                    a_step = builder.gep(a_ptr, [builder.load(builder.gep(taps_ptr, [p]))])
                 for i in range(MR):
-                    a_at = builder.mul(ir.Constant(i64, i), lda_) if a_rows else ir.Constant(i64, i)
+                    a_at = (pix_[i] if a_taps else builder.mul(ir.Constant(i64, i), lda_) if a_rows
+                            else ir.Constant(i64, i))
                     scalar = builder.load(builder.gep(a_step, [a_at]))
                     lane0 = builder.insert_element(ir.Constant(vec, ir.Undefined), scalar, ir.Constant(i32, 0))
                     splat = builder.shuffle_vector(lane0, ir.Constant(vec, ir.Undefined), splat_mask)
-                    terms += [(splat, b_vecs[j]) for j in range(vectors)]
+                    terms += [(splat, b_vecs[j]) for j in range(nv)]
             return terms
 
         # the block, stored (added to what is there if accumulating); kc <= 0 leaves every sum 0
-        results = fma_sums(builder, kc_, vec, fma, step, panels * MR * vectors)
+        results = fma_sums(builder, kc_, vec, fma, step, panels * MR * nv)
         add = builder.icmp_unsigned("!=", acc_, ir.Constant(acc_.type, 0))
         for i in range(panels * MR):
             c_row = builder.gep(c_ptr, [builder.mul(ir.Constant(i64, i), ldc_)])
-            for j in range(vectors):
-                result = results[i * vectors + j]
+            for j in range(nv):
+                result = results[i * nv + j]
                 target = vector_at(c_row, ir.Constant(i64, j * width))
                 old = builder.load(target, align=4)
                 builder.store(builder.select(add, builder.fadd(old, result), result), target, align=4)
@@ -248,6 +263,50 @@ def micro_gemm_a_rows_half(typingctx, kc, a, a0, lda, lds, b, b0, ldb, c, c0, ld
     if not _is_f32(a, b, c):
         return None
     return types.void(kc, a, a0, lda, lds, b, b0, ldb, c, c0, ldc, accumulate), _micro_gemm_codegen(1, a_rows=True)
+
+
+def _taps_vectors(width: int) -> int:
+    """Vectors per accumulator row of micro_gemm_taps: 4 with AVX-512's 32 registers (6 x 4
+    accumulators, as micro_gemm2), 2 with AVX2's 16."""
+    return 4 if width == 16 else 2
+
+
+@intrinsic
+def taps_width(typingctx):
+    """The output channels of one micro_gemm_taps call, for the CPU this code is compiled for:
+    64 on AVX-512, 16 on AVX2 (micro_gemm_taps_half: half as many)."""
+    def codegen(context, builder, signature, args):
+        width = vector_width(context)
+        return ir.Constant(ir.IntType(64), _taps_vectors(width) * width)
+
+    return types.int64(), codegen
+
+
+def _is_i64(*arrays) -> bool:
+    return all(isinstance(t, types.Array) and t.dtype == types.int64 for t in arrays)
+
+
+@intrinsic
+def micro_gemm_taps(typingctx, kc, a, a0, pix, q0, rows, r0, b, b0, ldb, c, c0, ldc, accumulate):
+    """c[c0 + i*ldc + j] (+)= sum_p a[a0 + pix[q0 + i] + rows[r0 + p]] * b[b0 + p*ldb + j] for i < MR,
+    j < taps_width(): MR output pixels of a direct convolution (pix: where each one's window starts
+    in the phase planes a) by a panel of output channels (b: the weight transposed, reduction step
+    p's channels side by side), reduction step p (channel, tap) at offset rows[r0 + p] from each
+    pixel's start (pix and rows int64). The pixels sit in the broadcasts and the channels in the
+    vectors, so an image's pixels pad to MR, not to a vector: conv2d_by_channels."""
+    if not (_is_f32(a, b, c) and _is_i64(pix, rows)):
+        return None
+    return (types.void(kc, a, a0, pix, q0, rows, r0, b, b0, ldb, c, c0, ldc, accumulate),
+            _micro_gemm_codegen(_taps_vectors, a_taps=True))
+
+
+@intrinsic
+def micro_gemm_taps_half(typingctx, kc, a, a0, pix, q0, rows, r0, b, b0, ldb, c, c0, ldc, accumulate):
+    """micro_gemm_taps on half a panel of channels: j < taps_width() / 2."""
+    if not (_is_f32(a, b, c) and _is_i64(pix, rows)):
+        return None
+    return (types.void(kc, a, a0, pix, q0, rows, r0, b, b0, ldb, c, c0, ldc, accumulate),
+            _micro_gemm_codegen(lambda width: _taps_vectors(width) // 2, a_taps=True))
 
 
 @numba.njit(**SEQ)

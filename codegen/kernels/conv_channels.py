@@ -1,0 +1,221 @@
+"""Convolution with the output channels in the vectors, for small images: each microkernel call
+computes MR output pixels (the broadcasts) by a panel of output channels (the vectors), so an
+image's pixels pad to a multiple of MR, not to a multiple of a vector as conv2d_packed's do.
+
+conv2d_packed puts the pixels in the vectors and reads them from phase planes whose rows are
+wq = ow + KW - 1 apart, computing the columns past each output row too: a 7 x 7 image's 49
+pixels fill 64 columns on AVX-512 (9 x 7 padded to whole half panels), a 14 x 14 image's 196
+fill 224. Here they fill 54 and 198 rows.
+
+- conv1x1_by_channels: a 1x1 stride-1 conv, the pixels read where they lie (micro_gemm_a_rows on
+  gemm.transpose_padded's weight).
+- conv2d_by_channels: any kernel, stride, dilation and zero padding, without groups: each task
+  gathers its image's phase planes (planes.py), then micro_gemm_taps reads pixel i's reduction
+  step (channel, tap) at pix[i] + taps[step] in them, times the weight packed by
+  pack_channel_panels at compile time.
+
+Both leave a (pixel, channel) block of sums, which _channels_out transposes into the output
+through the epilogue.
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+
+from codegen.kernels.common import SEQ, blocks, num_threads, thread_id, u
+from codegen.kernels.conv_packed import MIN_PANELS
+from codegen.kernels.epilogue import ONE_PASS, epilogue_run, one_pass_bounds, residual_run
+from codegen.kernels.gemm import PACKED_K_CHUNK, PACKED_ROWS, PARALLEL_MIN_MACS, gemm_row_groups
+from codegen.kernels.microkernel import (
+    MR,
+    half_panels,
+    micro_gemm_taps,
+    micro_gemm_taps_half,
+    panel_width,
+    taps_width,
+)
+from codegen.kernels.planes import gather_planes, plane_pitch, tap_offset
+from codegen.kernels.tasks import run_tasks
+
+CHANNEL_PANEL = 64  # pack_channel_panels' output channels per panel: taps_width() on AVX-512, 4 of it on AVX2
+# floats between the rows of a block of sums past its channels (one cache line): _channels_out reads
+# down a column, and rows a multiple of 2 KiB apart would all fall into two sets of the L1 cache
+ACC_PAD = 16
+MIN_GROUPS = 4  # pixel groups (of MR) per task, at least, when an image's pixels are split between tasks
+
+
+def pack_channel_panels(weight: np.ndarray) -> np.ndarray:
+    """A conv weight (O, C, KH, KW) as conv2d_by_channels takes it: panels of CHANNEL_PANEL output
+    channels, each (K, CHANNEL_PANEL) contiguous with K = C * KH * KW in (c, kh, kw) order
+    (wt[P, r, i] = weight[P * CHANNEL_PANEL + i, r]), the last panel padded with zero channels."""
+    o_n = weight.shape[0]
+    k = int(np.prod(weight.shape[1:]))
+    panels = -(-o_n // CHANNEL_PANEL)
+    padded = np.zeros((panels * CHANNEL_PANEL, k), np.float32)
+    padded[:o_n] = weight.reshape(o_n, k)
+    return np.ascontiguousarray(padded.reshape(panels, CHANNEL_PANEL, k).transpose(0, 2, 1))
+
+
+@numba.njit(**SEQ)
+def _channels_out(acc, ldc, p, c0, c1, of, o0, hw, rf, bias, acts, params):
+    """A block of sums (pixel r, channel j at acc[r * ldc + j], r < p, j < c1 - c0) into the output,
+    channel c0 + j's p pixels from of[o0 + j * hw], through the epilogue (bias, activation, residual).
+    ReLU, ReLU6 and a residual then ReLU (ResNet) go on the way, reading each residual element just
+    before writing the output over it (the memory plan may give the output the residual's buffer);
+    the others after, in place: one run if the p pixels are the whole image (its channels lie end
+    to end), else one per channel. Transposing into scratch first, then the epilogue channel by
+    channel, took 3.6 us per 1000 outputs on one thread (16 -> 960 channels on 7 x 7, 42 us)."""
+    act, post = acts
+    alpha, beta, post_alpha, post_beta = params
+    one_pass = act <= ONE_PASS and post <= 1
+    bounds = one_pass_bounds(act, alpha, beta, post) if one_pass else (-np.inf, np.inf, -np.inf)
+    lo, hi, top = np.float32(bounds[0]), np.float32(bounds[1]), np.float32(bounds[2])
+    for j in range(c1 - c0):
+        bv = np.float32(0.0) if bias is None else np.float32(bias[c0 + j])
+        d = o0 + j * hw
+        if one_pass and rf.size != 0:
+            for r in range(p):
+                of[u(d + r)] = max(min(max(acc[u(r * ldc + j)] + bv, lo), hi) + rf[u(d + r)], top)
+        else:
+            for r in range(p):
+                of[u(d + r)] = max(min(max(acc[u(r * ldc + j)] + bv, lo), hi), top)
+    if not one_pass:
+        runs, run = (1, (c1 - c0) * hw) if p == hw else (c1 - c0, p)
+        for j in range(runs):
+            epilogue_run(of, o0 + j * hw, run, of, o0 + j * hw, 0.0, rf, act, alpha, beta,
+                         post, post_alpha, post_beta)
+
+
+@numba.njit(**SEQ)
+def conv2d_by_channels(x, wt, bias, residual, out, kernel, stride, padding, dilation,
+                       act, alpha, beta, post, post_alpha, post_beta):
+    """out = post(act(conv2d(x, weight) + bias) + residual) for a float32 conv without groups,
+    wt = pack_channel_panels(weight); bias may be None, residual None or empty for none; padding
+    (top, left, bottom, right) zeros. Tasks: (image, block of channel panels), shared out evenly;
+    each gathers its image's phase planes whole, so this is for small images (a few hundred KB of
+    planes: they stay in L2)."""
+    (kh, kw), (sh, sw), (dh, dw), pt, pl = kernel, stride, dilation, padding[0], padding[1]
+    n_n, c_n, h, w = x.shape
+    o_n, oh, ow = out.shape[1], out.shape[2], out.shape[3]
+    k, p_n = c_n * kh * kw, oh * ow
+    tw = taps_width()
+    wq = plane_pitch(ow, w, kw, sw, dw, pl)
+    hq = oh + (kh - 1) * dh // sh
+    size = sh * sw * hq * wq  # one channel's planes
+    taps = np.empty(k, np.int64)  # where reduction step (c, i, j) reads, from an output pixel's start
+    for c in range(c_n):
+        for i in range(kh):
+            for j in range(kw):
+                taps[(c * kh + i) * kw + j] = c * size + tap_offset(i, j, sh, sw, dh, dw, hq, wq)
+    rows = -(-p_n // MR) * MR
+    pix = np.empty(rows, np.int64)  # where each output pixel's window starts; the last repeated past p_n
+    for q in range(rows):
+        pq = min(q, p_n - 1)
+        pix[q] = pq // ow * wq + pq % ow
+    panels = -(-o_n // tw)
+    n_c, cpt = blocks(n_n, panels, 1)
+    if panels % n_c != 0:  # blocks of unequal panels (3 as 2 and 1 kept a thread idle a third of the time)
+        n_c, cpt = 1, panels
+    # too few images and panels for the threads (DenseNet's 128 -> 32 channels): blocks of pixel groups
+    n_g, gpt = blocks(n_n * n_c, rows // MR, MIN_GROUPS)
+    kc = -(-k // -(-k // PACKED_K_CHUNK))  # reduction chunks of equal length (144 steps: 72 and 72, not 128 and 16)
+    ldc = tw + ACC_PAD
+    planes, accs = c_n * size, gpt * MR * ldc
+    scratch = np.empty(min(num_threads(), n_n * n_c * n_g) * (planes + accs), np.float32)
+    run_tasks(_taps_task, n_n * n_c * n_g,
+              (x.reshape(-1), wt.reshape(-1), bias, residual_run(residual, out), out.reshape(-1),
+               (c_n, h, w, o_n, p_n, k), (sh, sw, pt, pl, hq, wq), taps, pix, (n_c, cpt, n_g, gpt, ldc, kc),
+               (act, post), (alpha, beta, post_alpha, post_beta), scratch, (planes, accs)))
+
+
+@numba.njit(**SEQ)
+def _taps_task(t, xf, wf, bias, rf, of, dims, window, taps, pix, split, acts, params, scratch, sizes):
+    """Task t of conv2d_by_channels: image n's phase planes into this thread's scratch, then each of
+    its block's channel panels through the whole reduction (in chunks whose weights stay in L1 across
+    the pixel groups) into a block of sums, and out (_channels_out)."""
+    c_n, h, w, o_n, p_n, k = dims
+    sh, sw, pt, pl, hq, wq = window
+    n_c, cpt, n_g, gpt, ldc, chunk = split
+    planes, accs = sizes
+    tw = taps_width()
+    ci, gi, n = t % n_c, (t // n_c) % n_g, t // (n_c * n_g)
+    g0 = gi * gpt
+    g1 = min(pix.size // MR, g0 + gpt)
+    p0 = g0 * MR  # the task's pixels: p0 to p1
+    p1 = min(p_n, g1 * MR)
+    tid = thread_id()  # a thread id past the parts: a loop nested in another's, on one thread
+    own = (tid if tid < scratch.size // (planes + accs) else 0) * (planes + accs)
+    src = scratch[own:own + planes]
+    src[:] = 0  # the padding is never written
+    size = planes // c_n
+    for c in range(c_n):
+        gather_planes(xf, (n * c_n + c) * h * w, h, w, -pt, sh, sw, pl, src, c * size, hq, wq)
+    acc = scratch[own + planes:own + planes + accs]
+    half = tw // 2
+    for j in range(ci * cpt, min(-(-o_n // tw), (ci + 1) * cpt)):
+        c0 = j * tw
+        c1 = min(o_n, c0 + tw)
+        whole = c1 - c0 > half
+        for kb in range(0, k, chunk):
+            kc = min(chunk, k - kb)
+            b0 = (c0 // CHANNEL_PANEL * k + kb) * CHANNEL_PANEL + c0 % CHANNEL_PANEL
+            for g in range(g0, g1):
+                r = (g - g0) * MR * ldc
+                if whole:
+                    micro_gemm_taps(kc, src, 0, pix, g * MR, taps, kb, wf, b0, CHANNEL_PANEL, acc, r, ldc, kb > 0)
+                else:
+                    micro_gemm_taps_half(kc, src, 0, pix, g * MR, taps, kb, wf, b0, CHANNEL_PANEL, acc, r, ldc,
+                                         kb > 0)
+        _channels_out(acc, ldc, p1 - p0, c0, c1, of, (n * o_n + c0) * p_n + p0, p_n, rf, bias, acts, params)
+
+
+@numba.njit(**SEQ)
+def conv1x1_by_channels(x, wt, bias, residual, out, act, alpha, beta, post, post_alpha, post_beta):
+    """out = post(act(conv1x1(x, W) + bias) + residual) for a 1x1 stride-1 unpadded float32 conv,
+    wt = gemm.transpose_padded(W as (O, C)) made at compile time: the output channels in the
+    vectors, MR pixels a microkernel call (linear_packed's orientation, the pixels read where they
+    lie: a channel's pixels side by side). For small images, where conv2d_packed pads the pixels
+    to whole half panels: a 7 x 7 image's 49 pixels fill 64 columns on AVX-512, 54 rows here.
+    Tasks: (image, tile of up to PACKED_ROWS pixels, block of channel panels), shared out evenly."""
+    n_n, k, h, w = x.shape
+    o_n, hw = out.shape[1], h * w
+    n_p = -(-hw // PACKED_ROWS)
+    serial = n_n * hw * o_n * k < PARALLEL_MIN_MACS
+    panels = -(-o_n // panel_width())  # in the calling thread, one block of every channel
+    n_c, cpt = (1, panels) if serial else blocks(n_n * n_p, panels, MIN_PANELS)
+    rf = residual_run(residual, out)
+    data = (x.reshape(-1), wt.reshape(-1), bias, rf, out.reshape(-1), (n_n, k, hw, o_n), (act, post),
+            (alpha, beta, post_alpha, post_beta))
+    if serial:
+        for t in range(n_n * n_p * n_c):
+            _by_channels_task(t, n_p, n_c, cpt, *data)
+    else:
+        run_tasks(_by_channels_task, n_n * n_p * n_c, (n_p, n_c, cpt, *data))
+
+
+@numba.njit(**SEQ)
+def _by_channels_task(t, n_p, n_c, cpt, xf, wf, bias, rf, of, dims, acts, params):
+    """Task t of conv1x1_by_channels: pixels [p0, p0 + p) of image n times channels [c0, c1), into
+    a (pixel, channel) block (gemm_row_groups), then out channel by channel through the epilogue."""
+    n_n, k, hw, o_n = dims
+    nr = panel_width()
+    ci, pi, n = t % n_c, (t // n_c) % n_p, t // (n_c * n_p)
+    p0 = pi * PACKED_ROWS
+    p = min(PACKED_ROWS, hw - p0)
+    c0 = ci * cpt * nr
+    c1 = min(o_n, c0 + cpt * nr)
+    width = half_panels(c1 - c0)
+    groups = -(-p // MR)
+    x0 = n * k * hw + p0
+    partial = p % MR != 0
+    last = np.zeros(k * MR if partial else 0, np.float32)  # the last pixels, zero-padded to MR: [c][i]
+    if partial:
+        full = (groups - 1) * MR
+        for c in range(k):
+            for i in range(p - full):
+                last[u(c * MR + i)] = xf[u(x0 + c * hw + full + i)]
+    ldc = width + ACC_PAD  # rows a multiple of 2 KiB apart: 512 -> 2048 channels
+    acc = np.empty(groups * MR * ldc, np.float32)
+    gemm_row_groups(xf, x0, 1, hw, groups, last, 1, MR, wf, k, c0, width, acc, ldc)
+    _channels_out(acc, ldc, p, c0, c1, of, (n * o_n + c0) * hw + p0, hw, rf, bias, acts, params)

@@ -1,0 +1,141 @@
+"""conv2d_by_channels (codegen/kernels/conv_channels.py): the output channels in the vectors, MR
+output pixels a microkernel call (micro_gemm_taps), against the IR reference through its emit
+rule and against a float64 convolution called directly; and the rule that chooses it."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import codegen.emit.conv as emit_conv
+from ir.graph import Value, make_node
+from ir.types import TensorType
+from tests.codegen.rules import check_rule
+from tests.codegen.test_conv_kernels import conv_arrays, conv_attrs, epilogue_attrs, rand
+
+
+@pytest.fixture
+def any_channel_taps(monkeypatch):
+    """conv2d_by_channels for every conv it can take (no groups, a kernel over 1x1, float32
+    constant weights), apart from the thresholds that choose it where it gains."""
+    monkeypatch.setattr(emit_conv, "CHANNEL_TAPS_MIN_STEPS", 0)
+    monkeypatch.setattr(emit_conv, "CHANNEL_TAPS_MIN_FILL", 0.0)
+    monkeypatch.setattr(emit_conv, "CHANNEL_TAPS_MAX_ROW_FILL", float("inf"))
+    monkeypatch.setattr(emit_conv, "CHANNEL_TAPS_MAX_PLANE_BYTES", 1 << 62)
+
+
+def _output_shape(shape, o, kernel, stride, padding, dilation=(1, 1)):
+    (n, _, h, w), (kh, kw), (sh, sw), (t, left, b, r), (dh, dw) = shape, kernel, stride, padding, dilation
+    return n, o, (h + t + b - dh * (kh - 1) - 1) // sh + 1, (w + left + r - dw * (kw - 1) - 1) // sw + 1
+
+
+# (n, c, h, w), o, kernel, stride, padding (t, l, b, r), dilation; on AVX-512 micro_gemm_taps takes 64
+# channels a call and its half 32, on AVX2 16 and 8
+CHANNEL_CONVS = [
+    ((1, 64, 7, 7), 40, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1)),  # 49 pixels: the last group repeats one
+    ((1, 48, 7, 7), 200, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1)),  # 4 panels, the last one 8 channels
+    ((1, 40, 14, 14), 192, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1)),  # 3 panels: one block, pixels split
+    ((1, 32, 9, 10), 16, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1)),  # a half panel, its pixels split
+    ((3, 16, 8, 9), 70, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1)),  # a batch; 144 steps: chunks of 72
+    ((2, 24, 15, 14), 64, (3, 3), (2, 2), (1, 1, 1, 1), (1, 1)),  # stride 2: four phase planes a channel
+    ((1, 20, 27, 27), 36, (5, 5), (1, 1), (2, 2, 2, 2), (1, 1)),  # AlexNet's 5x5, 500 steps
+    ((1, 12, 13, 11), 24, (3, 3), (1, 1), (2, 2, 2, 2), (2, 2)),  # dilated
+    ((1, 10, 12, 13), 33, (2, 3), (2, 1), (0, 1, 2, 0), (1, 2)),  # asymmetric everything
+    ((1, 6, 9, 8), 20, (3, 3), (1, 3), (3, 0, 1, 4), (1, 1)),  # padding wider than the kernel
+    ((2, 3, 20, 19), 32, (6, 6), (2, 2), (2, 2, 2, 2), (1, 1)),  # YOLOv5's stem
+    ((1, 8, 5, 5), 24, (5, 5), (1, 1), (0, 0, 0, 0), (1, 1)),  # a 1x1 output
+]
+
+
+@pytest.mark.usefixtures("any_channel_taps")
+@pytest.mark.parametrize("shape, o, kernel, stride, padding, dilation", CHANNEL_CONVS)
+@pytest.mark.parametrize("act, post, residual", [("none", "none", False), ("relu", "none", True),
+                                                 ("silu", "relu", True), ("clamp", "none", False)])
+def test_conv2d_by_channels_matches_the_reference(shape, o, kernel, stride, padding, dilation, act, post, residual):
+    attrs = {**conv_attrs(kernel, stride, padding, dilation, 1), **epilogue_attrs(act, post)}
+    arrays = conv_arrays(*shape, o, kernel, 1)
+    if residual:
+        arrays.append(rand(*_output_shape(shape, o, kernel, stride, padding, dilation)))
+    lines = check_rule("fused_conv2d", arrays, attrs, weights=(1, 2), rtol=1e-4, atol=1e-4)
+    assert "conv2d_by_channels(" in lines[0] and "__channel_panels" in lines[0], lines
+
+
+@pytest.mark.usefixtures("any_channel_taps")
+@pytest.mark.parametrize("mode", ["reflect", "circular"])
+def test_conv2d_by_channels_after_a_padding_mode(mode):
+    """A padding mode other than zeros pads into scratch first; the conv then runs unpadded."""
+    lines = check_rule("conv2d", conv_arrays(1, 16, 9, 9, 40, (3, 3), 1),
+                       conv_attrs((3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 1, mode), weights=(1, 2), rtol=1e-4, atol=1e-4)
+    assert "pad5" in lines[1] and "conv2d_by_channels(" in lines[2], lines
+
+
+@pytest.mark.parametrize("n, o, act, post, over", [(1, 40, "relu", "relu", True), (2, 130, "clamp", "none", True),
+                                                   (1, 24, "none", "relu", True), (1, 64, "silu", "none", False)])
+def test_conv2d_by_channels_with_a_residual_matches_float64(n, o, act, post, over):
+    """Called directly, against a float64 convolution; over: its output the residual's own array (the
+    memory plan's choice when writes_over_residual allows it: after a one-pass activation)."""
+    import codegen.runtime  # noqa: F401 - numba's target before the kernels compile
+    import torch
+
+    from codegen.kernels.conv import conv2d_by_channels
+    from codegen.kernels.conv_channels import pack_channel_panels
+    from codegen.kernels.epilogue import ACTIVATION_CODES
+
+    c, h, w = 24, 10, 9
+    x, weight, b = rand(n, c, h, w), rand(o, c, 3, 3, scale=(9 * c) ** -0.5), rand(o)
+    res = rand(n, o, h, w)
+    alpha, beta = (-0.5, 0.75) if act == "clamp" else (0.0, 0.0)
+    out = res.copy() if over else np.full(res.shape, np.nan, np.float32)
+    conv2d_by_channels(x, pack_channel_panels(weight), b, out if over else res, out, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1),
+                       ACTIVATION_CODES[act], alpha, beta, ACTIVATION_CODES[post], 0.0, 0.0)
+    ref = torch.nn.functional.conv2d(torch.from_numpy(x).double(), torch.from_numpy(weight).double(),
+                                     torch.from_numpy(b).double(), padding=1).numpy()
+    ref = {"none": ref, "relu": np.maximum(ref, 0), "clamp": np.clip(ref, alpha, beta),
+           "silu": ref / (1 + np.exp(-ref))}[act] + res
+    np.testing.assert_allclose(out, np.maximum(ref, 0) if post == "relu" else ref, rtol=1e-5, atol=1e-5)
+
+
+def _conv_node(shape, o, kernel, stride=(1, 1), padding=(1, 1, 1, 1), groups=1, act="relu", post="none",
+               residual=False):
+    attrs = {**conv_attrs(kernel, stride, padding, (1, 1), groups), **epilogue_attrs(act, post)}
+    arrays = conv_arrays(*shape, o, kernel, groups)
+    if residual:
+        arrays.append(rand(*_output_shape(shape, o, kernel, stride, padding)))
+    values = [Value(f"x{i}", TensorType(a.shape, a.dtype.name), a if i in (1, 2) else None)
+              for i, a in enumerate(arrays)]
+    return make_node("fused_conv2d", "n", values, ["y"], attrs)
+
+
+@pytest.mark.parametrize("shape, o, kernel, stride, groups, width, expected", [
+    ((1, 512, 7, 7), 512, (3, 3), (1, 1), 1, 16, True),  # 49 pixels: 64 columns on conv2d_packed, 54 rows here
+    ((1, 512, 7, 7), 512, (3, 3), (1, 1), 1, 8, True),  # AVX2: 64 columns too (9 x 7 in half panels of 8)
+    ((1, 256, 14, 14), 256, (3, 3), (1, 1), 1, 16, True),  # 224 columns, 198 rows
+    ((8, 256, 14, 14), 256, (3, 3), (1, 1), 1, 16, True),
+    ((1, 256, 40, 40), 512, (3, 3), (2, 2), 1, 16, True),  # 20 of 21 columns a row
+    ((1, 64, 27, 27), 192, (5, 5), (1, 1), 1, 16, True),
+    ((1, 64, 56, 56), 64, (3, 3), (1, 1), 1, 16, False),  # 56 of 58 columns a row: conv2d_packed
+    ((1, 64, 56, 56), 128, (3, 3), (2, 2), 1, 16, False),  # 28 of 29
+    ((1, 16, 32, 32), 32, (3, 3), (1, 1), 1, 16, False),  # 144 reduction steps: too short
+    ((1, 64, 16, 16), 16, (3, 3), (1, 1), 1, 16, False),  # 16 channels fill half of a 32-channel call
+    ((1, 64, 16, 16), 16, (3, 3), (1, 1), 1, 8, True),  # on AVX2 its half panels are 8 channels
+    ((1, 512, 40, 40), 512, (3, 3), (1, 1), 1, 16, True),  # 3.6 MB of planes a task
+    ((1, 1024, 40, 40), 256, (3, 3), (1, 1), 1, 16, False),  # 7.2 MB of planes
+    ((1, 64, 14, 14), 64, (3, 3), (1, 1), 2, 16, False),  # groups
+    ((1, 512, 7, 7), 512, (1, 1), (1, 1), 1, 16, False),  # 1x1: conv1x1_by_channels or conv2d_packed
+])
+def test_the_rule_takes_small_images_with_long_reductions(shape, o, kernel, stride, groups, width, expected):
+    node = _conv_node(shape, o, kernel, stride, (0, 0, 0, 0) if kernel == (1, 1) else (1, 1, 1, 1), groups)
+    if kernel == (5, 5):
+        node = _conv_node(shape, o, kernel, stride, (2, 2, 2, 2), groups)
+    assert emit_conv.uses_channel_taps(node, width) == expected
+
+
+@pytest.mark.parametrize("act, post, expected", [("none", "relu", 3), ("clamp", "none", 3), ("silu", "none", None),
+                                                 ("relu", "sigmoid", None)])
+def test_it_writes_over_a_residual_after_a_one_pass_activation_only(monkeypatch, act, post, expected):
+    """_channels_out adds the residual on the way out of its block after ReLU or a clamp; after
+    another activation it writes the output first and adds the residual to it in place."""
+    monkeypatch.setattr(emit_conv, "target_vector_floats", lambda: 16)
+    node = _conv_node((1, 384, 7, 7), 256, (3, 3), act=act, post=post, residual=True)
+    assert emit_conv.uses_channel_taps(node, 16) and not emit_conv.uses_winograd(node)
+    assert emit_conv.writes_over_residual(node) == expected
