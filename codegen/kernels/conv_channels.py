@@ -42,6 +42,7 @@ CHANNEL_PANEL = 64  # pack_channel_panels' output channels per panel: taps_width
 # floats between the rows of a block of sums past its channels (one cache line): _channels_out reads
 # down a column, and rows a multiple of 2 KiB apart would all fall into two sets of the L1 cache
 ACC_PAD = 16
+IMAGE_BLOCK_BYTES = 1  # a task's images' phase planes, at most (or one image's): half of a core's L2
 MIN_GROUPS = 4  # pixel groups (of MR) per task, at least, when an image's pixels are split between tasks
 
 
@@ -58,8 +59,8 @@ def pack_channel_panels(weight: np.ndarray) -> np.ndarray:
 
 
 @numba.njit(**SEQ)
-def _channels_out(acc, ldc, p, c0, c1, of, o0, hw, rf, bias, acts, params):
-    """A block of sums (pixel r, channel j at acc[r * ldc + j], r < p, j < c1 - c0) into the output,
+def _channels_out(acc, a0, ldc, p, c0, c1, of, o0, hw, rf, bias, acts, params):
+    """A block of sums (pixel r, channel j at acc[a0 + r * ldc + j], r < p, j < c1 - c0) into the output,
     channel c0 + j's p pixels from of[o0 + j * hw], through the epilogue (bias, activation, residual).
     ReLU, ReLU6 and a residual then ReLU (ResNet) go on the way, reading each residual element just
     before writing the output over it (the memory plan may give the output the residual's buffer);
@@ -76,10 +77,10 @@ def _channels_out(acc, ldc, p, c0, c1, of, o0, hw, rf, bias, acts, params):
         d = o0 + j * hw
         if one_pass and rf.size != 0:
             for r in range(p):
-                of[u(d + r)] = max(min(max(acc[u(r * ldc + j)] + bv, lo), hi) + rf[u(d + r)], top)
+                of[u(d + r)] = max(min(max(acc[u(a0 + r * ldc + j)] + bv, lo), hi) + rf[u(d + r)], top)
         else:
             for r in range(p):
-                of[u(d + r)] = max(min(max(acc[u(r * ldc + j)] + bv, lo), hi), top)
+                of[u(d + r)] = max(min(max(acc[u(a0 + r * ldc + j)] + bv, lo), hi), top)
     if not one_pass:
         runs, run = (1, (c1 - c0) * hw) if p == hw else (c1 - c0, p)
         for j in range(runs):
@@ -92,9 +93,14 @@ def conv2d_by_channels(x, wt, bias, residual, out, kernel, stride, padding, dila
                        act, alpha, beta, post, post_alpha, post_beta):
     """out = post(act(conv2d(x, weight) + bias) + residual) for a float32 conv without groups,
     wt = pack_channel_panels(weight); bias may be None, residual None or empty for none; padding
-    (top, left, bottom, right) zeros. Tasks: (image, block of channel panels), shared out evenly;
-    each gathers its image's phase planes whole, so this is for small images (a few hundred KB of
-    planes: they stay in L2)."""
+    (top, left, bottom, right) zeros. Tasks: (block of images, block of channel panels, block of
+    pixel groups), shared out evenly; each gathers its images' phase planes whole, so this is for
+    small images (a few hundred KB of planes: they stay in L2).
+
+    The pixels of a block of images are one run of MR-pixel groups (pix: where each pixel's window
+    starts in the block's planes), so each chunk of a weight panel, in L1, meets all of them: a
+    batch of 8 7 x 7 images, 512 -> 512 channels, image by image streamed the 9 MB of weights
+    through L3 once an image."""
     (kh, kw), (sh, sw), (dh, dw), pt, pl = kernel, stride, dilation, padding[0], padding[1]
     n_n, c_n, h, w = x.shape
     o_n, oh, ow = out.shape[1], out.shape[2], out.shape[3]
@@ -108,49 +114,58 @@ def conv2d_by_channels(x, wt, bias, residual, out, kernel, stride, padding, dila
         for i in range(kh):
             for j in range(kw):
                 taps[(c * kh + i) * kw + j] = c * size + tap_offset(i, j, sh, sw, dh, dw, hq, wq)
-    rows = -(-p_n // MR) * MR
-    pix = np.empty(rows, np.int64)  # where each output pixel's window starts; the last repeated past p_n
+    # blocks of images whose planes fit IMAGE_BLOCK_BYTES, as many blocks as share out evenly
+    n_b = max(1, min(n_n, -(-(c_n * size * x.itemsize * n_n) // IMAGE_BLOCK_BYTES)))
+    while n_b % num_threads() != 0 and n_b < n_n:
+        n_b += 1
+    nb = -(-n_n // n_b)
+    n_b = -(-n_n // nb)
+    rows = -(-nb * p_n // MR) * MR
+    pix = np.empty(rows, np.int64)  # where each pixel's window starts; the last repeated past the block
     for q in range(rows):
-        pq = min(q, p_n - 1)
-        pix[q] = pq // ow * wq + pq % ow
+        m, pq = min(q, nb * p_n - 1) // p_n, min(q, nb * p_n - 1) % p_n
+        pix[q] = m * c_n * size + pq // ow * wq + pq % ow
     panels = -(-o_n // tw)
-    n_c, cpt = blocks(n_n, panels, 1)
+    n_c, cpt = blocks(n_b, panels, 1)
     if panels % n_c != 0:  # blocks of unequal panels (3 as 2 and 1 kept a thread idle a third of the time)
         n_c, cpt = 1, panels
     # too few images and panels for the threads (DenseNet's 128 -> 32 channels): blocks of pixel groups
-    n_g, gpt = blocks(n_n * n_c, rows // MR, MIN_GROUPS)
+    n_g, gpt = blocks(n_b * n_c, rows // MR, MIN_GROUPS)
     kc = -(-k // -(-k // PACKED_K_CHUNK))  # reduction chunks of equal length (144 steps: 72 and 72, not 128 and 16)
     ldc = tw + ACC_PAD
-    planes, accs = c_n * size, gpt * MR * ldc
-    scratch = np.empty(min(num_threads(), n_n * n_c * n_g) * (planes + accs), np.float32)
-    run_tasks(_taps_task, n_n * n_c * n_g,
+    planes, accs = nb * c_n * size, gpt * MR * ldc
+    scratch = np.empty(min(num_threads(), n_b * n_c * n_g) * (planes + accs), np.float32)
+    run_tasks(_taps_task, n_b * n_c * n_g,
               (x.reshape(-1), wt.reshape(-1), bias, residual_run(residual, out), out.reshape(-1),
-               (c_n, h, w, o_n, p_n, k), (sh, sw, pt, pl, hq, wq), taps, pix, (n_c, cpt, n_g, gpt, ldc, kc),
+               (n_n, c_n, h, w, o_n, p_n, k), (sh, sw, pt, pl, hq, wq), taps, pix, (nb, n_c, cpt, n_g, gpt, ldc, kc),
                (act, post), (alpha, beta, post_alpha, post_beta), scratch, (planes, accs)))
 
 
 @numba.njit(**SEQ)
 def _taps_task(t, xf, wf, bias, rf, of, dims, window, taps, pix, split, acts, params, scratch, sizes):
-    """Task t of conv2d_by_channels: image n's phase planes into this thread's scratch, then each of
+    """Task t of conv2d_by_channels: its images' phase planes into this thread's scratch, then each of
     its block's channel panels through the whole reduction (in chunks whose weights stay in L1 across
-    the pixel groups) into a block of sums, and out (_channels_out)."""
-    c_n, h, w, o_n, p_n, k = dims
+    the pixel groups) into a block of sums, and out (_channels_out) image by image."""
+    n_n, c_n, h, w, o_n, p_n, k = dims
     sh, sw, pt, pl, hq, wq = window
-    n_c, cpt, n_g, gpt, ldc, chunk = split
+    nb, n_c, cpt, n_g, gpt, ldc, chunk = split
     planes, accs = sizes
     tw = taps_width()
-    ci, gi, n = t % n_c, (t // n_c) % n_g, t // (n_c * n_g)
+    ci, gi, bi = t % n_c, (t // n_c) % n_g, t // (n_c * n_g)
+    n0 = bi * nb
+    n1 = min(n_n, n0 + nb)
+    v1 = (n1 - n0) * p_n  # the block's pixels, image after image
     g0 = gi * gpt
-    g1 = min(pix.size // MR, g0 + gpt)
-    p0 = g0 * MR  # the task's pixels: p0 to p1
-    p1 = min(p_n, g1 * MR)
+    g1 = min(-(-v1 // MR), g0 + gpt)
+    v0 = g0 * MR  # the task's pixels: v0 to min(v1, g1 * MR)
     tid = thread_id()  # a thread id past the parts: a loop nested in another's, on one thread
     own = (tid if tid < scratch.size // (planes + accs) else 0) * (planes + accs)
     src = scratch[own:own + planes]
     src[:] = 0  # the padding is never written
-    size = planes // c_n
-    for c in range(c_n):
-        gather_planes(xf, (n * c_n + c) * h * w, h, w, -pt, sh, sw, pl, src, c * size, hq, wq)
+    size = planes // (nb * c_n)
+    for n in range(n0, n1):
+        for c in range(c_n):
+            gather_planes(xf, (n * c_n + c) * h * w, h, w, -pt, sh, sw, pl, src, ((n - n0) * c_n + c) * size, hq, wq)
     acc = scratch[own + planes:own + planes + accs]
     half = tw // 2
     for j in range(ci * cpt, min(-(-o_n // tw), (ci + 1) * cpt)):
@@ -167,7 +182,13 @@ def _taps_task(t, xf, wf, bias, rf, of, dims, window, taps, pix, split, acts, pa
                 else:
                     micro_gemm_taps_half(kc, src, 0, pix, g * MR, taps, kb, wf, b0, CHANNEL_PANEL, acc, r, ldc,
                                          kb > 0)
-        _channels_out(acc, ldc, p1 - p0, c0, c1, of, (n * o_n + c0) * p_n + p0, p_n, rf, bias, acts, params)
+        v = v0
+        while v < min(v1, g1 * MR):  # each image's part of the task's pixels
+            m, pv = v // p_n, v % p_n
+            run = min(p_n - pv, min(v1, g1 * MR) - v)
+            _channels_out(acc, (v - v0) * ldc, ldc, run, c0, c1, of, ((n0 + m) * o_n + c0) * p_n + pv, p_n, rf, bias,
+                          acts, params)
+            v += run
 
 
 @numba.njit(**SEQ)
@@ -218,4 +239,4 @@ def _by_channels_task(t, n_p, n_c, cpt, xf, wf, bias, rf, of, dims, acts, params
     ldc = width + ACC_PAD  # rows a multiple of 2 KiB apart: 512 -> 2048 channels
     acc = np.empty(groups * MR * ldc, np.float32)
     gemm_row_groups(xf, x0, 1, hw, groups, last, 1, MR, wf, k, c0, width, acc, ldc)
-    _channels_out(acc, ldc, p, c0, c1, of, (n * o_n + c0) * hw + p0, hw, rf, bias, acts, params)
+    _channels_out(acc, 0, ldc, p, c0, c1, of, (n * o_n + c0) * hw + p0, hw, rf, bias, acts, params)

@@ -37,6 +37,7 @@ CHANNEL_CONVS = [
     ((1, 40, 14, 14), 192, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1)),  # 3 panels: one block, pixels split
     ((1, 32, 9, 10), 16, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1)),  # a half panel, its pixels split
     ((3, 16, 8, 9), 70, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1)),  # a batch; 144 steps: chunks of 72
+    ((5, 32, 7, 7), 24, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1)),  # blocks of 3 and 2 images: groups span two
     ((2, 24, 15, 14), 64, (3, 3), (2, 2), (1, 1, 1, 1), (1, 1)),  # stride 2: four phase planes a channel
     ((1, 20, 27, 27), 36, (5, 5), (1, 1), (2, 2, 2, 2), (1, 1)),  # AlexNet's 5x5, 500 steps
     ((1, 12, 13, 11), 24, (3, 3), (1, 1), (2, 2, 2, 2), (2, 2)),  # dilated
