@@ -46,8 +46,13 @@ def transpose_weight(weight: np.ndarray, groups: int) -> np.ndarray:
 # weights' traffic decides. A batch of one 7 x 7 image (16 tiles; ResNet layer4, 512 channels) ran
 # 3.2 ms a conv in the model on Winograd against 2.4-2.9 ms on the direct kernel (AVX-512 Xeon, one
 # thread, its 17 MB of transformed weights from memory at every run), though alone, with its weights
-# in cache, Winograd was faster (1.3 against 1.6 ms). Two such images are 32 tiles; one 14 x 14, 49.
-WINOGRAD_MIN_TILES = 32
+# in cache, Winograd was faster (1.3 against 1.6 ms). Against conv2d_by_channels, in the model at
+# batch 1 (ResNet-18, Zen 5 EPYC, 2 threads, profile step times): 256 -> 256 on 14 x 14 (49 tiles)
+# 0.50 ms on Winograd against 0.52 in a quiet spell of the VM, 0.78-0.82 against 0.57-0.61 in its
+# slow state (which slows memory-heavy kernels); on 28 x 28 (196 tiles) 0.44 against 0.51 (quiet).
+# AlexNet's 13 x 13 convs (49 tiles, 16% of them past the image) 3-10% faster direct. Four 7 x 7
+# images are 64 tiles; one 16 x 16, 64
+WINOGRAD_MIN_TILES = 64
 # Each of Winograd's 16 products multiplies (O, C) by (C, tiles): below this many multiply-adds a
 # product, the transforms (of C + O channels a tile) cost more than the multiplies saved. At about
 # 3.2M a product Winograd gained on every conv measured (64 channels on 56 x 56, 128 on 28 x 28, 256

@@ -271,6 +271,7 @@ def test_convs_winograd_cannot_take(shape, o, kernel, stride, dilation, groups, 
 @pytest.mark.parametrize("shape, o", [
     ((1, 32, 6, 6), 32),  # 9 tiles: too few to gain
     ((1, 256, 7, 7), 256),  # one 7 x 7 image: 16 tiles, its weights' traffic decides (WINOGRAD_MIN_TILES)
+    ((1, 256, 14, 14), 256),  # one 14 x 14: 49
     ((1, 128, 14, 14), 32),  # products of 128 x 32 x 49 multiply-adds: too few (WINOGRAD_MIN_PRODUCT_MACS)
     ((8, 128, 28, 28), 32),  # 128 x 32 x 196 an image: too few, whatever the batch
     ((1, 32, 64, 64), 32),  # 32 x 32 channels: the transforms outweigh the products (WINOGRAD_MIN_CHANNEL_MACS)
@@ -283,7 +284,7 @@ def test_convs_too_small_for_winograd_run_direct(shape, o):
 
 @pytest.mark.parametrize("shape, o", [
     ((1, 64, 32, 32), 64),  # 256 tiles: products of 64 x 64 x 256 multiply-adds (WINOGRAD_MIN_PRODUCT_MACS)
-    ((2, 256, 7, 7), 256),  # two 7 x 7 images: 32 tiles (WINOGRAD_MIN_TILES)
+    ((4, 256, 7, 7), 256),  # four 7 x 7 images: 64 tiles (WINOGRAD_MIN_TILES)
     ((1, 128, 64, 64), 32),  # 128 x 32 channels (WINOGRAD_MIN_CHANNEL_MACS), 1024 tiles
 ])
 def test_winograd_takes_convs_large_enough_to_gain(shape, o):
