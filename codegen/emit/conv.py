@@ -51,8 +51,11 @@ def transpose_weight(weight: np.ndarray, groups: int) -> np.ndarray:
 # 0.50 ms on Winograd against 0.52 in a quiet spell of the VM, 0.78-0.82 against 0.57-0.61 in its
 # slow state (which slows memory-heavy kernels); on 28 x 28 (196 tiles) 0.44 against 0.51 (quiet).
 # AlexNet's 13 x 13 convs (49 tiles, 16% of them past the image) 3-10% faster direct. Four 7 x 7
-# images are 64 tiles; one 16 x 16, 64
+# images are 64 tiles; one 16 x 16, 64. With AVX2's 8-float vectors (numba told Haswell, on the same
+# machine) the direct kernels reach half the FLOP/s and Winograd keeps more of its lead (256 -> 256
+# on 14 x 14, alone: 0.83 ms against 0.95 direct; on AVX-512 0.46 against 0.49): there 32 tiles
 WINOGRAD_MIN_TILES = 64
+WINOGRAD_MIN_TILES_AVX2 = 32
 # Each of Winograd's 16 products multiplies (O, C) by (C, tiles): below this many multiply-adds a
 # product, the transforms (of C + O channels a tile) cost more than the multiplies saved. At about
 # 3.2M a product Winograd gained on every conv measured (64 channels on 56 x 56, 128 on 28 x 28, 256
@@ -78,7 +81,9 @@ def uses_winograd(node: Node) -> bool:
     image_tiles = -(-y.shape[2] // 2) * -(-y.shape[3] // 2)
     return (w.is_constant and w.dtype == x.dtype == "float32" and w.shape[2:] == (3, 3)
             and tuple(a["stride"]) == (1, 1) and tuple(a["dilation"]) == (1, 1) and a["groups"] == 1
-            and a["padding_mode"] == "zeros" and y.shape[0] * image_tiles >= WINOGRAD_MIN_TILES
+            and a["padding_mode"] == "zeros"
+            and y.shape[0] * image_tiles >= (WINOGRAD_MIN_TILES if target_vector_floats() == 16
+                                             else WINOGRAD_MIN_TILES_AVX2)
             and w.shape[0] * w.shape[1] * image_tiles >= WINOGRAD_MIN_PRODUCT_MACS
             and w.shape[0] * w.shape[1] >= WINOGRAD_MIN_CHANNEL_MACS)
 

@@ -75,9 +75,9 @@ def test_conv2d_by_channels_after_a_padding_mode(mode):
 def test_conv2d_by_channels_with_a_residual_matches_float64(n, o, act, post, over):
     """Called directly, against a float64 convolution; over: its output the residual's own array (the
     memory plan's choice when writes_over_residual allows it: after a one-pass activation)."""
-    import codegen.runtime  # noqa: F401 - numba's target before the kernels compile
     import torch
 
+    import codegen.runtime  # noqa: F401 - numba's target before the kernels compile
     from codegen.kernels.conv import conv2d_by_channels
     from codegen.kernels.conv_channels import pack_channel_panels
     from codegen.kernels.epilogue import ACTIVATION_CODES
@@ -87,8 +87,8 @@ def test_conv2d_by_channels_with_a_residual_matches_float64(n, o, act, post, ove
     res = rand(n, o, h, w)
     alpha, beta = (-0.5, 0.75) if act == "clamp" else (0.0, 0.0)
     out = res.copy() if over else np.full(res.shape, np.nan, np.float32)
-    conv2d_by_channels(x, pack_channel_panels(weight), b, out if over else res, out, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1),
-                       ACTIVATION_CODES[act], alpha, beta, ACTIVATION_CODES[post], 0.0, 0.0)
+    conv2d_by_channels(x, pack_channel_panels(weight), b, out if over else res, out, (3, 3), (1, 1), (1, 1, 1, 1),
+                       (1, 1), ACTIVATION_CODES[act], alpha, beta, ACTIVATION_CODES[post], 0.0, 0.0)
     ref = torch.nn.functional.conv2d(torch.from_numpy(x).double(), torch.from_numpy(weight).double(),
                                      torch.from_numpy(b).double(), padding=1).numpy()
     ref = {"none": ref, "relu": np.maximum(ref, 0), "clamp": np.clip(ref, alpha, beta),

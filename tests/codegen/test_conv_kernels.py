@@ -162,6 +162,7 @@ def any_winograd(monkeypatch):
     """Winograd for every conv it can take, however small: its kernel's edges, apart from the
     rule that chooses it for the convs where it gains."""
     monkeypatch.setattr(emit_conv, "WINOGRAD_MIN_TILES", 1)
+    monkeypatch.setattr(emit_conv, "WINOGRAD_MIN_TILES_AVX2", 1)
     monkeypatch.setattr(emit_conv, "WINOGRAD_MIN_PRODUCT_MACS", 0)
     monkeypatch.setattr(emit_conv, "WINOGRAD_MIN_CHANNEL_MACS", 0)
 
@@ -271,7 +272,6 @@ def test_convs_winograd_cannot_take(shape, o, kernel, stride, dilation, groups, 
 @pytest.mark.parametrize("shape, o", [
     ((1, 32, 6, 6), 32),  # 9 tiles: too few to gain
     ((1, 256, 7, 7), 256),  # one 7 x 7 image: 16 tiles, its weights' traffic decides (WINOGRAD_MIN_TILES)
-    ((1, 256, 14, 14), 256),  # one 14 x 14: 49
     ((1, 128, 14, 14), 32),  # products of 128 x 32 x 49 multiply-adds: too few (WINOGRAD_MIN_PRODUCT_MACS)
     ((8, 128, 28, 28), 32),  # 128 x 32 x 196 an image: too few, whatever the batch
     ((1, 32, 64, 64), 32),  # 32 x 32 channels: the transforms outweigh the products (WINOGRAD_MIN_CHANNEL_MACS)
@@ -291,6 +291,22 @@ def test_winograd_takes_convs_large_enough_to_gain(shape, o):
     lines = check("conv2d", conv_arrays(*shape, o, (3, 3), 1), conv_attrs((3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 1),
                   weights=(1, 2), rtol=1e-4, atol=1e-4)
     assert "winograd_conv2d" in lines[0]
+
+
+@pytest.mark.parametrize("width, n, side, expected", [
+    (16, 1, 14, False),  # 49 tiles: direct on AVX-512 (WINOGRAD_MIN_TILES)
+    (16, 1, 16, True),  # 64
+    (8, 2, 8, True),  # 32 tiles: Winograd with AVX2's vectors (WINOGRAD_MIN_TILES_AVX2)
+    (8, 1, 8, False),  # 16
+])
+def test_winograd_needs_more_tiles_with_wider_vectors(monkeypatch, width, n, side, expected):
+    """With AVX2's vectors the direct kernels reach half the FLOP/s, and Winograd gains on fewer tiles."""
+    monkeypatch.setattr(emit_conv, "target_vector_floats", lambda: width)
+    weight = rand(256, 256, 3, 3)
+    node = make_node("conv2d", "c", [Value("x", TensorType((n, 256, side, side))),
+                                     Value("w", TensorType(weight.shape), weight)], ["y"],
+                     conv_attrs((3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 1))
+    assert emit_conv.uses_winograd(node) == expected
 
 
 @pytest.mark.usefixtures("any_winograd")
