@@ -43,7 +43,10 @@ MR = 6  # output channels per microkernel call: rows of the accumulator block
 # threads). A transposed weight's rows (b of micro_gemm_a_rows: linear layers, conv1x1_by_channels),
 # ldb apart: each step prefetches the row this many rows ahead, whose stride the hardware does not
 # follow (4096 -> 4096 features at batch 1: 1.9-2.2 -> 1.5-1.75 ms, batch 8: 2.9 -> 2.2; 16 rows as
-# good as 32, better than 4 or 8)
+# good as 32, better than 4 or 8). micro_gemm_taps' weight panels (b, contiguous) likewise: the first
+# group of pixels to meet a chunk streams it from memory at batch 1 (ResNet-50's 3x3 convs on 14 x 14
+# and 7 x 7 in the model, profile steps: 0.525-0.64 -> 0.505-0.56 ms and 0.67-0.74 -> 0.62-0.68;
+# 48 rows ahead no better than 16)
 WEIGHT_PREFETCH_FLOATS = 256
 B_PREFETCH_ROWS = 16
 VECTORS_PER_ROW = 2  # NR = 2 vectors: 2 * MR accumulators + 2 loads + 1 broadcast fit in 16 registers
@@ -126,7 +129,7 @@ def _micro_gemm_codegen(vectors, indirect: bool = False, a_rows: bool = False, p
             b_row = builder.gep(b_ptr, [builder.load(builder.gep(rows_ptr, [p])) if indirect
                                         else builder.mul(p, ldb_)])
             b_vecs = [builder.load(vector_at(b_row, ir.Constant(i64, j * width)), align=4) for j in range(nv)]
-            if a_rows and B_PREFETCH_ROWS:  # b: a transposed weight's rows, ldb apart
+            if (a_rows or a_taps) and B_PREFETCH_ROWS:  # b: a transposed weight's rows, ldb apart
                 ahead = builder.gep(b_row, [builder.mul(ldb_, ir.Constant(i64, B_PREFETCH_ROWS))])
                 for j in range(nv * width // 16):  # each 64-byte line of the row
                     prefetch_line(ahead, ir.Constant(i64, 16 * j))
