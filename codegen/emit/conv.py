@@ -46,16 +46,20 @@ def transpose_weight(weight: np.ndarray, groups: int) -> np.ndarray:
 # weights' traffic decides. A batch of one 7 x 7 image (16 tiles; ResNet layer4, 512 channels) ran
 # 3.2 ms a conv in the model on Winograd against 2.4-2.9 ms on the direct kernel (AVX-512 Xeon, one
 # thread, its 17 MB of transformed weights from memory at every run), though alone, with its weights
-# in cache, Winograd was faster (1.3 against 1.6 ms). Against conv2d_by_channels, in the model at
-# batch 1 (ResNet-18, Zen 5 EPYC, 2 threads, profile step times): 256 -> 256 on 14 x 14 (49 tiles)
-# 0.50 ms on Winograd against 0.52 in a quiet spell of the VM, 0.78-0.82 against 0.57-0.61 in its
-# slow state (which slows memory-heavy kernels); on 28 x 28 (196 tiles) 0.44 against 0.51 (quiet).
-# AlexNet's 13 x 13 convs (49 tiles, 16% of them past the image) 3-10% faster direct. Four 7 x 7
-# images are 64 tiles; one 16 x 16, 64. With AVX2's 8-float vectors (numba told Haswell, on the same
-# machine) the direct kernels reach half the FLOP/s and Winograd keeps more of its lead (256 -> 256
-# on 14 x 14, alone: 0.83 ms against 0.95 direct; on AVX-512 0.46 against 0.49): there 32 tiles
-WINOGRAD_MIN_TILES = 64
-WINOGRAD_MIN_TILES_AVX2 = 32
+# in cache, Winograd was faster (1.3 against 1.6 ms). Two such images are 32 tiles; one 14 x 14, 49.
+WINOGRAD_MIN_TILES = 32
+# Below this many tiles a batch, where numba targets AVX-512, Winograd also needs output sides that fill
+# their tiles this well: conv2d_by_channels computes the pixels of odd sides exactly, and with few
+# tiles Winograd's larger weights weigh more. AlexNet's 13 x 13 convs at batch 1 (49 tiles, 169 pixels
+# in 196) ran 3-10% faster direct in the model; ResNet's 256 -> 256 on 14 x 14 (49 tiles, all filled)
+# 0.47 ms on Winograd against 0.515 direct in a quiet spell of the VM (0.78-0.82 against 0.57-0.61 in
+# its slow state, which slows memory-heavy kernels); batches of 7 x 7 images faster on Winograd in the
+# model (ResNet-18 at batch 8, 512 -> 512: 3.55-3.86 ms against 4.5). With AVX2's 8-float vectors
+# (numba told Haswell, on the same machine) the direct kernels reach half the FLOP/s and Winograd keeps
+# its lead on odd sides too (256 -> 256 on 14 x 14 alone: 0.83 ms against 0.95; on AVX-512 0.46
+# against 0.49) (Zen 5 EPYC, 2 threads, profile step times)
+WINOGRAD_MIN_FILLED_TILES = 64
+WINOGRAD_MIN_TILE_FILL = 0.9
 # Each of Winograd's 16 products multiplies (O, C) by (C, tiles): below this many multiply-adds a
 # product, the transforms (of C + O channels a tile) cost more than the multiplies saved. At about
 # 3.2M a product Winograd gained on every conv measured (64 channels on 56 x 56, 128 on 28 x 28, 256
@@ -81,11 +85,11 @@ def uses_winograd(node: Node) -> bool:
     image_tiles = -(-y.shape[2] // 2) * -(-y.shape[3] // 2)
     return (w.is_constant and w.dtype == x.dtype == "float32" and w.shape[2:] == (3, 3)
             and tuple(a["stride"]) == (1, 1) and tuple(a["dilation"]) == (1, 1) and a["groups"] == 1
-            and a["padding_mode"] == "zeros"
-            and y.shape[0] * image_tiles >= (WINOGRAD_MIN_TILES if target_vector_floats() == 16
-                                             else WINOGRAD_MIN_TILES_AVX2)
+            and a["padding_mode"] == "zeros" and y.shape[0] * image_tiles >= WINOGRAD_MIN_TILES
             and w.shape[0] * w.shape[1] * image_tiles >= WINOGRAD_MIN_PRODUCT_MACS
-            and w.shape[0] * w.shape[1] >= WINOGRAD_MIN_CHANNEL_MACS)
+            and w.shape[0] * w.shape[1] >= WINOGRAD_MIN_CHANNEL_MACS
+            and (y.shape[0] * image_tiles >= WINOGRAD_MIN_FILLED_TILES or target_vector_floats() != 16
+                 or y.shape[2] * y.shape[3] >= WINOGRAD_MIN_TILE_FILL * 4 * image_tiles))
 
 
 def is_linear_on_pixels(node: Node) -> bool:

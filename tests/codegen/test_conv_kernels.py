@@ -162,7 +162,7 @@ def any_winograd(monkeypatch):
     """Winograd for every conv it can take, however small: its kernel's edges, apart from the
     rule that chooses it for the convs where it gains."""
     monkeypatch.setattr(emit_conv, "WINOGRAD_MIN_TILES", 1)
-    monkeypatch.setattr(emit_conv, "WINOGRAD_MIN_TILES_AVX2", 1)
+    monkeypatch.setattr(emit_conv, "WINOGRAD_MIN_FILLED_TILES", 0)
     monkeypatch.setattr(emit_conv, "WINOGRAD_MIN_PRODUCT_MACS", 0)
     monkeypatch.setattr(emit_conv, "WINOGRAD_MIN_CHANNEL_MACS", 0)
 
@@ -284,7 +284,7 @@ def test_convs_too_small_for_winograd_run_direct(shape, o):
 
 @pytest.mark.parametrize("shape, o", [
     ((1, 64, 32, 32), 64),  # 256 tiles: products of 64 x 64 x 256 multiply-adds (WINOGRAD_MIN_PRODUCT_MACS)
-    ((4, 256, 7, 7), 256),  # four 7 x 7 images: 64 tiles (WINOGRAD_MIN_TILES)
+    ((2, 256, 8, 8), 256),  # two 8 x 8 images: 32 tiles (WINOGRAD_MIN_TILES)
     ((1, 128, 64, 64), 32),  # 128 x 32 channels (WINOGRAD_MIN_CHANNEL_MACS), 1024 tiles
 ])
 def test_winograd_takes_convs_large_enough_to_gain(shape, o):
@@ -294,13 +294,16 @@ def test_winograd_takes_convs_large_enough_to_gain(shape, o):
 
 
 @pytest.mark.parametrize("width, n, side, expected", [
-    (16, 1, 14, False),  # 49 tiles: direct on AVX-512 (WINOGRAD_MIN_TILES)
-    (16, 1, 16, True),  # 64
-    (8, 2, 8, True),  # 32 tiles: Winograd with AVX2's vectors (WINOGRAD_MIN_TILES_AVX2)
-    (8, 1, 8, False),  # 16
+    (16, 1, 14, True),  # 49 tiles, all filled
+    (16, 1, 13, False),  # 49 tiles, 169 pixels in 196: direct on AVX-512 (WINOGRAD_MIN_TILE_FILL)
+    (8, 1, 13, True),  # with AVX2's vectors, Winograd
+    (16, 2, 7, False),  # 32 tiles, 98 pixels in 128
+    (16, 4, 7, True),  # 64 tiles: Winograd whatever their fill (WINOGRAD_MIN_FILLED_TILES)
+    (8, 1, 8, False),  # 16 tiles: too few on any machine (WINOGRAD_MIN_TILES)
 ])
-def test_winograd_needs_more_tiles_with_wider_vectors(monkeypatch, width, n, side, expected):
-    """With AVX2's vectors the direct kernels reach half the FLOP/s, and Winograd gains on fewer tiles."""
+def test_winograd_on_few_tiles_needs_sides_that_fill_them_on_avx512(monkeypatch, width, n, side, expected):
+    """With few tiles, odd sides (a row and a column of tiles half past the image) run direct where
+    numba targets AVX-512; with AVX2's vectors the direct kernels reach half the FLOP/s, and they do not."""
     monkeypatch.setattr(emit_conv, "target_vector_floats", lambda: width)
     weight = rand(256, 256, 3, 3)
     node = make_node("conv2d", "c", [Value("x", TensorType((n, 256, side, side))),
