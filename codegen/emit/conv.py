@@ -25,6 +25,7 @@ from codegen.kernels.epilogue import ACTIVATION_CODES, ONE_PASS
 from codegen.kernels.gemm import PACKED_ROWS, transpose_padded
 from codegen.kernels.microkernel import MR, pack_weights
 from codegen.kernels.norm import channel_affine
+from codegen.kernels.planes import plane_pitch
 from codegen.kernels.vectors import target_vector_floats
 from codegen.kernels.winograd import pack_transformed, winograd_conv2d
 from ir.errors import CodegenUnsupportedError
@@ -151,7 +152,7 @@ def uses_channel_taps(node: Node, vector_floats: int) -> bool:
     (c, wd), (o, oh, ow), (kh, kw) = (x.shape[1], x.shape[3]), y.shape[1:], w.shape[2:]
     (sh, sw), (dh, dw), pl = a["stride"], a["dilation"], a["padding"][1]
     half = 2 * vector_floats if vector_floats == 16 else vector_floats  # micro_gemm_taps_half's channels
-    wq = -(-max((ow - 1) * sw + (kw - 1) * dw + 1, pl + wd) // sw)  # planes.plane_pitch
+    wq = plane_pitch.py_func(ow, wd, kw, sw, dw, pl)
     plane_bytes = 4 * c * sh * sw * (oh + (kh - 1) * dh // sh) * wq
     return (c * kh * kw >= CHANNEL_TAPS_MIN_STEPS and o >= CHANNEL_TAPS_MIN_FILL * -(-o // half) * half
             and ow < CHANNEL_TAPS_MAX_ROW_FILL * wq and plane_bytes <= CHANNEL_TAPS_MAX_PLANE_BYTES)

@@ -35,7 +35,7 @@ from codegen.kernels.microkernel import (
     panel_width,
     taps_width,
 )
-from codegen.kernels.planes import gather_planes, plane_pitch, tap_offset
+from codegen.kernels.planes import gather_planes, plane_pitch, tap_table
 from codegen.kernels.tasks import run_tasks
 
 CHANNEL_PANEL = 64  # pack_channel_panels' output channels per panel: taps_width() on AVX-512, 4 of it on AVX2
@@ -109,11 +109,7 @@ def conv2d_by_channels(x, wt, bias, residual, out, kernel, stride, padding, dila
     wq = plane_pitch(ow, w, kw, sw, dw, pl)
     hq = oh + (kh - 1) * dh // sh
     size = sh * sw * hq * wq  # one channel's planes
-    taps = np.empty(k, np.int64)  # where reduction step (c, i, j) reads, from an output pixel's start
-    for c in range(c_n):
-        for i in range(kh):
-            for j in range(kw):
-                taps[(c * kh + i) * kw + j] = c * size + tap_offset(i, j, sh, sw, dh, dw, hq, wq)
+    taps = tap_table(c_n, kh, kw, sh, sw, dh, dw, hq, wq)  # where each reduction step reads
     # blocks of images whose planes fit IMAGE_BLOCK_BYTES, as many blocks as share out evenly
     n_b = max(1, min(n_n, -(-(c_n * size * x.itemsize * n_n) // IMAGE_BLOCK_BYTES)))
     while n_b % num_threads() != 0 and n_b < n_n:

@@ -37,7 +37,7 @@ from codegen.kernels.microkernel import (
     panel_width,
     panels_per_call,
 )
-from codegen.kernels.planes import gather_planes, plane_pitch, tap_offset
+from codegen.kernels.planes import gather_planes, plane_pitch, tap_table
 from codegen.kernels.tasks import run_tasks
 from codegen.kernels.vectors import copy_run
 
@@ -154,11 +154,7 @@ def _conv2d_packed(x, prologue, wp, bias, residual, out, kernel, stride, padding
     # input channel; taps[(c*KH + i)*KW + j]: where reduction step (c, i, j) reads, from pixel 0
     wq = plane_pitch(ow, w, kw, sw, dw, pl)
     hq = tile // ow + (kh - 1) * dh // sh
-    taps = np.empty(0 if pointwise else k, np.int64)
-    for c in range(taps.size // (kh * kw)):
-        for i in range(kh):
-            for j in range(kw):
-                taps[(c * kh + i) * kw + j] = c * sh * sw * hq * wq + tap_offset(i, j, sh, sw, dh, dw, hq, wq)
+    taps = tap_table(0 if pointwise else cg, kh, kw, sh, sw, dh, dw, hq, wq)
     xf, wf, of = x.reshape(-1), wp.reshape(-1), out.reshape(-1)
     rf = residual_run(residual, out)
     # each thread's part of the scratch (thread_id): the largest tile input (phase planes, or a 1x1

@@ -79,10 +79,9 @@ def _micro_gemm_codegen(vectors, indirect: bool = False, a_rows: bool = False, p
         ps_ = ir.Constant(ir.IntType(64), 0)
         pix_ = taps_ptr = None
         if a_taps:  # (kc, a, a0, pix, q0, rows, r0, b, ...): the MR offsets and the step rows out
-            i64_ = ir.IntType(64)
             q0_, r0_ = (context.cast(builder, args[i], signature.args[i], types.int64) for i in (4, 6))
             pix_ptr = _data_pointer(context, builder, signature.args[3], args[3], q0_)
-            pix_ = [builder.load(builder.gep(pix_ptr, [ir.Constant(i64_, i)])) for i in range(MR)]
+            pix_ = [builder.load(builder.gep(pix_ptr, [ir.Constant(ir.IntType(64), i)])) for i in range(MR)]
             taps_ptr = _data_pointer(context, builder, signature.args[5], args[5], r0_)
             args = (*args[:3], *args[7:])
             signature = types.void(*signature.args[:3], *signature.args[7:])
@@ -135,12 +134,13 @@ def _micro_gemm_codegen(vectors, indirect: bool = False, a_rows: bool = False, p
                     prefetch_line(ahead, ir.Constant(i64, 16 * j))
             terms = []
             for q in range(panels):
-                a_step = builder.gep(a_ptr, [builder.add(builder.mul(ir.Constant(i64, q), ps_),
-                                                         builder.mul(p, lds_ if a_rows else ir.Constant(i64, MR)))])
-                if not (a_rows or a_taps) and WEIGHT_PREFETCH_FLOATS:
-                    prefetch_line(a_step, ir.Constant(i64, WEIGHT_PREFETCH_FLOATS))
                 if a_taps:  # this step's tap, then each of the MR pixels from it
                     a_step = builder.gep(a_ptr, [builder.load(builder.gep(taps_ptr, [p]))])
+                else:
+                    a_step = builder.gep(a_ptr, [builder.add(builder.mul(ir.Constant(i64, q), ps_), builder.mul(
+                        p, lds_ if a_rows else ir.Constant(i64, MR)))])
+                if not (a_rows or a_taps) and WEIGHT_PREFETCH_FLOATS:
+                    prefetch_line(a_step, ir.Constant(i64, WEIGHT_PREFETCH_FLOATS))
                 for i in range(MR):
                     a_at = (pix_[i] if a_taps else builder.mul(ir.Constant(i64, i), lda_) if a_rows
                             else ir.Constant(i64, i))

@@ -13,6 +13,7 @@ microkernel reads one flat row per (channel, tap) instead of an im2col matrix.
 from __future__ import annotations
 
 import numba
+import numpy as np
 
 from codegen.kernels.common import SEQ, u
 from codegen.kernels.vectors import copy_run, split_pairs
@@ -103,3 +104,16 @@ def tap_offset(i, j, sh, sw, dh, dw, hq, wq):
     """Where tap (i, j) of the pixel at flat index 0 lies in the phase planes."""
     a, b = i * dh, j * dw
     return ((a % sh * sw + b % sw) * hq + a // sh) * wq + b // sw
+
+
+@numba.njit(**SEQ)
+def tap_table(channels, kh, kw, sh, sw, dh, dw, hq, wq):
+    """Where each reduction step (c, i, j) of a direct conv reads in the phase planes of `channels`
+    channels (sh * sw planes of hq rows of pitch wq each), from an output pixel's flat index:
+    entry (c * KH + i) * KW + j, int64."""
+    taps = np.empty(channels * kh * kw, np.int64)
+    for c in range(channels):
+        for i in range(kh):
+            for j in range(kw):
+                taps[(c * kh + i) * kw + j] = c * sh * sw * hq * wq + tap_offset(i, j, sh, sw, dh, dw, hq, wq)
+    return taps
