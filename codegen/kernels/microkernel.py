@@ -33,7 +33,7 @@ from numba.core import cgutils, types
 from numba.extending import intrinsic
 
 from codegen.kernels.common import SEQ
-from codegen.kernels.vectors import fma_sums, vector_width
+from codegen.kernels.vectors import fma_sums, prefetch_line, vector_width
 
 MR = 6  # output channels per microkernel call: rows of the accumulator block
 # Software prefetch of the weights, which at batch 1 come from memory (a ResNet-50's 100 MB pass through
@@ -113,13 +113,8 @@ def _micro_gemm_codegen(vectors, indirect: bool = False, a_rows: bool = False, p
         kc_, ldb_, ldc_ = (context.cast(builder, v, t, types.int64) for v, t in
                            ((kc_, signature.args[0]), (ldb_, signature.args[5]), (ldc_, signature.args[8])))
         splat_mask = ir.Constant(ir.VectorType(i32, width), [0] * width)
-        prefetch = cgutils.get_or_insert_function(
-            builder.module, ir.FunctionType(ir.VoidType(), [ir.IntType(8).as_pointer(), i32, i32, i32]),
-            "llvm.prefetch.p0i8")
-
-        def prefetch_line(pointer, offset):  # the cache line at pointer + offset elements, for reading into L1
-            line = builder.bitcast(builder.gep(pointer, [offset]), ir.IntType(8).as_pointer())
-            builder.call(prefetch, [line, ir.Constant(i32, 0), ir.Constant(i32, 3), ir.Constant(i32, 1)])
+        def prefetch_ahead(pointer, offset):  # the cache line at pointer + offset elements, into L1
+            prefetch_line(builder, builder.gep(pointer, [offset]), 3)
 
         def vector_at(pointer, index):
             return builder.bitcast(builder.gep(pointer, [index]), vec.as_pointer())
@@ -131,7 +126,7 @@ def _micro_gemm_codegen(vectors, indirect: bool = False, a_rows: bool = False, p
             if (a_rows or a_taps) and B_PREFETCH_ROWS:  # b: a transposed weight's rows, ldb apart
                 ahead = builder.gep(b_row, [builder.mul(ldb_, ir.Constant(i64, B_PREFETCH_ROWS))])
                 for j in range(nv * width // 16):  # each 64-byte line of the row
-                    prefetch_line(ahead, ir.Constant(i64, 16 * j))
+                    prefetch_ahead(ahead, ir.Constant(i64, 16 * j))
             terms = []
             for q in range(panels):
                 if a_taps:  # this step's tap, then each of the MR pixels from it
@@ -140,7 +135,7 @@ def _micro_gemm_codegen(vectors, indirect: bool = False, a_rows: bool = False, p
                     a_step = builder.gep(a_ptr, [builder.add(builder.mul(ir.Constant(i64, q), ps_), builder.mul(
                         p, lds_ if a_rows else ir.Constant(i64, MR)))])
                 if not (a_rows or a_taps) and WEIGHT_PREFETCH_FLOATS:
-                    prefetch_line(a_step, ir.Constant(i64, WEIGHT_PREFETCH_FLOATS))
+                    prefetch_ahead(a_step, ir.Constant(i64, WEIGHT_PREFETCH_FLOATS))
                 for i in range(MR):
                     a_at = (pix_[i] if a_taps else builder.mul(ir.Constant(i64, i), lda_) if a_rows
                             else ir.Constant(i64, i))

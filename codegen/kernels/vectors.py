@@ -318,6 +318,16 @@ def run_max(typingctx, src, s, n):
     return sig, codegen
 
 
+def prefetch_line(builder, pointer, locality: int):
+    """LLVM IR of a software prefetch, for reading, of the cache line at pointer (any pointer type):
+    locality 3 into L1, 2 into L2."""
+    i8p, i32 = ir.IntType(8).as_pointer(), ir.IntType(32)
+    prefetch = cgutils.get_or_insert_function(
+        builder.module, ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32]), "llvm.prefetch.p0i8")
+    builder.call(prefetch, [builder.bitcast(pointer, i8p), ir.Constant(i32, 0), ir.Constant(i32, locality),
+                            ir.Constant(i32, 1)])
+
+
 @intrinsic
 def prefetch_run(typingctx, src, s, n):
     """Ask for the cache lines of src[s:s + n] to be brought into L2 (a software prefetch per 64-byte
@@ -328,17 +338,14 @@ def prefetch_run(typingctx, src, s, n):
     def codegen(context, builder, signature, args):
         src_, s_, n_ = args
         s_, n_ = (context.cast(builder, v, signature.args[i], types.int64) for v, i in ((s_, 1), (n_, 2)))
-        i8p, i32, i64 = ir.IntType(8).as_pointer(), ir.IntType(32), ir.IntType(64)
+        i8p, i64 = ir.IntType(8).as_pointer(), ir.IntType(64)
         itemsize = context.get_abi_sizeof(context.get_value_type(signature.args[0].dtype))
         data = cgutils.create_struct_proxy(signature.args[0])(context, builder, value=src_).data
         start = builder.bitcast(builder.gep(data, [s_]), i8p)
-        prefetch = cgutils.get_or_insert_function(
-            builder.module, ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32]), "llvm.prefetch.p0i8")
         size = builder.mul(n_, ir.Constant(i64, itemsize))
 
         def line(offset, _):
-            builder.call(prefetch, [builder.gep(start, [offset]), ir.Constant(i32, 0), ir.Constant(i32, 2),
-                                    ir.Constant(i32, 1)])
+            prefetch_line(builder, builder.gep(start, [offset]), 2)
             return []
 
         vector_loop(builder, "lines", size, 64, [], line)
