@@ -131,7 +131,13 @@ def uses_channel_vectors(node: Node, vector_floats: int) -> bool:
 # steps: 33 against 28 us on conv2d_packed; 64 -> 32, 576 steps: 98 against 101), output channels that
 # fill this much of its half panels at least (16 of 32 on AVX-512: 2x slower), output rows that fill
 # less than this much of the phase planes' pitch conv2d_packed computes (56 of 58 on 56 x 56: 2-4%
-# slower; 40 of 42 on 40 x 40: 5% faster), and phase planes (gathered whole by each task) up to this size
+# slower; 40 of 42 on 40 x 40: 5% faster), and phase planes (gathered whole by each task) up to this size.
+# A strided conv on a batch takes it whatever its rows fill: each task gathers one image's phase planes
+# (at batch 1 every task gathers the whole image), and conv2d_packed's tiles each gather theirs with
+# halo rows: 64 -> 128 channels 3x3 stride 2 from 56 x 56 at batch 8 2.25 -> 2.04 ms (batch 1: 0.27 ->
+# 0.29), 128 -> 128 4.86 -> 4.12 (batch 2: 1.15 -> 0.99), 128 -> 256 from 80 x 80 17.6 -> 16.1; on AVX2
+# codegen 4.22 -> 3.85, 2.18 -> 2.03, 34.0 -> 32.3. In the model, ResNet-50 at batch 8's 128 -> 128 stride 2:
+# 5.2-6.0 -> 4.3-4.5 ms (profile steps, alternating processes)
 CHANNEL_TAPS_MIN_STEPS = 256
 CHANNEL_TAPS_MIN_FILL = 0.75
 CHANNEL_TAPS_MAX_ROW_FILL = 0.96
@@ -154,8 +160,9 @@ def uses_channel_taps(node: Node, vector_floats: int) -> bool:
     half = 2 * vector_floats if vector_floats == 16 else vector_floats  # micro_gemm_taps_half's channels
     wq = plane_pitch.py_func(ow, wd, kw, sw, dw, pl)
     plane_bytes = 4 * c * sh * sw * (oh + (kh - 1) * dh // sh) * wq
+    strided_batch = (sh, sw) != (1, 1) and y.shape[0] > 1
     return (c * kh * kw >= CHANNEL_TAPS_MIN_STEPS and o >= CHANNEL_TAPS_MIN_FILL * -(-o // half) * half
-            and ow < CHANNEL_TAPS_MAX_ROW_FILL * wq and plane_bytes <= CHANNEL_TAPS_MAX_PLANE_BYTES)
+            and (ow < CHANNEL_TAPS_MAX_ROW_FILL * wq or strided_batch) and plane_bytes <= CHANNEL_TAPS_MAX_PLANE_BYTES)
 
 
 def uses_packed_weights(node: Node) -> bool:

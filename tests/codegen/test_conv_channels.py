@@ -116,6 +116,10 @@ def _conv_node(shape, o, kernel, stride=(1, 1), padding=(1, 1, 1, 1), groups=1, 
     ((1, 64, 27, 27), 192, (5, 5), (1, 1), 1, 16, True),
     ((1, 64, 56, 56), 64, (3, 3), (1, 1), 1, 16, False),  # 56 of 58 columns a row: conv2d_packed
     ((1, 64, 56, 56), 128, (3, 3), (2, 2), 1, 16, False),  # 28 of 29
+    ((2, 64, 56, 56), 128, (3, 3), (2, 2), 1, 16, True),  # strided, on a batch: whatever the rows fill
+    ((8, 128, 80, 80), 256, (3, 3), (2, 2), 1, 8, True),  # 40 of 41, 3.4 MB of planes an image
+    ((8, 64, 56, 56), 64, (3, 3), (1, 1), 1, 16, False),  # a batch at stride 1: 56 of 58 still
+    ((8, 64, 160, 160), 128, (3, 3), (2, 2), 1, 16, False),  # strided batch, 6.7 MB of planes an image
     ((1, 16, 32, 32), 32, (3, 3), (1, 1), 1, 16, False),  # 144 reduction steps: too short
     ((1, 64, 16, 16), 16, (3, 3), (1, 1), 1, 16, False),  # 16 channels fill half of a 32-channel call
     ((1, 64, 16, 16), 16, (3, 3), (1, 1), 1, 8, True),  # on AVX2 its half panels are 8 channels
