@@ -56,8 +56,7 @@ from bench.runtimes import (
 )
 from bench.zoo_report import BUSY, ROOT, RUNTIMES, ModelResult, Report, machine_info, si, write_all
 
-FULL_MODELS = ["mlp", "transformer_block", "mobilenet_v2", "resnet18", "resnet50", "yolov5s", "unet_small",
-               "alexnet", "densenet121", "efficientnet_b0", "convnext_tiny"]
+FULL_MODELS = list(zoo.ZOO)  # every model of the zoo, in its order
 FULL_BATCHES = [1, 8]
 QUICK_MODELS = ["mlp", "transformer_block", "resnet18"]
 QUICK_BATCHES = [1]
