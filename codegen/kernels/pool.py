@@ -8,6 +8,9 @@ so KW passes along the width are each one loop over the whole block. That is
 KH + KW operations per output instead of KH * KW, in long loops that vectorize.
 A height strided by more than one (ResNet's and DenseNet's downsampling pools) goes output
 row by output row instead (_rows_chunk): the blocked passes would take a call per input row.
+Stride 1 keeping the input's size (Inception's 3x3 average pools, YOLOv5's SPPF) goes in flat
+passes over all the planes of a task at once, then redoes the windows at the planes' edges
+(_same_chunk): small planes took a dozen short loops each.
 The index ops scan each window in row-major order instead, keeping the first
 maximum, as the reference does. Padding never wins a max (`lowest`: -inf, or the integer
 minimum); max and argmax propagate NaN, as torch.
@@ -249,6 +252,97 @@ _max_rows_chunk = _rows_chunk(True, "_max_rows_chunk")
 _avg_rows_chunk = _rows_chunk(False, "_avg_rows_chunk")
 
 
+def _same_chunk(is_max: bool, name: str):
+    """The task function of max (is_max) or average pooling at stride 1 whose output is the input's size
+    (padding kernel - 1 in all: Inception's 3x3 average pools, YOLOv5's SPPF 5x5 max pools), named
+    `name` (one compiled function each, as _window_chunk's)."""
+
+    def fold(dst, tmp, src, lo, hi, d0, step, taps):
+        """dst[i] = max (sum) over t < taps of src[i + d0 + t * step], lo <= i < hi: 3 and 5 taps in one
+        loop, others a pass per tap ping-ponging between dst and tmp (an in-place max is slow on AMD)."""
+        if taps == 3:
+            for i in range(lo, hi):
+                a, b, c = src[u(i + d0)], src[u(i + d0 + step)], src[u(i + d0 + 2 * step)]
+                dst[u(i)] = _pmax(_pmax(a, b), c) if is_max else a + b + c
+        elif taps == 5:
+            for i in range(lo, hi):
+                j = i + d0
+                a, b, c, d, e = src[u(j)], src[u(j + step)], src[u(j + 2 * step)], src[u(j + 3 * step)], src[
+                    u(j + 4 * step)]
+                dst[u(i)] = _pmax(_pmax(_pmax(_pmax(a, b), c), d), e) if is_max else a + b + c + d + e
+        else:
+            for t in range(taps):
+                to, prev = (dst, tmp) if (taps - 1 - t) % 2 == 0 else (tmp, dst)
+                for i in range(lo, hi):
+                    v = src[u(i + d0 + t * step)]
+                    to[u(i)] = v if t == 0 else (_pmax(prev[u(i)], v) if is_max else prev[u(i)] + v)
+
+    fold = numba.njit(inline="always", cache=True, nogil=True)(fold)
+
+    def chunk(k, x, out, chunks, kernel, padding, count_include_pad, divisor):
+        """Chunk k of `chunks` of the planes, as one flat run: along the height, then along the width,
+        each tap a loop over every plane of the chunk at once (fold); a window that would cross a
+        plane's edge (its first and last rows, its rows' first and last columns) is then redone with
+        the taps inside it, one border row (column) of every plane per loop. Blocks of rows
+        (_window_chunk) took a dozen short loops per plane: 192 planes of 7 x 7, 3x3 average, 58 us."""
+        _, _, h, w = x.shape
+        planes = x.shape[0] * x.shape[1]
+        kh, kw, pt, pl = kernel[0], kernel[1], padding[0], padding[1]
+        hw = h * w
+        q0, q1 = k * planes // chunks, (k + 1) * planes // chunks
+        n = (q1 - q0) * hw
+        xf, of = x.reshape(-1)[q0 * hw:q1 * hw], out.reshape(-1)[q0 * hw:q1 * hw]
+        v, tmp = np.empty(n, x.dtype), np.empty(n, x.dtype)
+        # 1. along the height: v[i] over input rows y - pt .. y - pt + kh - 1 of output row y
+        fold(v, tmp, xf, pt * w, n - (kh - 1 - pt) * w, -pt * w, w, kh)
+        for y in range(h):  # rows whose window leaves the plane: their taps inside it
+            t0, t1 = max(0, pt - y), min(kh, h + pt - y)
+            if t0 == 0 and t1 == kh:
+                continue
+            for q in range(q1 - q0):
+                row, first = q * hw + y * w, q * hw + (y + t0 - pt) * w
+                for i in range(w):
+                    v[u(row + i)] = xf[u(first + i)]
+                for t in range(t0 + 1, t1):
+                    src = q * hw + (y + t - pt) * w
+                    for i in range(w):
+                        v[u(row + i)] = _pmax(v[u(row + i)], xf[u(src + i)]) if is_max else v[u(row + i)] + xf[
+                            u(src + i)]
+        # 2. along the width, likewise: then the columns whose window leaves the row, down every row
+        fold(of, tmp, v, pl, n - (kw - 1 - pl), -pl, 1, kw)
+        rows = n // w
+        for c in range(w):
+            t0, t1 = max(0, pl - c), min(kw, w + pl - c)
+            if t0 == 0 and t1 == kw:
+                continue
+            for r in range(rows):
+                s = r * w + c - pl
+                m = v[u(s + t0)]
+                for t in range(t0 + 1, t1):
+                    m = _pmax(m, v[u(s + t)]) if is_max else m + v[u(s + t)]
+                of[u(r * w + c)] = m
+        if not is_max:  # 3. the window sums divided by torch's count
+            if divisor > 0 or count_include_pad:  # every window kh x kw inside the padding: one count
+                d = x.dtype.type(divisor if divisor > 0 else kh * kw)
+                for i in range(n):
+                    of[i] /= d
+            else:  # the input rows (columns) each window covers
+                count = np.empty(hw, x.dtype)
+                for y in range(h):
+                    for c in range(w):
+                        count[y * w + c] = ((min(kh, h + pt - y) - max(0, pt - y))
+                                            * (min(kw, w + pl - c) - max(0, pl - c)))
+                for q in range(q1 - q0):
+                    for i in range(hw):
+                        of[u(q * hw + i)] /= count[i]
+
+    return _compiled_as(chunk, name)
+
+
+_max_same_chunk = _same_chunk(True, "_max_same_chunk")
+_avg_same_chunk = _same_chunk(False, "_avg_same_chunk")
+
+
 @numba.njit(inline="always", cache=True, nogil=True)
 def _chunks(x):
     """Tasks of window pooling: chunks of the planes when x is big enough, else one (run inline)."""
@@ -326,6 +420,14 @@ def _max3x3s2_chunk(t, x, out, chunks, pt, pl):
 
 
 @numba.njit(inline="always", cache=True, nogil=True)
+def _is_same_stride1(x, out, kernel, stride, padding, dilation):
+    """Whether a pool's windows are at stride 1, undilated, padded to keep the input's size."""
+    return (stride[0] == 1 and stride[1] == 1 and dilation[0] == 1 and dilation[1] == 1
+            and out.shape[2] == x.shape[2] and out.shape[3] == x.shape[3]
+            and padding[0] + padding[2] == kernel[0] - 1 and padding[1] + padding[3] == kernel[1] - 1)
+
+
+@numba.njit(inline="always", cache=True, nogil=True)
 def _is_2x2_inside(x, out, kernel, stride, padding, dilation):
     """Whether a pool's windows are 2x2 at stride 2, unpadded and inside the input (a ceil-mode
     last window past it is not)."""
@@ -354,6 +456,9 @@ def max_pool2d_window(x, out, kernel, stride, padding, dilation, fill):
         # (every window starts inside the input; ceil mode's last one may end a column past the padding)
         run_tasks(_max3x3s2_chunk, chunks, (x, out, chunks, padding[0], padding[1]))
         return
+    if _is_same_stride1(x, out, kernel, stride, padding, dilation):
+        run_tasks(_max_same_chunk, chunks, (x, out, chunks, kernel, padding, False, 0))
+        return
     if stride[0] > 1:
         run_tasks(_max_rows_chunk, chunks, (x, out, chunks, kernel, stride, padding, dilation, fill, False, 0))
     else:
@@ -374,6 +479,9 @@ def avg_pool2d_window(x, out, kernel, stride, padding, dilation, count_include_p
             run_tasks(_avg2x2_chunk, chunks, (x, out, chunks, d))
         else:
             _avg2x2_chunk(0, x, out, 1, d)
+        return
+    if _is_same_stride1(x, out, kernel, stride, padding, dilation):
+        run_tasks(_avg_same_chunk, chunks, (x, out, chunks, kernel, padding, count_include_pad, divisor))
         return
     args = (x, out, chunks, kernel, stride, padding, dilation, 0.0, count_include_pad, divisor)
     if stride[0] > 1:

@@ -34,6 +34,13 @@ WINDOWS = [  # shape, kernel, stride, padding (t, l, b, r), ceil_mode
     ((1, 16, 130, 128), (2, 2), (2, 2), (0, 0, 0, 0), False),  # the same on the threads
     ((1, 2, 12, 15), (3, 3), (2, 2), (0, 0, 0, 0), True),  # 3x3 stride 2, ceil mode: a last window past the input
     ((2, 3, 9, 10), (3, 3), (2, 2), (1, 0, 1, 0), True),  # 3x3 stride 2, padding above only, ceil mode
+    # stride 1 keeping the input's size: flat passes over all planes, then the windows at the edges
+    ((1, 6, 7, 7), (3, 3), (1, 1), (1, 1, 1, 1), False),  # Inception's average pools
+    ((1, 40, 40, 40), (3, 3), (1, 1), (1, 1, 1, 1), False),  # the same on the threads
+    ((2, 3, 3, 4), (5, 5), (1, 1), (2, 2, 2, 2), False),  # windows wider than the plane: every one at an edge
+    ((1, 3, 6, 9), (2, 4), (1, 1), (1, 2, 0, 1), False),  # even windows, padding on one side more
+    ((1, 2, 5, 6), (7, 1), (1, 1), (3, 0, 3, 0), False),  # 7 taps (a pass each) down, 1 across
+    ((3, 2, 1, 1), (3, 3), (1, 1), (1, 1, 1, 1), False),  # one pixel
 ]
 
 
@@ -50,10 +57,11 @@ def test_max_pool(op, shape, kernel, stride, padding, ceil_mode, dilation):
 
 
 @pytest.mark.parametrize("op", ["max_pool2d", "max_pool2d_indices"])
-@pytest.mark.parametrize("window", [(3, 1), (2, 0)])  # (kernel, padding), stride 2: 2x2 takes the one-pass path
+# (kernel, padding, stride): at stride 2, 2x2 takes the one-pass path; at stride 1, the flat passes
+@pytest.mark.parametrize("window", [(3, 1, 2), (2, 0, 2), (3, 1, 1), (5, 2, 1)])
 def test_max_pool_ints_nan_and_jit(op, window):
-    k, pad = window
-    attrs = {"kernel": (k, k), "stride": (2, 2), "padding": (pad,) * 4}
+    k, pad, stride = window
+    attrs = {"kernel": (k, k), "stride": (stride, stride), "padding": (pad,) * 4}
     check(op, rand(2, 3, 9, 8, dtype=np.int32), attrs, jit=True, rtol=0, atol=0)
     x = rand(2, 3, 9, 8)
     x[0, 1, 4, 4] = np.nan
