@@ -15,7 +15,9 @@ too few tiles to keep every thread busy. Each task of one parallel loop
      (many output channels) packs the tile's pixels into panels first, each of which then meets
      every channel panel in turn from L1 (BLIS's loop order: _panels_by_pixels);
   3. drops the columns past each row, and applies the epilogue (bias, activation, residual)
-     on the way from the block to the output (_block_out).
+     on the way from the block to the output (_block_out). A 1x1 conv of one reduction chunk
+     with a one-pass epilogue (none, ReLU, clamp; a residual; a post ReLU) skips the block: the
+     microkernel stores each whole panel of pixels into the output through it (_pointwise_out).
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ import numba
 import numpy as np
 
 from codegen.kernels.common import SEQ, blocks, num_threads, thread_id, u
-from codegen.kernels.epilogue import ONE_PASS, activate_block, epilogue_run, residual_run
+from codegen.kernels.epilogue import ONE_PASS, activate_block, epilogue_run, one_pass_bounds, residual_run
 from codegen.kernels.microkernel import (
     MR,
     gemm_panels,
@@ -33,7 +35,9 @@ from codegen.kernels.microkernel import (
     gemm_panels_rows,
     half_panels,
     micro_gemm,
+    micro_gemm2_out,
     micro_gemm_half,
+    micro_gemm_out,
     panel_width,
     panels_per_call,
 )
@@ -245,9 +249,17 @@ def _packed_task(t, xf, wf, of, rf, bias, dims, window, split, pointwise, planes
     else:  # each panel of channels (two at once on AVX-512) through the whole reduction, then out
         pairs = panels_per_call()
         acc = scratch[own + inputs:own + inputs + pairs * MR * pp]
+        act, post = acts
+        # a 1x1 conv's single reduction chunk with a one-pass epilogue: straight into the output
+        direct = pointwise and k <= K_CHUNK and act <= ONE_PASS and post <= 1
         mb = mb0
         while mb < mb1:
             two = pairs == 2 and mb + 1 < mb1
+            if direct and (mb + (2 if two else 1)) * MR <= o_n // groups:  # no padding channels
+                _pointwise_out(wf, a0 + (mb - mb0) * k * MR, k, two, src, rows[0], ldb, acc, pp, mb, of, rf, bias,
+                               dims, out, acts, params)
+                mb += 2 if two else 1
+                continue
             for kb in range(0, k, K_CHUNK):
                 kc, a = min(K_CHUNK, k - kb), a0 + ((mb - mb0) * k + kb) * MR
                 if pointwise and two:  # rows ldb apart
@@ -261,6 +273,40 @@ def _packed_task(t, xf, wf, of, rf, bias, dims, window, split, pointwise, planes
             for q in range(2 if two else 1):
                 _block_out(acc, q * MR * pp, mb + q, of, rf, bias, dims, ow, wq, pointwise, out, acts, params)
             mb += 2 if two else 1
+
+
+@numba.njit(**SEQ)
+def _pointwise_out(wf, a, k, two, src, b0, ldb, acc, pp, mb, of, rf, bias, dims, out, acts, params):
+    """Channel panel mb (and mb + 1 if two) of a 1x1 conv over its tile's p pixels (step r's at src[b0
+    + r * ldb]) in one reduction chunk of k steps, with a one-pass epilogue: each whole panel of pixels
+    goes from the registers into the output through the epilogue (micro_gemm_out); the last columns,
+    under a panel, through the accumulators (acc, rows pp apart) and epilogue_run. Copied out of the
+    accumulators, an expansion's blocks stalled on the output's cache misses after each row of
+    panels: 128 -> 512 channels on 28 x 28, 245 us, 216 us with no output written at all."""
+    c_n, h, w, o_n, oh, ow, groups, n_mb, _ = dims
+    n, g, p0, p, _ = out
+    act, post = acts
+    alpha, beta, post_alpha, post_beta = params
+    og, p_n, nr = o_n // groups, oh * ow, panel_width()
+    bounds = one_pass_bounds(act, alpha, beta, post)
+    lo, hi, top = np.float32(bounds[0]), np.float32(bounds[1]), np.float32(bounds[2])
+    c0 = g * og + mb * MR  # the first output channel
+    o0 = (n * o_n + c0) * p_n + p0
+    full = p // nr * nr
+    for j in range(0, full, nr):
+        if two:
+            micro_gemm2_out(k, wf, a, k * MR, src, b0 + j, ldb, of, o0 + j, p_n, bias, c0, lo, hi, top, rf)
+        else:
+            micro_gemm_out(k, wf, a, src, b0 + j, ldb, of, o0 + j, p_n, bias, c0, lo, hi, top, rf)
+    if full < p:
+        if two:
+            gemm_panels2(k, wf, a, k * MR, src, b0 + full, ldb, acc, 0, pp, half_panels(p - full), False)
+        else:
+            gemm_panels(k, wf, a, src, b0 + full, ldb, acc, 0, pp, half_panels(p - full), False)
+        for r in range(2 * MR if two else MR):
+            bv = 0.0 if bias is None else bias[c0 + r]
+            epilogue_run(of, o0 + r * p_n + full, p - full, acc, r * pp, bv, rf, act, alpha, beta,
+                         post, post_alpha, post_beta)
 
 
 @numba.njit(**SEQ)

@@ -67,14 +67,21 @@ def _data_pointer(context, builder, array_type, value, offset):
 
 
 def _micro_gemm_codegen(vectors, indirect: bool = False, a_rows: bool = False, panels: int = 1,
-                        a_taps: bool = False):
+                        a_taps: bool = False, epilogue: bool = False):
     """LLVM IR of micro_gemm with `vectors` vectors per accumulator row (NR = vectors * width; a
     function of the width for micro_gemm_taps); indirect: micro_gemm_rows, b's rows at
     b0 + rows[r0 + p] instead of b0 + p * ldb; a_rows: micro_gemm_a_rows, a's element (i, p) at
     a0 + i * lda + p * lds instead of a0 + p * MR + i; a_taps: micro_gemm_taps, a's element (i, p)
     at a0 + pix[q0 + i] + rows[r0 + p]; panels = 2: micro_gemm2, an argument ps after a0 and a
-    second panel of a at a0 + ps, whose MR rows of c follow the first's."""
+    second panel of a at a0 + ps, whose MR rows of c follow the first's; epilogue: micro_gemm_out,
+    the arguments (bias, bias0, lo, hi, top, res) in accumulate's place, c overwritten through the
+    one-pass epilogue."""
     def codegen(context, builder, signature, args):
+        out_args = out_types = None
+        if epilogue:  # (..., ldc, bias, bias0, lo, hi, top, res): the epilogue's out, never accumulating
+            out_args, out_types = args[-6:], signature.args[-6:]
+            args = (*args[:-6], ir.Constant(ir.IntType(1), 0))
+            signature = types.void(*signature.args[:-6], types.boolean)
         nv = vectors(vector_width(context)) if callable(vectors) else vectors  # vectors per accumulator row
         ps_ = ir.Constant(ir.IntType(64), 0)
         pix_ = taps_ptr = None
@@ -147,6 +154,10 @@ def _micro_gemm_codegen(vectors, indirect: bool = False, a_rows: bool = False, p
 
         # the block, stored (added to what is there if accumulating); kc <= 0 leaves every sum 0
         results = fma_sums(builder, kc_, vec, fma, step, panels * MR * nv)
+        if epilogue:
+            _store_through_epilogue(context, builder, out_args, out_types, results, panels * MR, nv, c_ptr,
+                                    context.cast(builder, c0_, signature.args[7], types.int64), ldc_)
+            return context.get_dummy_value()
         add = builder.icmp_unsigned("!=", acc_, ir.Constant(acc_.type, 0))
         for i in range(panels * MR):
             c_row = builder.gep(c_ptr, [builder.mul(ir.Constant(i64, i), ldc_)])
@@ -158,6 +169,57 @@ def _micro_gemm_codegen(vectors, indirect: bool = False, a_rows: bool = False, p
         return context.get_dummy_value()
 
     return codegen
+
+
+def _store_through_epilogue(context, builder, out_args, out_types, results, rows, nv, c_ptr, c0_, ldc_):
+    """LLVM IR storing a block of sums (row i's nv vectors at results[i * nv:]) to c, row i at c_ptr +
+    i * ldc, as max(min(max(v + bias[bias0 + i], lo), hi) + res, top) (epilogue.one_pass_bounds; no
+    bias if it is None, no residual if res is empty, else res indexed as c). Each residual vector is
+    loaded just before c's is stored over it: res may be c itself. NaN stays NaN (v first in each
+    comparison, as epilogue_run's max and min)."""
+    bias_, bias0_, lo_, hi_, top_, res_ = out_args
+    bias_t, bias0_t, lo_t, hi_t, top_t, res_t = out_types
+    width = results[0].type.count
+    vec, i64 = results[0].type, ir.IntType(64)
+
+    def splat(value):
+        lane0 = builder.insert_element(ir.Constant(vec, ir.Undefined), value, ir.Constant(ir.IntType(32), 0))
+        return builder.shuffle_vector(lane0, ir.Constant(vec, ir.Undefined),
+                                      ir.Constant(ir.VectorType(ir.IntType(32), width), [0] * width))
+
+    lo, hi, top = (splat(context.cast(builder, v, t, types.float32))
+                   for v, t in ((lo_, lo_t), (hi_, hi_t), (top_, top_t)))
+    biases = [None] * rows
+    if not isinstance(bias_t, (types.NoneType, types.Omitted)):
+        bias_ptr = _data_pointer(context, builder, bias_t, bias_, context.cast(builder, bias0_, bias0_t, types.int64))
+        biases = [splat(context.cast(builder, builder.load(builder.gep(bias_ptr, [ir.Constant(i64, i)])),
+                                     bias_t.dtype, types.float32)) for i in range(rows)]
+    res = cgutils.create_struct_proxy(res_t)(context, builder, value=res_)
+    res_ptr = builder.gep(res.data, [c0_])  # indexed as c
+
+    def store_all(with_residual):
+        for i in range(rows):
+            c_row = builder.gep(c_ptr, [builder.mul(ir.Constant(i64, i), ldc_)])
+            for j in range(nv):
+                v = results[i * nv + j]
+                if biases[i] is not None:
+                    v = builder.fadd(v, biases[i])
+                v = builder.select(builder.fcmp_ordered("<", v, lo), lo, v)
+                v = builder.select(builder.fcmp_ordered(">", v, hi), hi, v)
+                target = builder.bitcast(builder.gep(c_row, [ir.Constant(i64, j * width)]), vec.as_pointer())
+                if with_residual:
+                    v = builder.fadd(v, builder.load(builder.bitcast(builder.gep(
+                        res_ptr, [builder.add(builder.mul(ir.Constant(i64, i), ldc_), ir.Constant(i64, j * width))]),
+                        vec.as_pointer()), align=4))
+                v = builder.select(builder.fcmp_ordered("<", v, top), top, v)
+                builder.store(v, target, align=4)
+
+    has_residual = builder.icmp_signed("!=", res.nitems, ir.Constant(res.nitems.type, 0))
+    with builder.if_else(has_residual) as (then, otherwise):
+        with then:
+            store_all(True)
+        with otherwise:
+            store_all(False)
 
 
 def _is_f32(*arrays) -> bool:
@@ -242,6 +304,33 @@ def micro_gemm2_rows_half(typingctx, kc, a, a0, ps, b, b0, rows, r0, c, c0, ldc,
     if not (_is_f32(a, b, c) and isinstance(rows, types.Array) and rows.dtype == types.int64):
         return None
     return types.void(kc, a, a0, ps, b, b0, rows, r0, c, c0, ldc, accumulate), _micro_gemm_codegen(1, True, panels=2)
+
+
+def _is_out_epilogue(bias, res) -> bool:
+    return (isinstance(bias, (types.NoneType, types.Omitted)) or (
+        isinstance(bias, types.Array) and bias.dtype in (types.float32, types.float64))) and _is_f32(res)
+
+
+@intrinsic
+def micro_gemm_out(typingctx, kc, a, a0, b, b0, ldb, c, c0, ldc, bias, bias0, lo, hi, top, res):
+    """micro_gemm overwriting c through the one-pass epilogue: c[c0 + i*ldc + j] = max(min(max(s_ij +
+    bias[bias0 + i], lo), hi) + res[c0 + i*ldc + j], top), s_ij the block's sums (bias None: none; res
+    empty: none; res may be c). For an output written straight from the registers: a short reduction's
+    block stored to scratch, then copied out through the epilogue, stalled on the output's cache misses
+    between the microkernel calls instead of during them."""
+    if not (_is_f32(a, b, c) and _is_out_epilogue(bias, res)):
+        return None
+    return (types.void(kc, a, a0, b, b0, ldb, c, c0, ldc, bias, bias0, lo, hi, top, res),
+            _micro_gemm_codegen(VECTORS_PER_ROW, epilogue=True))
+
+
+@intrinsic
+def micro_gemm2_out(typingctx, kc, a, a0, ps, b, b0, ldb, c, c0, ldc, bias, bias0, lo, hi, top, res):
+    """micro_gemm_out on two weight panels at once (micro_gemm2): 2 MR rows of c, bias[bias0 + i] for i < 2 MR."""
+    if not (_is_f32(a, b, c) and _is_out_epilogue(bias, res)):
+        return None
+    return (types.void(kc, a, a0, ps, b, b0, ldb, c, c0, ldc, bias, bias0, lo, hi, top, res),
+            _micro_gemm_codegen(VECTORS_PER_ROW, panels=2, epilogue=True))
 
 
 @intrinsic
