@@ -1,9 +1,10 @@
 """One layer of an LSTM, GRU or RNN over a whole sequence, in one or both directions (ir/ops/recurrent.py).
 
-Per direction: the input projection of every time step is one sgemm (x @ W_ih^T + b_ih), then each
-step is one small sgemm of the hidden state (h @ W_hh^T + b_hh) and the gate arithmetic, row by
-row, in loops LLVM vectorises (vmath's sigmoid and tanh). The steps are sequential; the layer runs
-on the calling thread (its matmuls are a few hidden-size rows: too small to share).
+Per direction: the input projection of every time step is one product (x @ W_ih^T + b_ih), then each
+step is one small product of the hidden state (h @ W_hh^T + b_hh) and the gate arithmetic, row by
+row, in loops LLVM vectorises (vmath's sigmoid and tanh). float32 products run on our microkernel
+(gemm.linear_packed, the weights laid out in its panels once a call), others through np.dot. The
+steps are sequential; the layer runs on the calling thread (a step's product is a few rows).
 
 Operands as the op has them, with the direction first. The forward passes empty arrays (the
 emptied() of an array of the same type) for what a kind does not have: c0 and c_n for GRU and RNN,
@@ -14,12 +15,15 @@ from __future__ import annotations
 
 import numba
 import numpy as np
+from numba.core import types
+from numba.extending import overload
 
+from codegen.kernels.gemm import PARALLEL_MIN_MACS, TRANSPOSED_PAD, linear_packed, transpose_padded
+from codegen.kernels.microkernel import MR, micro_gemm_a_rows, panel_width
 from codegen.kernels.vmath import fast_sigmoid, fast_tanh
 
 LSTM, GRU, RNN_TANH, RNN_RELU = 0, 1, 2, 3
 KIND_CODES = {"lstm": LSTM, "gru": GRU, "tanh": RNN_TANH, "relu": RNN_RELU}
-
 
 @numba.njit(cache=True, nogil=True, error_model="numpy")
 def _lstm_cell(gates, c, h_full, hidden):
@@ -44,12 +48,98 @@ def _gru_cell(gx, gh, h, hidden):
         h[j] = n + z * (h[j] - n)
 
 
+def pack_directions(weight: np.ndarray) -> np.ndarray:
+    """A float32 recurrent weight (directions, O, K) as each direction's linear_packed panels
+    (directions, panels, K, TRANSPOSED_PAD), laid out when the model compiles (codegen/emit/recurrent.py)
+    instead of at every call."""
+    return np.stack([transpose_padded(w) for w in weight])
+
+
+def _pack(w):
+    """A weight (O, K) laid out for _times."""
+
+
+@overload(_pack)
+def _ol_pack(w):
+    if w.ndim == 3:  # float32 panels laid out when the model compiled (pack_directions)
+        return lambda w: w
+    if w.dtype == types.float32:  # linear_packed's panels (gemm.transpose_padded, in numba)
+        def pack32(w):
+            o_n, k = w.shape
+            panels = np.zeros((-(-o_n // TRANSPOSED_PAD), k, TRANSPOSED_PAD), np.float32)
+            for o in range(o_n):
+                for p in range(k):
+                    panels[o // TRANSPOSED_PAD, p, o % TRANSPOSED_PAD] = w[o, p]
+            return panels
+        return pack32
+    return lambda w: np.ascontiguousarray(w.T)
+
+
+@numba.njit(cache=True, nogil=True)
+def _small_times(a, packed, out):
+    """out (M, O) = a (M, K) @ w.T, packed = _pack(w) (float32), for a product too small for threads: one
+    microkernel call per MR rows and panel width of features, straight into out where a whole block
+    fits, else through a block of scratch. linear_packed's tiles, blocks and epilogue cost ~0.7 us a
+    call, a step of a small layer 8 x 24 -> 96."""
+    m_n, k = a.shape
+    o_n = out.shape[1]
+    nr = panel_width()
+    af, wf, of = a.reshape(-1), packed.reshape(-1), out.reshape(-1)
+    partial = m_n % MR
+    last = np.zeros(MR * k if partial else 0, np.float32)  # the last rows, zero-padded to MR
+    if partial:
+        for i in range(partial * k):
+            last[i] = af[(m_n - partial) * k + i]
+    block = np.empty(MR * nr, np.float32)
+    for g in range(-(-m_n // MR)):
+        whole = (g + 1) * MR <= m_n
+        rows = MR if whole else partial
+        for c in range(0, o_n, nr):
+            b0 = c // TRANSPOSED_PAD * k * TRANSPOSED_PAD + c % TRANSPOSED_PAD
+            if whole and c + nr <= o_n:
+                micro_gemm_a_rows(k, af, g * MR * k, k, 1, wf, b0, TRANSPOSED_PAD, of, g * MR * o_n + c, o_n, False)
+                continue
+            if whole:
+                micro_gemm_a_rows(k, af, g * MR * k, k, 1, wf, b0, TRANSPOSED_PAD, block, 0, nr, False)
+            else:
+                micro_gemm_a_rows(k, last, 0, k, 1, wf, b0, TRANSPOSED_PAD, block, 0, nr, False)
+            for i in range(rows):
+                for j in range(min(nr, o_n - c)):
+                    of[(g * MR + i) * o_n + c + j] = block[i * nr + j]
+
+
+def _times(a, packed, bias, out):
+    """out = a @ w.T (+ bias, unless None), packed = _pack(w)."""
+
+
+@overload(_times)
+def _ol_times(a, packed, bias, out):
+    """float32 on our microkernel (gemm.linear_packed): OpenBLAS's sgemm took ~1 us a call whatever its
+    size, and a step of a small layer is a call (a 2-layer bidirectional LSTM of 24 features at batch 8:
+    72 us a layer against onnxruntime's 26; AVX-512 EPYC). Other dtypes through np.dot."""
+    if a.dtype == types.float32:
+        def times32(a, packed, bias, out):
+            if a.shape[0] * out.shape[1] * a.shape[1] < PARALLEL_MIN_MACS and bias is None:
+                _small_times(a, packed, out)
+            else:
+                linear_packed(a, packed, bias, None, out, 0, 0.0, 0.0, 0, 0.0, 0.0)
+        return times32
+
+    def times(a, packed, bias, out):
+        out[:] = np.dot(a, packed)
+        if bias is not None:
+            out += bias
+    return times
+
+
 @numba.njit(cache=True, nogil=True, error_model="numpy")
 def recurrent_layer(kind, x, h0, c0, w_ih, w_hh, b_ih, b_hh, w_hr, y, h_n, c_n, batch_first):
     """y, h_n (and c_n) of one layer; x (T, N, I), or (N, T, I) with batch_first; kind: KIND_CODES."""
-    directions, gate_rows, features = w_ih.shape
-    width = w_hh.shape[2]  # the hidden state's size: hidden, or an LSTM's proj_size
-    hidden = gate_rows // (4 if kind == LSTM else 3 if kind == GRU else 1)
+    # (the weights may be panels already: pack_directions)
+    directions, width = h0.shape[0], h0.shape[2]  # the hidden state's size: hidden, or an LSTM's proj_size
+    hidden = c0.shape[2] if kind == LSTM else width
+    gate_rows = hidden * (4 if kind == LSTM else 3 if kind == GRU else 1)
+    features = x.shape[2]
     if batch_first:
         batch, steps = x.shape[0], x.shape[1]
     else:
@@ -58,17 +148,19 @@ def recurrent_layer(kind, x, h0, c0, w_ih, w_hh, b_ih, b_hh, w_hr, y, h_n, c_n, 
     yf = y.reshape(steps * batch, directions * width)
     projected = w_hr.shape[0] > 0
     h_full = np.empty((batch, hidden), x.dtype)
+    gx = np.empty((steps * batch, gate_rows), x.dtype)
+    gh = np.empty((batch, gate_rows), x.dtype)
     for d in range(directions):
-        gx = np.dot(rows, w_ih[d].T)  # every step's input projection: (steps * batch, gate_rows)
-        gx += b_ih[d]
-        if kind != GRU:  # b_hh adds to the same sum; GRU's n gate multiplies its part by r
-            gx += b_hh[d]
-        w_hh_t = w_hh[d].T
+        # every step's input projection; b_hh adds to the same sum, but for GRU's n gate, whose part r scales
+        bias = b_ih[d] + b_hh[d] if kind != GRU else b_ih[d].copy()
+        _times(rows, _pack(w_ih[d]), bias, gx)
+        w_hh_packed = _pack(w_hh[d])
+        w_hr_packed = _pack(w_hr[d]) if projected else w_hh_packed
         h = h0[d].copy()
         c = c0[d].copy() if kind == LSTM else h_full  # (GRU and RNN have no cell state)
         for step in range(steps):
             t = steps - 1 - step if d == 1 else step
-            gh = np.dot(h, w_hh_t)  # (batch, gate_rows)
+            _times(h, w_hh_packed, None, gh)  # (batch, gate_rows)
             for n in range(batch):
                 row = gx[n * steps + t] if batch_first else gx[t * batch + n]
                 ghn = gh[n]
@@ -87,7 +179,7 @@ def recurrent_layer(kind, x, h0, c0, w_ih, w_hh, b_ih, b_hh, w_hr, y, h_n, c_n, 
                         hn[k] = np.tanh(v) if kind == RNN_TANH else (v if v > 0 else v * 0)
             if kind == LSTM:
                 if projected:
-                    h = np.dot(h_full, w_hr[d].T)
+                    _times(h_full, w_hr_packed, None, h)
                 else:
                     h[:] = h_full
             for n in range(batch):

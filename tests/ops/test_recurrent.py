@@ -36,6 +36,25 @@ def test_lstm_stacks_directions_projections_and_states():
     check_module(LSTMs(), torch.randn(9, 2, 7), torch.randn(3, 5, 7))
 
 
+class WideLSTM(nn.Module):
+    """Products big enough for linear_packed's threads (the projection and each step), several
+    weight panels with a partial last one, a projection."""
+
+    def __init__(self):
+        super().__init__()
+        self.wide = nn.LSTM(300, 150, batch_first=True)  # 600 gate rows: 18 panels of 32, the last partial
+        self.proj = nn.LSTM(150, 200, proj_size=170, batch_first=True)
+
+    def forward(self, x):
+        y, (h, c) = self.wide(x)
+        z, (hp, cp) = self.proj(y)
+        return y, h, c, z, hp, cp
+
+
+def test_wide_lstm_with_a_projection():
+    check_module(WideLSTM(), torch.randn(3, 5, 300) * 0.3)
+
+
 class GRUs(nn.Module):
     def __init__(self):
         super().__init__()
@@ -150,3 +169,32 @@ def test_references_keep_float32():
     b = np.zeros((2, 15), np.float32)
     y, h_n = get_op("gru").run([x, h0, w_ih, w_hh, b, b], {"batch_first": False})
     assert y.dtype == h_n.dtype == np.float32 and y.shape == (4, 2, 10) and h_n.shape == (2, 2, 5)
+
+
+@pytest.mark.parametrize("packed, dtype", [(True, np.float32), (False, np.float32), (False, np.float64)])
+@pytest.mark.parametrize("batch", [1, 7])
+def test_lstm_kernel_on_packed_raw_and_float64_weights(packed, dtype, batch):
+    """recurrent_layer itself: weights laid out at compile time (pack_directions), float32 weights it
+    lays out per call (a weight computed in the graph), and float64 through np.dot; against torch."""
+    from codegen.kernels.recurrent import KIND_CODES, pack_directions, recurrent_layer
+
+    torch.manual_seed(batch)
+    lstm = nn.LSTM(10, 40, bidirectional=True, batch_first=True).double()  # 160 gate rows: 5 panels
+    x = torch.randn(batch, 6, 10, dtype=torch.float64)
+    y_ref, (h_ref, c_ref) = lstm(x)
+    params = dict(lstm.named_parameters())
+
+    def stacked(name):
+        return np.stack([params[name].detach().numpy(), params[name + "_reverse"].detach().numpy()]).astype(dtype)
+
+    w_ih, w_hh = stacked("weight_ih_l0"), stacked("weight_hh_l0")
+    if packed:
+        w_ih, w_hh = pack_directions(w_ih), pack_directions(w_hh)
+    h0 = np.zeros((2, batch, 40), dtype)
+    y, h_n, c_n = np.empty((batch, 6, 80), dtype), np.empty_like(h0), np.empty_like(h0)
+    recurrent_layer(KIND_CODES["lstm"], x.numpy().astype(dtype), h0, h0.copy(), w_ih, w_hh,
+                    stacked("bias_ih_l0"), stacked("bias_hh_l0"), w_hh[:0], y, h_n, c_n, True)
+    tol = 1e-5 if dtype == np.float32 else 1e-12
+    np.testing.assert_allclose(y, y_ref.detach().numpy(), rtol=tol, atol=tol)
+    np.testing.assert_allclose(h_n, h_ref.detach().numpy(), rtol=tol, atol=tol)
+    np.testing.assert_allclose(c_n, c_ref.detach().numpy(), rtol=tol, atol=tol)
