@@ -45,6 +45,12 @@ WINDOWS = [  # shape, kernel, stride, padding (t, l, b, r), ceil_mode
     ((2, 3, 1, 59), (1, 4), (1, 4), (0, 0, 0, 0), False),  # M5's: a last column left over
     ((2, 3, 4, 20), (1, 3), (1, 2), (0, 0, 0, 0), False),  # rows of several planes
     ((1, 2, 1, 10), (1, 4), (1, 4), (0, 0, 0, 0), True),  # ceil mode, a last window past the row: not this way
+    # unpadded windows inside the input: along the width over all planes at once, then down each window
+    ((2, 5, 15, 15), (3, 3), (2, 2), (0, 0, 0, 0), False),  # Inception's max pools
+    ((1, 3, 11, 14), (2, 4), (3, 2), (0, 0, 0, 0), False),  # 2 rows, 4 columns, strides 3 and 2
+    ((1, 2, 13, 9), (5, 3), (2, 3), (0, 0, 0, 0), True),  # 5 rows (a loop of taps), ceil mode inside
+    ((1, 40, 31, 31), (3, 3), (2, 2), (0, 0, 0, 0), False),  # the same on the threads
+    ((1, 2, 60, 60), (3, 3), (2, 2), (0, 0, 0, 0), False),  # rows of 29: row by row (_max3x3s2_chunk)
 ]
 
 
