@@ -215,6 +215,34 @@ def measure_peak_gflops(threads: int, n: int = 2048, repeat: int = 5) -> float:
     return 2 * n**3 / best / 1e9
 
 
+def measure_microkernel_gflops(threads: int, n: int = 2048, repeat: int = 5) -> float:
+    """The float32 GEMM rate of our own microkernel: the best of `repeat` (n x n) @ (n x n) products
+    through linear_packed (the kernel of linear layers; the convs run the same microkernel) on
+    `threads` of numba's threads, in GFLOP/s. Where numpy's BLAS takes a slower path than the CPU
+    allows (OpenBLAS without AVX-512 kernels for the CPU, say), this is the higher of the two."""
+    import numba
+
+    from codegen.kernels.gemm import linear_packed, transpose_padded
+
+    rng = np.random.default_rng(0)
+    a, b = rng.standard_normal((n, n), dtype=np.float32), rng.standard_normal((n, n), dtype=np.float32)
+    wt, out = transpose_padded(b.T.copy()), np.empty((n, n), dtype=np.float32)
+    saved = numba.get_num_threads()
+    numba.set_num_threads(threads)
+    try:
+        linear_packed(a, wt, None, None, out, 0, 0.0, 0.0, 0, 0.0, 0.0)  # warm-up (and numba's compile)
+        best = math.inf
+        for _ in range(repeat):
+            start = time.perf_counter()
+            linear_packed(a, wt, None, None, out, 0, 0.0, 0.0, 0, 0.0, 0.0)
+            best = min(best, time.perf_counter() - start)
+    finally:
+        numba.set_num_threads(saved)
+    if not np.allclose(out[:4], a[:4] @ b, rtol=1e-3, atol=1e-2):
+        raise RuntimeError("linear_packed's product differs from numpy's: no peak from it")
+    return 2 * n**3 / best / 1e9
+
+
 # -- ncnn ----------------------------------------------------------------------------------
 
 NCNN_BATCH = ("ncnn's Python API takes one image (no batch dim): at batch > 1 the images run one after "

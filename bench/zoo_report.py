@@ -220,8 +220,9 @@ NOTES = (
     "FLOPs: counted from our IR as lowered from the pnnx model (before any pass): 2 per "
     "multiply-add of conv2d, conv_transpose2d, linear and matmul; biases, normalisations, "
     "activations, pooling and the rest count nothing. Peak: the best of a few float32 GEMMs of "
-    "the size the header names, through numpy's BLAS on the benchmark's thread count; the rate a "
-    "well-blocked sgemm reaches on these cores, not the chip's theoretical peak.",
+    "the size the header names on the benchmark's thread count, through numpy's BLAS and through our "
+    "own microkernel, whichever is faster (the header gives both); the rate a well-blocked sgemm "
+    "reaches on these cores, not the chip's theoretical peak.",
     "Compile cold: `compiler.compile()` in a fresh process with an empty cache directory (passes, "
     "code generation, numba's JIT of the forward); numba's cache of our kernel library "
     "(`codegen/kernels/__pycache__`) is warm, as it is after the first use of the package (when it "
