@@ -153,7 +153,7 @@ def isa() -> str:
 
 
 def node_flops(node) -> int:
-    """Floating-point operations of one conv/linear/matmul node: 2 per multiply-add; 0 for other ops.
+    """Floating-point operations of one conv/linear/matmul/recurrent node: 2 per multiply-add; 0 for other ops.
 
     Bias additions, epilogues (fused activations, residuals) and every other op
     count nothing: the usual convention, under which these ops are the work.
@@ -170,11 +170,19 @@ def node_flops(node) -> int:
         return 2 * math.prod(out) * k
     if op == "matmul":
         return 2 * math.prod(node.outputs[0].shape) * node.inputs[0].shape[-1]
+    if op in ("lstm", "gru", "rnn"):  # each step and direction: x @ W_ih^T, h @ W_hh^T (and an LSTM's h @ W_hr^T)
+        w_ih, w_hh = node.inputs[3:5] if op == "lstm" else node.inputs[2:4]
+        directions, gates, features = w_ih.shape
+        width = w_hh.shape[2]
+        per_step = gates * (features + width)
+        if op == "lstm" and len(node.inputs) > 7:
+            per_step += math.prod(node.inputs[7].shape[1:])
+        return 2 * math.prod(node.outputs[0].shape[:-1]) * directions * per_step  # steps x batch rows
     return 0
 
 
 def graph_flops(graph: Graph) -> int:
-    """FLOPs of one forward of `graph` (2 per multiply-add of its conv, linear and matmul ops)."""
+    """FLOPs of one forward of `graph` (2 per multiply-add of its conv, linear, matmul and recurrent ops)."""
     return sum(node_flops(node) for node in graph.nodes)
 
 

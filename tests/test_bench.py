@@ -191,6 +191,21 @@ def test_flops_of_a_hand_built_graph_are_two_per_multiply_add():
     assert graph_flops(graph) == expected
 
 
+def test_flops_of_recurrent_layers_count_every_step_and_direction():
+    x, h0, c0 = _value("x", 2, 9, 5), _value("h0", 2, 2, 3), _value("c0", 2, 2, 4)  # batch_first, proj_size 3
+    w_ih, w_hh, w_hr = _value("w_ih", 2, 16, 5), _value("w_hh", 2, 16, 3), _value("w_hr", 2, 3, 4)
+    b = _value("b", 2, 16)
+    lstm = make_node("lstm", "lstm", [x, h0, c0, w_ih, w_hh, b, b, w_hr], ["y", "h", "c"], {"batch_first": True})
+    g0, gw_ih, gw_hh, gb = _value("g0", 1, 9, 6), _value("gw_ih", 1, 18, 6), _value("gw_hh", 1, 18, 6), _value(
+        "gb", 1, 18)
+    gru = make_node("gru", "gru", [lstm.outputs[0], g0, gw_ih, gw_hh, gb, gb], ["z", "hz"])
+    graph = Graph("g", [x, h0, c0, g0], [gru.outputs[0]], [lstm, gru], [w_ih, w_hh, w_hr, b, gw_ih, gw_hh, gb])
+    assert lstm.outputs[0].shape == (2, 9, 6) and gru.outputs[0].shape == (2, 9, 6)
+    expected = (2 * 2 * 9 * 2 * (16 * (5 + 3) + 3 * 4)  # lstm: 18 rows, 2 directions, W_ih, W_hh, W_hr
+                + 2 * 2 * 9 * 1 * 18 * (6 + 6))  # gru, not batch_first: 2 steps of 9 rows, one direction
+    assert graph_flops(graph) == expected
+
+
 def test_flops_of_tiny_cnn_from_its_pnnx_export_match_a_hand_count():
     param = export_zoo("tiny_cnn", batch=2)  # cached, as the zoo tests export it
     per_image = (
