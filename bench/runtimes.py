@@ -79,8 +79,10 @@ def torch_eager(name: str, threads: int, module: torch.nn.Module | None = None) 
 
 
 def export_onnx(module: torch.nn.Module, x: np.ndarray, path: Path) -> Path:
-    """Export `module` at the shape of `x` with torch.onnx.export (TorchScript exporter, quietly)."""
-    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+    """Export `module` at the shape of `x` with torch.onnx.export (TorchScript exporter, quietly: what it
+    writes, from C++ too, is dropped; an exporter failing on an operator printed the whole TorchScript
+    graph, hundreds of lines, before the exception that says so)."""
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()), _captured_fds([]):
         torch.onnx.export(module, (torch.from_numpy(x),), str(path), dynamo=False)
     return path
 
