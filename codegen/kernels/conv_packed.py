@@ -280,13 +280,13 @@ def _pointwise_out(wf, a, k, two, src, b0, ldb, acc, pp, mb, of, rf, bias, dims,
     """Channel panel mb (and mb + 1 if two) of a 1x1 conv over its tile's p pixels (step r's at src[b0
     + r * ldb]) in one reduction chunk of k steps, with a one-pass epilogue: each whole panel of pixels
     goes from the registers into the output through the epilogue (micro_gemm_out); the last columns,
-    under a panel, through the accumulators (acc, rows pp apart) and epilogue_run. Copied out of the
+    under a panel, through the accumulators (acc, rows pp apart) and _one_pass_rows. Copied out of the
     accumulators, an expansion's blocks stalled on the output's cache misses after each row of
     panels: 128 -> 512 channels on 28 x 28, 245 us, 216 us with no output written at all."""
     c_n, h, w, o_n, oh, ow, groups, n_mb, _ = dims
     n, g, p0, p, _ = out
     act, post = acts
-    alpha, beta, post_alpha, post_beta = params
+    alpha, beta = params[0], params[1]
     og, p_n, nr = o_n // groups, oh * ow, panel_width()
     bounds = one_pass_bounds(act, alpha, beta, post)
     lo, hi, top = np.float32(bounds[0]), np.float32(bounds[1]), np.float32(bounds[2])
@@ -303,10 +303,7 @@ def _pointwise_out(wf, a, k, two, src, b0, ldb, acc, pp, mb, of, rf, bias, dims,
             gemm_panels2(k, wf, a, k * MR, src, b0 + full, ldb, acc, 0, pp, half_panels(p - full), False)
         else:
             gemm_panels(k, wf, a, src, b0 + full, ldb, acc, 0, pp, half_panels(p - full), False)
-        for r in range(2 * MR if two else MR):
-            bv = 0.0 if bias is None else bias[c0 + r]
-            epilogue_run(of, o0 + r * p_n + full, p - full, acc, r * pp, bv, rf, act, alpha, beta,
-                         post, post_alpha, post_beta)
+        _one_pass_rows(acc, 0, pp, 2 * MR if two else MR, of, o0 + full, p_n, p - full, bias, c0, True, rf, bounds)
 
 
 @numba.njit(**SEQ)
@@ -387,17 +384,25 @@ def _block_out(acc, blk, mb, of, rf, bias, dims, ow, wq, pointwise, out, acts, p
             epilogue_run(of, (n * o_n + o) * p_n + p0, p, acc, blk + (r - r0) * pp, bv, rf, 0 if blocked else act,
                          alpha, beta, post, post_alpha, post_beta)
         return
-    # the rest of the epilogue in one pass, here: a call of epilogue_run per channel cost more than the
-    # channel's sums on small images (48 -> 288 channels on 4 x 4 at batch 8, Hardswish: 50 us against
-    # onnxruntime's 16). The residual is read just before the output is written over it (it may be the
-    # output's own buffer: then read there, so that the loop still vectorises)
-    bounds = one_pass_bounds(0 if blocked else act, alpha, beta, post)
+    # the rest of the epilogue in one pass over the block: a call of epilogue_run per channel cost more
+    # than the channel's sums on small images (48 -> 288 channels on 4 x 4 at batch 8, Hardswish: 50 us
+    # against onnxruntime's 16)
+    _one_pass_rows(acc, blk, pp, r1 - r0, of, (n * o_n + g * og + r0) * p_n + p0, p_n, p, bias, g * og + r0,
+                   not blocked, rf, one_pass_bounds(0 if blocked else act, alpha, beta, post))
+
+
+@numba.njit(**SEQ)
+def _one_pass_rows(acc, a0, pitch, rows, of, d0, p_n, p, bias, c0, add_bias, rf, bounds):
+    """Rows r < rows of p sums (acc[a0 + r * pitch:]) into output channels c0 + r (of[d0 + r * p_n:])
+    through a one-pass epilogue: max(min(max(v + bias, lo), hi) + residual, top), bounds = (lo, hi,
+    top) (one_pass_bounds), the bias only if add_bias (and bias is not None). The residual is read
+    just before the output is written over it: when it is the output's own buffer, it is read there,
+    so that the loop still vectorises."""
     lo, hi, top = np.float32(bounds[0]), np.float32(bounds[1]), np.float32(bounds[2])
     over_residual = rf.size != 0 and rf.ctypes.data == of.ctypes.data
-    for r in range(r0, r1):
-        o = g * og + r
-        bv = np.float32(0.0 if bias is None or blocked else bias[o])
-        d, a = (n * o_n + o) * p_n + p0, blk + (r - r0) * pp
+    for r in range(rows):
+        bv = np.float32(0.0 if bias is None or not add_bias else bias[c0 + r])
+        d, a = d0 + r * p_n, a0 + r * pitch
         if over_residual:
             for i in range(p):
                 of[u(d + i)] = max(min(max(acc[u(a + i)] + bv, lo), hi) + of[u(d + i)], top)

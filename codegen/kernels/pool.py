@@ -10,10 +10,9 @@ A height strided by more than one (ResNet's and DenseNet's downsampling pools) g
 row by output row instead (_rows_chunk): the blocked passes would take a call per input row.
 Stride 1 keeping the input's size (Inception's 3x3 average pools, YOLOv5's SPPF) goes in flat
 passes over all the planes of a task at once, then redoes the windows at the planes' edges
-(_same_chunk): small planes took a dozen short loops each. Windows of one input row, unpadded
-(MaxPool1d, AvgPool1d), go along each row, every row of the task in one loop (_width_chunk); other
-unpadded windows inside the input (Inception's 3x3 stride-2 max pools) along the width over all
-planes at once, then down each window (_inside_chunk).
+(_same_chunk): small planes took a dozen short loops each. Unpadded windows all inside the input
+(Inception's 3x3 stride-2 max pools; MaxPool1d and AvgPool1d, windows of one input row) go along
+the width over all planes at once, then down each window (_inside_chunk).
 The index ops scan each window in row-major order instead, keeping the first
 maximum, as the reference does. Padding never wins a max (`lowest`: -inf, or the integer
 minimum); max and argmax propagate NaN, as torch.
@@ -358,7 +357,9 @@ _avg_same_chunk = _same_chunk(False, "_avg_same_chunk")
 
 def _inside_chunk(is_max: bool, name: str):
     """The task function of max (is_max) or average pooling whose windows all lie inside the input
-    (no padding; strided: Inception's and AlexNet's 3x3 stride-2 max pools), named `name`."""
+    (no padding; strided: Inception's and AlexNet's 3x3 stride-2 max pools; 1-D pools, windows of one
+    input row: M5's MaxPool1d(4) took ~7 us of the blocked passes' allocations and short loops for 32
+    rows of 59), named `name`."""
     fold = _fold(is_max)
 
     def chunk(k, x, out, chunks, kernel, stride, dilation, divisor):
@@ -403,35 +404,6 @@ def _inside_chunk(is_max: bool, name: str):
 
 _max_inside_chunk = _inside_chunk(True, "_max_inside_chunk")
 _avg_inside_chunk = _inside_chunk(False, "_avg_inside_chunk")
-
-
-def _width_chunk(is_max: bool, name: str):
-    """The task function of max (is_max) or average pooling along the width only (one input row a
-    window, no padding, every window inside: MaxPool1d and AvgPool1d), named `name`."""
-
-    def chunk(k, x, out, chunks, kernel, stride, dilation, divisor):
-        """Chunk k of `chunks` of the rows (of every plane): each output column from its taps in one
-        loop along the output row. Blocks of rows (_window_chunk) cost ~7 us of allocations and
-        short loops for 32 rows of 59 (M5's second MaxPool1d(4), onnxruntime ~3 us)."""
-        w, ow = x.shape[3], out.shape[3]
-        kw, sw, dw = kernel[1], stride[1], dilation[1]
-        rows = x.shape[0] * x.shape[1] * x.shape[2]
-        xf, of = x.reshape(-1), out.reshape(-1)
-        d = x.dtype.type(divisor if divisor > 0 else kw)
-        for r in range(k * rows // chunks, (k + 1) * rows // chunks):
-            s, o = r * w, r * ow
-            for j in range(ow):
-                b = s + j * sw
-                m = xf[u(b)]
-                for t in range(1, kw):
-                    m = _pmax(m, xf[u(b + t * dw)]) if is_max else m + xf[u(b + t * dw)]
-                of[u(o + j)] = m if is_max else m / d
-
-    return _compiled_as(chunk, name)
-
-
-_max_width_chunk = _width_chunk(True, "_max_width_chunk")
-_avg_width_chunk = _width_chunk(False, "_avg_width_chunk")
 
 
 @numba.njit(inline="always", cache=True, nogil=True)
@@ -519,14 +491,6 @@ def _is_inside(x, out, kernel, stride, padding, dilation):
 
 
 @numba.njit(inline="always", cache=True, nogil=True)
-def _is_along_width(x, out, kernel, stride, padding, dilation):
-    """Whether a pool's windows are one input row each, unpadded, all inside the input (1-D pooling)."""
-    return (kernel[0] == 1 and stride[0] == 1 and padding[0] == 0 and padding[1] == 0 and padding[2] == 0
-            and padding[3] == 0 and out.shape[2] == x.shape[2]
-            and (out.shape[3] - 1) * stride[1] + (kernel[1] - 1) * dilation[1] < x.shape[3])
-
-
-@numba.njit(inline="always", cache=True, nogil=True)
 def _is_same_stride1(x, out, kernel, stride, padding, dilation):
     """Whether a pool's windows are at stride 1, undilated, padded to keep the input's size."""
     return (stride[0] == 1 and stride[1] == 1 and dilation[0] == 1 and dilation[1] == 1
@@ -559,9 +523,6 @@ def max_pool2d_window(x, out, kernel, stride, padding, dilation, fill):
         return
     if _is_same_stride1(x, out, kernel, stride, padding, dilation):
         run_tasks(_max_same_chunk, chunks, (x, out, chunks, kernel, padding, False, 0))
-        return
-    if _is_along_width(x, out, kernel, stride, padding, dilation):
-        run_tasks(_max_width_chunk, chunks, (x, out, chunks, kernel, stride, dilation, 0))
         return
     rows3x3s2 = (kernel[0] == 3 and kernel[1] == 3 and stride[0] == 2 and stride[1] == 2 and dilation[0] == 1
                  and dilation[1] == 1 and padding[0] <= 1 and padding[1] <= 1 and padding[2] <= 2 and padding[3] <= 2
@@ -598,10 +559,7 @@ def avg_pool2d_window(x, out, kernel, stride, padding, dilation, count_include_p
     if _is_same_stride1(x, out, kernel, stride, padding, dilation):
         run_tasks(_avg_same_chunk, chunks, (x, out, chunks, kernel, padding, count_include_pad, divisor))
         return
-    if _is_along_width(x, out, kernel, stride, padding, dilation):  # (no padding: every count is the window's)
-        run_tasks(_avg_width_chunk, chunks, (x, out, chunks, kernel, stride, dilation, divisor))
-        return
-    if _is_inside(x, out, kernel, stride, padding, dilation):  # likewise
+    if _is_inside(x, out, kernel, stride, padding, dilation):  # (no padding: every count is the window's)
         run_tasks(_avg_inside_chunk, chunks, (x, out, chunks, kernel, stride, dilation, divisor))
         return
     args = (x, out, chunks, kernel, stride, padding, dilation, 0.0, count_include_pad, divisor)

@@ -2,8 +2,9 @@
 
 Per direction: the input projection of every time step is one product (x @ W_ih^T + b_ih), then each
 step is one small product of the hidden state (h @ W_hh^T + b_hh) and the gate arithmetic, row by
-row, in loops LLVM vectorises (vmath's sigmoid and tanh). float32 products run on our microkernel
-(gemm.linear_packed, the weights laid out in its panels once a call), others through np.dot. The
+row, in loops LLVM vectorises (vmath's sigmoid and tanh). Products by float32 weights known when
+the model compiled run on our microkernel (gemm.linear_packed, the weights laid out in its panels
+then: pack_directions), others through np.dot. The
 steps are sequential; the layer runs on the calling thread (a step's product is a few rows).
 
 Operands as the op has them, with the direction first. The forward passes empty arrays (the
@@ -15,7 +16,6 @@ from __future__ import annotations
 
 import numba
 import numpy as np
-from numba.core import types
 from numba.extending import overload
 
 from codegen.kernels.gemm import PARALLEL_MIN_MACS, TRANSPOSED_PAD, linear_packed, transpose_padded
@@ -24,6 +24,7 @@ from codegen.kernels.vmath import fast_sigmoid, fast_tanh
 
 LSTM, GRU, RNN_TANH, RNN_RELU = 0, 1, 2, 3
 KIND_CODES = {"lstm": LSTM, "gru": GRU, "tanh": RNN_TANH, "relu": RNN_RELU}
+
 
 @numba.njit(cache=True, nogil=True, error_model="numpy")
 def _lstm_cell(gates, c, h_full, hidden):
@@ -63,24 +64,15 @@ def _pack(w):
 def _ol_pack(w):
     if w.ndim == 3:  # float32 panels laid out when the model compiled (pack_directions)
         return lambda w: w
-    if w.dtype == types.float32:  # linear_packed's panels (gemm.transpose_padded, in numba)
-        def pack32(w):
-            o_n, k = w.shape
-            panels = np.zeros((-(-o_n // TRANSPOSED_PAD), k, TRANSPOSED_PAD), np.float32)
-            for o in range(o_n):
-                for p in range(k):
-                    panels[o // TRANSPOSED_PAD, p, o % TRANSPOSED_PAD] = w[o, p]
-            return panels
-        return pack32
-    return lambda w: np.ascontiguousarray(w.T)
+    return lambda w: np.ascontiguousarray(w.T)  # a weight computed in the graph, or not float32: np.dot's
 
 
 @numba.njit(cache=True, nogil=True)
 def _small_times(a, packed, out):
-    """out (M, O) = a (M, K) @ w.T, packed = _pack(w) (float32), for a product too small for threads: one
-    microkernel call per MR rows and panel width of features, straight into out where a whole block
-    fits, else through a block of scratch. linear_packed's tiles, blocks and epilogue cost ~0.7 us a
-    call, a step of a small layer 8 x 24 -> 96."""
+    """out (M, O) = a (M, K) @ w.T, packed: w's float32 panels (pack_directions), for a product too small
+    for threads: one microkernel call per MR rows and panel width of features, straight into out where a
+    whole block fits, else through a block of scratch. linear_packed's tiles, blocks and epilogue cost
+    ~0.7 us a call, a step of a small layer 8 x 24 -> 96."""
     m_n, k = a.shape
     o_n = out.shape[1]
     nr = panel_width()
@@ -109,15 +101,15 @@ def _small_times(a, packed, out):
 
 
 def _times(a, packed, bias, out):
-    """out = a @ w.T (+ bias, unless None), packed = _pack(w)."""
+    """out = a @ w.T (+ bias, unless None), packed = _pack(w): panels (pack_directions) or w.T."""
 
 
 @overload(_times)
 def _ol_times(a, packed, bias, out):
-    """float32 on our microkernel (gemm.linear_packed): OpenBLAS's sgemm took ~1 us a call whatever its
-    size, and a step of a small layer is a call (a 2-layer bidirectional LSTM of 24 features at batch 8:
-    72 us a layer against onnxruntime's 26; AVX-512 EPYC). Other dtypes through np.dot."""
-    if a.dtype == types.float32:
+    """float32 panels on our microkernel (gemm.linear_packed): OpenBLAS's sgemm took ~1 us a call whatever
+    its size, and a step of a small layer is a call (a 2-layer bidirectional LSTM of 24 features at batch
+    8: 72 us a layer against onnxruntime's 26; AVX-512 EPYC). A transposed weight through np.dot."""
+    if packed.ndim == 3:
         def times32(a, packed, bias, out):
             if a.shape[0] * out.shape[1] * a.shape[1] < PARALLEL_MIN_MACS and bias is None:
                 _small_times(a, packed, out)

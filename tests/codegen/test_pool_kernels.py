@@ -41,7 +41,7 @@ WINDOWS = [  # shape, kernel, stride, padding (t, l, b, r), ceil_mode
     ((1, 3, 6, 9), (2, 4), (1, 1), (1, 2, 0, 1), False),  # even windows, padding on one side more
     ((1, 2, 5, 6), (7, 1), (1, 1), (3, 0, 3, 0), False),  # 7 taps (a pass each) down, 1 across
     ((3, 2, 1, 1), (3, 3), (1, 1), (1, 1, 1, 1), False),  # one pixel
-    # one input row a window, unpadded (MaxPool1d, AvgPool1d): along each row, every row at once
+    # one input row a window, unpadded (MaxPool1d, AvgPool1d): windows inside the input, below
     ((2, 3, 1, 59), (1, 4), (1, 4), (0, 0, 0, 0), False),  # M5's: a last column left over
     ((2, 3, 4, 20), (1, 3), (1, 2), (0, 0, 0, 0), False),  # rows of several planes
     ((1, 2, 1, 10), (1, 4), (1, 4), (0, 0, 0, 0), True),  # ceil mode, a last window past the row: not this way

@@ -174,8 +174,8 @@ def test_references_keep_float32():
 @pytest.mark.parametrize("packed, dtype", [(True, np.float32), (False, np.float32), (False, np.float64)])
 @pytest.mark.parametrize("batch", [1, 7])
 def test_lstm_kernel_on_packed_raw_and_float64_weights(packed, dtype, batch):
-    """recurrent_layer itself: weights laid out at compile time (pack_directions), float32 weights it
-    lays out per call (a weight computed in the graph), and float64 through np.dot; against torch."""
+    """recurrent_layer itself: weights laid out at compile time (pack_directions) on the microkernel,
+    raw float32 weights (a weight computed in the graph) and float64 through np.dot; against torch."""
     from codegen.kernels.recurrent import KIND_CODES, pack_directions, recurrent_layer
 
     torch.manual_seed(batch)
