@@ -172,14 +172,16 @@ def test_references_keep_float32():
 
 
 @pytest.mark.parametrize("packed, dtype", [(True, np.float32), (False, np.float32), (False, np.float64)])
-@pytest.mark.parametrize("batch", [1, 7])
-def test_lstm_kernel_on_packed_raw_and_float64_weights(packed, dtype, batch):
+@pytest.mark.parametrize("batch, hidden", [(1, 40), (7, 40), (3, 21), (13, 21)])
+def test_lstm_kernel_on_packed_raw_and_float64_weights(packed, dtype, batch, hidden):
     """recurrent_layer itself: weights laid out at compile time (pack_directions) on the microkernel,
-    raw float32 weights (a weight computed in the graph) and float64 through np.dot; against torch."""
+    raw float32 weights (a weight computed in the graph) and float64 through np.dot; against torch.
+    160 gate rows are 5 whole panels, 84 end in a partial one; batches of 7 and 13 rows end in a
+    partial group of the microkernel's MR rows, 1 and 3 are fewer rows than a group."""
     from codegen.kernels.recurrent import KIND_CODES, pack_directions, recurrent_layer
 
     torch.manual_seed(batch)
-    lstm = nn.LSTM(10, 40, bidirectional=True, batch_first=True).double()  # 160 gate rows: 5 panels
+    lstm = nn.LSTM(10, hidden, bidirectional=True, batch_first=True).double()
     x = torch.randn(batch, 6, 10, dtype=torch.float64)
     y_ref, (h_ref, c_ref) = lstm(x)
     params = dict(lstm.named_parameters())
@@ -190,8 +192,8 @@ def test_lstm_kernel_on_packed_raw_and_float64_weights(packed, dtype, batch):
     w_ih, w_hh = stacked("weight_ih_l0"), stacked("weight_hh_l0")
     if packed:
         w_ih, w_hh = pack_directions(w_ih), pack_directions(w_hh)
-    h0 = np.zeros((2, batch, 40), dtype)
-    y, h_n, c_n = np.empty((batch, 6, 80), dtype), np.empty_like(h0), np.empty_like(h0)
+    h0 = np.zeros((2, batch, hidden), dtype)
+    y, h_n, c_n = np.empty((batch, 6, 2 * hidden), dtype), np.empty_like(h0), np.empty_like(h0)
     recurrent_layer(KIND_CODES["lstm"], x.numpy().astype(dtype), h0, h0.copy(), w_ih, w_hh,
                     stacked("bias_ih_l0"), stacked("bias_hh_l0"), w_hh[:0], y, h_n, c_n, True)
     tol = 1e-5 if dtype == np.float32 else 1e-12
