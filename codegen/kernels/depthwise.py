@@ -36,9 +36,13 @@ Float32 only; float64 takes the paths below.
 The other small output planes (at most CHANNEL_BLOCK_PIXELS, CHANNEL_BLOCK_PIXELS_3X3 for 3x3
 kernels: float64, or inputs wider than the output's phase rows, as with no padding) have rows too
 short for the row blocks below: there a task
-takes CB channels at once, lays their padded planes out channel-minor, and sums each output
-pixel's taps across the CB channels in vector registers (`_pixel_taps`, LLVM IR): 2-3x faster
-on EfficientNet-B0's 7 x 7 and 14 x 14 layers (AMD EPYC, AVX2).
+takes CB channels at once, lays their padded planes out channel-minor (each input row of the CB
+channels one vector transpose, vectors.transpose16), and sums the taps of PIXEL_GROUP output pixels
+at once across the CB channels in vector registers (`_pixel_taps`, LLVM IR): 2-3x faster on
+EfficientNet-B0's 7 x 7 and 14 x 14 layers (AMD EPYC, AVX2). Strided convs on output planes up to
+8 x 8, and others up to 4 x 4, take this path before any other (STRIDED_BLOCK_PIXELS): the phase
+planes' split of every input row cost more than the taps (576 channels 3x3 stride 2 from 14 x 14 at
+batch 8: 196 -> 107 us, AVX-512 EPYC).
 """
 
 from __future__ import annotations
@@ -54,17 +58,34 @@ from codegen.kernels.depthwise_rows import EPILOGUE_FLOATS, depthwise_rows
 from codegen.kernels.epilogue import ONE_PASS, epilogue_run, one_pass_bounds, residual_run
 from codegen.kernels.planes import gather_planes, plane_pitch, tap_offset
 from codegen.kernels.tasks import run_tasks
-from codegen.kernels.vectors import clamp_run, copy_run, fma_sums, lane_mask, vector_floats, vector_loop, vector_width
+from codegen.kernels.vectors import (
+    clamp_run,
+    copy_run,
+    fma_sums,
+    lane_mask,
+    transpose16,
+    vector_floats,
+    vector_loop,
+    vector_width,
+)
 
 # a*b + c may compile to one fused multiply-add (the only fast-math flag: no reassociation)
 FMA = {**SEQ, "fastmath": {"contract"}}
 SCRATCH_FLOATS = 6144  # phase planes plus sums of one block: 24 KiB in float32, within L1
 MIN_ROWS = 4  # output rows per block, at least, when cutting rows only to share out the work
 VEC = 16  # the flat loop runs a whole number of float32 vectors (AVX-512: 16, AVX2: 2 x 8): no scalar tail
+PIXEL_GROUP = 4  # output pixels of the small-plane path summed at once, in independent registers
 CB = 16  # channels per task of the small-plane path: one AVX-512 vector of float32, two AVX2 ones
 CHANNEL_BLOCK_PIXELS = 256  # output planes up to 16 x 16 take it for kernels over 3x3 (at 28 x 28 the row blocks win)
 CHANNEL_BLOCK_PIXELS_3X3 = 64  # and up to 8 x 8 for 3x3: at 14 x 14 the row blocks are 10-30% faster (AVX-512 EPYC)
 CHANNEL_BLOCK_FLOATS = 1 << 14  # and CB padded input planes fit in 64 KiB
+# output planes up to this size take the channel blocks before any other path: strided convs' (each
+# input row one transpose instead of a split into phase planes; AVX-512 EPYC, 2 threads, batch 8:
+# 576 channels 3x3 stride 2 from 14 x 14 196 -> 107 us, 96 channels 5x5 from 8 x 8 39 -> 12; at 28 ->
+# 14 level or worse, 144 channels 3x3 107 -> 100 at batch 8, 11.3 -> 12.5 us at 1), others' (120
+# channels 5x5 on 4 x 4 25 -> 14 us; on 8 x 8, 3x3 14 -> 20 at batch 8 and 7 x 7 3x3 88 -> 121)
+STRIDED_BLOCK_PIXELS = 64
+BLOCK_FIRST_PIXELS = 16
 PLANE_UNROLL = 4  # vectors of output pixels _plane_taps sums at once, in independent registers
 FLAT_PIXELS = 256  # stride-1 "same" convs up to 16 x 16 read their taps straight from the input (_plane_taps)
 
@@ -145,6 +166,11 @@ def conv_depthwise(x, weight, bias, residual, out, sh, sw, pt, pl, dh, dw,
     # small output planes whose rows are as long as a phase plane's: the flat path (_plane_taps), up to
     # FLAT_PIXELS for stride-1 "same" convs (read in place), otherwise where the channel blocks would run
     small = CHANNEL_BLOCK_PIXELS if kh * kw > 9 else CHANNEL_BLOCK_PIXELS_3X3
+    channel_blocks = hp * wp * CB <= CHANNEL_BLOCK_FLOATS
+    if channel_blocks and oh * ow <= (STRIDED_BLOCK_PIXELS if sh * sw > 1 else BLOCK_FIRST_PIXELS):
+        _run_channel_blocks(n_n, xf, wf, of, rf, bias, (n_n, c_n, h, w, o_n, oh, ow, mult, kh, kw),
+                            (sh, sw, pt, pl, dh, dw), (hp, wp), (act, post), (alpha, beta, post_alpha, post_beta))
+        return
     if depthwise_rows(x, xf, wf, of, rf, bias, (n_n, c_n, h, w, o_n, oh, ow, mult, kh, kw), (sh, sw, pt, pl, dh, dw),
                       clamp, vmin if clamp else -np.inf, vmax if clamp else np.inf, (act, post),
                       (alpha, beta, post_alpha, post_beta)):
@@ -154,18 +180,23 @@ def conv_depthwise(x, weight, bias, residual, out, sh, sw, pt, pl, dh, dw,
             x, xf, wf, of, rf, bias, (n_n, c_n, h, w, o_n, oh, ow, mult, kh, kw), (sh, sw, pt, pl, dh, dw), clamp,
             vmin, vmax, (act, post), (alpha, beta, post_alpha, post_beta)):
         return
-    if oh * ow <= small and hp * wp * CB <= CHANNEL_BLOCK_FLOATS:  # small planes: CB channels
-        # per task, vectorised across them (the rows of a 14 x 14 plane are too short for the loops below)
-        threads = min(num_threads(), n_n * -(-o_n // CB))
-        run_tasks(_channel_blocks, threads,
-                  (threads, xf, wf, of, rf, bias, (n_n, c_n, h, w, o_n, oh, ow, mult, kh, kw),
-                   (sh, sw, pt, pl, dh, dw), (hp, wp), (act, post), (alpha, beta, post_alpha, post_beta)))
+    if oh * ow <= small and channel_blocks:  # small planes: CB channels per task, vectorised across them
+        # (the rows of a 14 x 14 plane are too short for the loops below)
+        _run_channel_blocks(n_n, xf, wf, of, rf, bias, (n_n, c_n, h, w, o_n, oh, ow, mult, kh, kw),
+                            (sh, sw, pt, pl, dh, dw), (hp, wp), (act, post), (alpha, beta, post_alpha, post_beta))
         return
     threads = num_threads()
     run_tasks(_depthwise_share, threads,
               (threads, xf, wf, of, rf, bias, (n_n, c_n, h, w, o_n, oh, ow, mult, kh, kw),
                (sh, sw, pt, pl, dh, dw), (n_b, rows, hq, wq), clamp, vmin, vmax,
                (act, post), (alpha, beta, post_alpha, post_beta)))
+
+
+@numba.njit(**SEQ)
+def _run_channel_blocks(n_n, xf, wf, of, rf, bias, dims, window, planes, acts, params):
+    """_channel_blocks' tasks on the threads."""
+    threads = min(num_threads(), n_n * -(-dims[4] // CB))
+    run_tasks(_channel_blocks, threads, (threads, xf, wf, of, rf, bias, dims, window, planes, acts, params))
 
 
 @numba.njit(**SEQ)
@@ -209,93 +240,106 @@ def _depthwise_share(th, threads, xf, wf, of, rf, bias, dims, window, split, cla
 
 
 @intrinsic
-def _pixel_taps(typingctx, p, base, wt, offsets, out, at):
-    """out[at:at + CB] = sum over taps t of wt[t * CB:][:CB] * p[base + offsets[t]:][:CB]: one output
-    pixel of CB channels, its sum in vector registers (CB lanes: LLVM splits them to the machine's
-    width). Written in LLVM IR because numba's loops over CB lanes would keep the sum in memory,
-    behind a run-time check that it overlaps neither input, which costs more than the lanes' work."""
-    if not (all(isinstance(a, types.Array) and a.ndim == 1 and a.layout == "C" for a in (p, wt, offsets, out))
-            and p.dtype == wt.dtype == out.dtype and p.dtype in (types.float32, types.float64)
+def _pixel_taps(typingctx, p, base, step, wt, bv, offsets, out, at):
+    """For k < PIXEL_GROUP: out[at + k * CB:][:CB] = bv[:CB] + sum over taps t of wt[t * CB:][:CB] *
+    p[base + k * step + offsets[t]:][:CB]: PIXEL_GROUP output pixels of CB channels, step apart in p,
+    their sums in vector registers (CB lanes: LLVM splits them to the machine's width), independent of
+    each other: one pixel's chain of multiply-adds waits on each one's latency (576 channels 3x3 stride 2
+    on 7 x 7 at batch 8: 180 -> 105 us, AVX-512 EPYC). Written in LLVM IR because numba's loops over
+    CB lanes would keep the sum in memory, behind a run-time check that it overlaps neither input."""
+    if not (all(isinstance(a, types.Array) and a.ndim == 1 and a.layout == "C" for a in (p, wt, bv, offsets, out))
+            and p.dtype == wt.dtype == bv.dtype == out.dtype and p.dtype in (types.float32, types.float64)
             and offsets.dtype == types.int64):
         return None
 
     def codegen(context, builder, signature, args):
-        p_, base_, wt_, offsets_, out_, at_ = args
+        p_, base_, step_, wt_, bv_, offsets_, out_, at_ = args
         i64 = ir.IntType(64)
-        base_, at_ = (context.cast(builder, v, signature.args[k], types.int64) for v, k in ((base_, 1), (at_, 5)))
+        base_, step_, at_ = (context.cast(builder, args[k], signature.args[k], types.int64) for k in (1, 2, 7))
         scalar = context.get_value_type(signature.args[0].dtype)
         vec = ir.VectorType(scalar, CB)
         suffix = "f32" if signature.args[0].dtype == types.float32 else "f64"
         itemsize = 4 if suffix == "f32" else 8
         fma = cgutils.get_or_insert_function(builder.module, ir.FunctionType(vec, [vec, vec, vec]),
                                              f"llvm.fma.v{CB}{suffix}")
-        data = [cgutils.create_struct_proxy(t)(context, builder, value=v).data
-                for t, v in zip((signature.args[0], signature.args[2], signature.args[3], signature.args[4]),
-                                (p_, wt_, offsets_, out_))]
-        p_ptr, wt_ptr, off_ptr, out_ptr = data
-        taps = cgutils.create_struct_proxy(signature.args[3])(context, builder, value=offsets_).nitems
-        def tap(t):
-            offset = builder.load(builder.gep(off_ptr, [t]))
-            x = builder.load(builder.bitcast(builder.gep(p_ptr, [builder.add(base_, offset)]), vec.as_pointer()),
-                             align=itemsize)  # the lanes lie at any element, not at a vector's alignment
-            w = builder.load(builder.bitcast(builder.gep(wt_ptr, [builder.mul(t, ir.Constant(i64, CB))]),
-                                             vec.as_pointer()), align=itemsize)
-            return w, x
+        p_ptr, wt_ptr, bv_ptr, off_ptr, out_ptr = (cgutils.create_struct_proxy(signature.args[k])(
+            context, builder, value=args[k]).data for k in (0, 3, 4, 5, 6))
+        taps = cgutils.create_struct_proxy(signature.args[5])(context, builder, value=offsets_).nitems
 
-        (total,) = fma_sums(builder, taps, vec, fma, lambda t: [tap(t)], 1)
-        builder.store(total, builder.bitcast(builder.gep(out_ptr, [at_]), vec.as_pointer()), align=itemsize)
+        def vector_at(pointer, index):  # the lanes lie at any element, not at a vector's alignment
+            return builder.load(builder.bitcast(builder.gep(pointer, [index]), vec.as_pointer()), align=itemsize)
+
+        def tap(t):
+            offset = builder.add(base_, builder.load(builder.gep(off_ptr, [t])))
+            w = vector_at(wt_ptr, builder.mul(t, ir.Constant(i64, CB)))
+            return [(w, vector_at(p_ptr, builder.add(offset, builder.mul(step_, ir.Constant(i64, k)))))
+                    for k in range(PIXEL_GROUP)]
+
+        bias = vector_at(bv_ptr, ir.Constant(i64, 0))
+        for k, total in enumerate(fma_sums(builder, taps, vec, fma, tap, PIXEL_GROUP)):
+            at = builder.add(at_, ir.Constant(i64, k * CB))
+            builder.store(builder.fadd(total, bias), builder.bitcast(builder.gep(out_ptr, [at]), vec.as_pointer()),
+                          align=itemsize)
         return context.get_dummy_value()
 
-    return types.void(p, base, wt, offsets, out, at), codegen
+    return types.void(p, base, step, wt, bv, offsets, out, at), codegen
 
 
 @numba.njit(**FMA)
 def _channel_blocks(th, threads, xf, wf, of, rf, bias, dims, window, planes, acts, params):
     """Thread th's share of the small-plane path's tasks, each CB channels o0 .. o0 + CB - 1 of one
     image, with scratch of its own. A task lays the channels' padded input planes out channel-minor
-    (p[(y * wp + x) * CB + c]), so that each tap of each output pixel is one multiply-add of CB
-    channels at once (_pixel_taps); the sums go out channel-major, bias added, and the epilogue runs
-    once over the task's channels, which lie end to end in the output."""
+    (p[(y * wp + x) * CB + c]: each input row of the CB channels one transpose16), so that each tap of
+    each output pixel is one multiply-add of CB channels at once (_pixel_taps, with the bias); the sums
+    go out channel-major through transpose16 again, and the rest of the epilogue runs once over the
+    task's channels, which lie end to end in the output."""
     n_n, c_n, h, w, o_n, oh, ow, mult, kh, kw = dims
     sh, sw, pt, pl, dh, dw = window
     hp, wp = planes
     act, post = acts
     alpha, beta, post_alpha, post_beta = params
     n_cb, pixels = -(-o_n // CB), oh * ow
-    p = np.empty(hp * wp * CB, xf.dtype)
-    wt = np.empty(kh * kw * CB, xf.dtype)
+    # the padding is never written: zeros for every task; past the end, what a row's last group of
+    # pixels reads (the pixels past the row are computed and dropped)
+    p = np.zeros((hp * wp + PIXEL_GROUP * sw) * CB, xf.dtype)
+    wt = np.zeros(kh * kw * CB, xf.dtype)
+    bv = np.zeros(CB, xf.dtype)
     offsets = np.empty(kh * kw, np.int64)  # of each tap in p, from its window's first element
     for i in range(kh):
         for j in range(kw):
             offsets[i * kw + j] = (i * dh * wp + j * dw) * CB
-    sums = np.empty(pixels * CB, xf.dtype)  # pixel-major, as _pixel_taps writes them
-    res = np.empty(CB * pixels, xf.dtype)  # channel-major, as the output lies
+    sums = np.empty((pixels + PIXEL_GROUP) * CB, xf.dtype)  # pixel-major, as _pixel_taps writes them
     y1, x1 = min(h, hp - pt), min(w, wp - pl)  # input rows and columns that some window reads
     tasks = n_n * n_cb
     for t in range(tasks * th // threads, tasks * (th + 1) // threads):
         n, o0 = t // n_cb, t % n_cb * CB
         cb = min(CB, o_n - o0)
-        for i in range(p.size):  # zero padding, and zeros for channels past o_n
-            p[i] = 0
-        for i in range(wt.size):
-            wt[i] = 0
+        # (in a last partial block, the lanes of the channels past o_n keep the last block's values: their
+        # sums are never stored)
         for c in range(cb):
-            x0 = (n * c_n + (o0 + c) // mult) * h * w
-            for y in range(y1):
-                d = ((y + pt) * wp + pl) * CB + c
-                for x in range(x1):
-                    p[u(d + x * CB)] = xf[u(x0 + y * w + x)]
             for k in range(kh * kw):
                 wt[u(k * CB + c)] = wf[u((o0 + c) * kh * kw + k)]
-        for oy in range(oh):
-            for ox in range(ow):
-                _pixel_taps(p, (oy * sh * wp + ox * sw) * CB, wt, offsets, sums, (oy * ow + ox) * CB)
-        for c in range(cb):
-            bv = 0 if bias is None else bias[o0 + c]
-            for q in range(pixels):
-                res[u(c * pixels + q)] = sums[u(q * CB + c)] + bv
-        epilogue_run(of, (n * o_n + o0) * pixels, cb * pixels, res, 0, 0.0, rf, act, alpha, beta,
-                     post, post_alpha, post_beta)
+            bv[c] = 0 if bias is None else bias[o0 + c]
+        if mult == 1:  # the channels' rows h * w apart: a block of CB channels by up to CB columns a transpose
+            x0 = (n * c_n + o0) * h * w
+            for y in range(y1):
+                for xs in range(0, x1, CB):
+                    transpose16(xf, x0 + y * w + xs, h * w, cb, min(CB, x1 - xs), p, ((y + pt) * wp + pl + xs) * CB, CB)
+        else:
+            for c in range(cb):
+                x0 = (n * c_n + (o0 + c) // mult) * h * w
+                for y in range(y1):
+                    d = ((y + pt) * wp + pl) * CB + c
+                    for x in range(x1):
+                        p[u(d + x * CB)] = xf[u(x0 + y * w + x)]
+        for oy in range(oh):  # (a row's last group writes over the next row's first pixels, computed after)
+            for ox in range(0, ow, PIXEL_GROUP):
+                _pixel_taps(p, (oy * sh * wp + ox * sw) * CB, sw * CB, wt, bv, offsets, sums, (oy * ow + ox) * CB)
+        d0 = (n * o_n + o0) * pixels
+        for q0 in range(0, pixels, CB):
+            transpose16(sums, q0 * CB, CB, min(CB, pixels - q0), cb, of, d0 + q0, pixels)
+        if act != 0 or post != 0 or rf.size != 0:
+            epilogue_run(of, d0, cb * pixels, of, d0, 0.0, rf, act, alpha, beta, post, post_alpha, post_beta)
 
 
 def _flat_path(x, xf, wf, of, rf, bias, dims, window, clamp, vmin, vmax, acts, params):

@@ -180,6 +180,60 @@ def split_pairs(typingctx, src, s, n, even, e, odd, o):
     return sig, codegen
 
 
+TRANSPOSE_LANES = 16  # transpose16's block side
+
+
+@intrinsic
+def transpose16(typingctx, src, s0, s_stride, rows, cols, dst, d0, d_stride):
+    """dst[d0 + c * d_stride + r] = src[s0 + r * s_stride + c] for r < rows and c < cols (each at most
+    16): a block of up to 16 x 16 elements transposed in vector registers, nothing read or written
+    outside it. Each row is one masked load, the transpose four rounds of 16 two-vector shuffles (row
+    2i and 2i + 1 of a round interleave the low and the high halves of rows i and i + 8 of the last:
+    after four, row c holds column c), each column one masked store. A scalar copy of one element per
+    instruction made the channels-minor depthwise path slower than the one it was for."""
+    if not (all(_is_flat(a) for a in (src, dst)) and src.dtype == dst.dtype
+            and src.dtype in (types.float32, types.float64)):
+        return None
+    sig = types.void(src, s0, s_stride, rows, cols, dst, d0, d_stride)
+
+    def codegen(context, builder, signature, args):
+        n = TRANSPOSE_LANES
+        i32, i64 = ir.IntType(32), ir.IntType(64)
+        s0_, ss_, rows_, cols_, d0_, ds_ = (context.cast(builder, args[i], signature.args[i], types.int64)
+                                            for i in (1, 2, 3, 4, 6, 7))
+        scalar = context.get_value_type(signature.args[0].dtype)
+        suffix = "f32" if signature.args[0].dtype == types.float32 else "f64"
+        align = ir.Constant(i32, 4 if suffix == "f32" else 8)
+        vec, mask_t = ir.VectorType(scalar, n), ir.VectorType(ir.IntType(1), n)
+        src_ptr, dst_ptr = (cgutils.create_struct_proxy(signature.args[i])(context, builder, value=args[i]).data
+                            for i in (0, 5))
+        load = cgutils.get_or_insert_function(
+            builder.module, ir.FunctionType(vec, [vec.as_pointer(), i32, mask_t, vec]),
+            f"llvm.masked.load.v{n}{suffix}.p0")
+        store = cgutils.get_or_insert_function(
+            builder.module, ir.FunctionType(ir.VoidType(), [vec, vec.as_pointer(), i32, mask_t]),
+            f"llvm.masked.store.v{n}{suffix}.p0")
+        zero, none = ir.Constant(vec, [0.0] * n), ir.Constant(mask_t, [0] * n)
+        col_lanes, row_lanes = lane_mask(builder, cols_, n), lane_mask(builder, rows_, n)
+        block = []
+        for r in range(n):  # rows past `rows` load nothing: zeros
+            mask = builder.select(builder.icmp_signed("<", ir.Constant(i64, r), rows_), col_lanes, none)
+            at = builder.gep(src_ptr, [builder.add(s0_, builder.mul(ir.Constant(i64, r), ss_))])
+            block.append(builder.call(load, [builder.bitcast(at, vec.as_pointer()), align, mask, zero]))
+        low = ir.Constant(ir.VectorType(i32, n), [j for k in range(n // 2) for j in (k, n + k)])
+        high = ir.Constant(ir.VectorType(i32, n), [j for k in range(n // 2, n) for j in (k, n + k)])
+        for _ in range(4):
+            block = [builder.shuffle_vector(block[i // 2], block[i // 2 + n // 2], high if i % 2 else low)
+                     for i in range(n)]
+        for c in range(n):  # columns past `cols` store nothing
+            mask = builder.select(builder.icmp_signed("<", ir.Constant(i64, c), cols_), row_lanes, none)
+            at = builder.gep(dst_ptr, [builder.add(d0_, builder.mul(ir.Constant(i64, c), ds_))])
+            builder.call(store, [block[c], builder.bitcast(at, vec.as_pointer()), align, mask])
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
 def _vector_types(context, dtype):
     """(width, vector type, mask type, element alignment, intrinsic suffix) for float32 or float64 runs:
     the loads and stores of a run start at any element, not at a vector's alignment."""

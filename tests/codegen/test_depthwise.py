@@ -10,7 +10,9 @@ residual, row by row), row blocks, float64; and the same geometries on the small
 convs whose output rows are as long as the input's phase rows read their taps under masks
 (_plane_taps): straight from the input at stride 1 when the output is the input's size, from phase
 planes of the output's pitch otherwise (strides 2, 3, 1x2, 2x1, wider padding, a multiplier); the
-others (and float64) vectorise channels in blocks of CB, with a partial last block."""
+others (and float64) vectorise channels in blocks of CB, with a partial last block; so do, before any
+other path, strided convs on output planes up to 8 x 8 and others up to 4 x 4 (their input rows
+transposed 16 channels at a time)."""
 
 from __future__ import annotations
 
@@ -80,7 +82,16 @@ GEOMETRIES = {
     "flat_asymmetric_same_size": ((1, 5, 9, 10), 1, (3, 3), (1, 1), (0, 0, 2, 2), (1, 1)),
     "flat_16x16_vectors_exactly": ((1, 3, 16, 16), 1, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1)),
     "flat_s1_output_wider_than_input": ((1, 3, 5, 6), 1, (3, 3), (1, 1), (2, 2, 2, 2), (1, 1)),  # copied, pitch 8
-    "flat_s2_multiplier_2": ((2, 4, 10, 10), 2, (3, 3), (2, 2), (1, 1, 1, 1), (1, 1)),  # one split per input plane
+    "flat_s3_multiplier_2": ((2, 4, 30, 30), 2, (5, 5), (3, 3), (2, 2, 2, 2), (1, 1)),  # one split per input plane
+    "flat_s1x2_5x5": ((1, 4, 10, 20), 1, (5, 5), (1, 2), (2, 2, 2, 2), (1, 1)),
+    # strided output planes up to STRIDED_BLOCK_PIXELS, others up to BLOCK_FIRST_PIXELS: channel blocks
+    # first, each input row of 16 channels transposed (inputs wider than 16 columns in chunks)
+    "blocks_3x3_s2_7x7_and_a_tail": ((2, 40, 14, 14), 1, (3, 3), (2, 2), (1, 1, 1, 1), (1, 1)),
+    "blocks_5x5_s2_4x4": ((3, 33, 8, 8), 1, (5, 5), (2, 2), (2, 2, 2, 2), (1, 1)),
+    "blocks_5x5_s1_4x4": ((2, 20, 4, 4), 1, (5, 5), (1, 1), (2, 2, 2, 2), (1, 1)),
+    "blocks_s3_column_chunks": ((1, 17, 9, 33), 1, (3, 3), (3, 3), (1, 1, 1, 1), (1, 1)),
+    "blocks_s2_multiplier_2": ((2, 4, 10, 10), 2, (3, 3), (2, 2), (1, 1, 1, 1), (1, 1)),
+    "blocks_s2_16_channels_no_padding": ((1, 16, 13, 13), 1, (3, 3), (2, 2), (0, 0, 0, 0), (1, 1)),
     "rows_7x7_s2_odd": ((1, 3, 23, 21), 1, (7, 7), (2, 2), (3, 3, 3, 3), (1, 1)),
     "rows_5x5_s2_copied_odd_width": ((2, 2, 37, 65), 1, (5, 5), (2, 2), (2, 2, 2, 2), (1, 1)),
     "rows_3x3_s1_blocks_7_4_2": ((1, 3, 13, 40), 1, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1)),
@@ -131,7 +142,7 @@ EPILOGUES = {  # activation, post-activation, residual, bias
 
 @pytest.mark.parametrize("row_blocks", [False, True], ids=["small_planes", "row_blocks"])
 @pytest.mark.parametrize("geometry", ["3x3_s1", "3x3_s2", "5x5_s1", "channel_blocks_and_a_tail",
-                                      "channel_blocks_valid"])
+                                      "channel_blocks_valid", "blocks_3x3_s2_7x7_and_a_tail"])
 @pytest.mark.parametrize("epilogue", EPILOGUES.values(), ids=EPILOGUES.keys())
 def test_depthwise_epilogue(geometry, epilogue, row_blocks):
     act, post, residual, bias = epilogue
@@ -141,7 +152,8 @@ def test_depthwise_epilogue(geometry, epilogue, row_blocks):
 
 
 @pytest.mark.parametrize("row_blocks", [False, True], ids=["small_planes", "row_blocks"])
-@pytest.mark.parametrize("geometry", ["3x3_s1", "3x3_s2_odd", "3x3_s3", "5x3_everything", "channel_blocks_and_a_tail"])
+@pytest.mark.parametrize("geometry", ["3x3_s1", "3x3_s2_odd", "3x3_s3", "5x3_everything", "channel_blocks_and_a_tail",
+                                      "blocks_s3_column_chunks"])
 def test_depthwise_float64(geometry, row_blocks):
     shape = _row_blocks(GEOMETRIES[geometry]) if row_blocks else GEOMETRIES[geometry]
     got, expected = run_depthwise(*shape, dtype=np.float64, residual=True)

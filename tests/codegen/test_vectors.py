@@ -10,7 +10,15 @@ import numba
 import numpy as np
 import pytest
 
-from codegen.kernels.vectors import RUN_MAX_VECTORS, clamp_run, copy_run, run_max, split_pairs, vector_floats
+from codegen.kernels.vectors import (
+    RUN_MAX_VECTORS,
+    clamp_run,
+    copy_run,
+    run_max,
+    split_pairs,
+    transpose16,
+    vector_floats,
+)
 
 
 @numba.njit
@@ -101,3 +109,24 @@ def test_run_max_of_every_length(dtype):
             src[s + n // 2] = np.nan  # a NaN anywhere makes the maximum NaN (torch's max)
             assert np.isnan(_max(src, s, n)), (n, s)
     assert _max(np.full(5, -np.inf, dtype), 0, 5) == -np.inf
+
+
+@numba.njit(cache=True)
+def _transpose16(src, s0, s_stride, rows, cols, dst, d0, d_stride):
+    transpose16(src, s0, s_stride, rows, cols, dst, d0, d_stride)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("rows, cols", [(16, 16), (5, 16), (16, 7), (3, 9), (1, 1), (0, 4), (4, 0)])
+def test_transpose16_writes_the_block_transposed_and_nothing_else(dtype, rows, cols):
+    """dst[d0 + c * d_stride + r] = src[s0 + r * s_stride + c] for r < rows, c < cols: every other
+    element of dst keeps its value (the masked stores write only the block), and rows past `rows` of
+    src may lie past its end (the loads of absent rows read nothing)."""
+    src = np.arange(3 + 37 * max(rows - 1, 0) + 16, dtype=dtype)  # ends right after the last row read
+    dst = np.full(11 + 21 * 16 + 16, -1, dtype)
+    _transpose16(src, 3, 37, rows, cols, dst, 11, 21)
+    expected = np.full_like(dst, -1)
+    for r in range(rows):
+        for c in range(cols):
+            expected[11 + c * 21 + r] = src[3 + r * 37 + c]
+    np.testing.assert_array_equal(dst, expected)
