@@ -74,7 +74,12 @@ FMA = {**SEQ, "fastmath": {"contract"}}
 SCRATCH_FLOATS = 6144  # phase planes plus sums of one block: 24 KiB in float32, within L1
 MIN_ROWS = 4  # output rows per block, at least, when cutting rows only to share out the work
 VEC = 16  # the flat loop runs a whole number of float32 vectors (AVX-512: 16, AVX2: 2 x 8): no scalar tail
-PIXEL_GROUP = 4  # output pixels of the small-plane path summed at once, in independent registers
+# output pixels of the small-plane path summed at once, in independent registers: 8, each tap 8 FMAs,
+# as many as the FMA latency lets start, or 4 on rows of 4 or fewer (AVX-512 EPYC, batch 8, groups of
+# 4 -> 8: 576 channels 3x3 stride 2 to 7 x 7 112 -> 104 us, 240 channels 5x5 69 -> 62; to 4 x 4, 96
+# channels 5x5, 12.5 -> 14.5, hence the short rows' groups)
+PIXEL_GROUP = 8
+SHORT_ROW_GROUP = 4
 CB = 16  # channels per task of the small-plane path: one AVX-512 vector of float32, two AVX2 ones
 CHANNEL_BLOCK_PIXELS = 256  # output planes up to 16 x 16 take it for kernels over 3x3 (at 28 x 28 the row blocks win)
 CHANNEL_BLOCK_PIXELS_3X3 = 64  # and up to 8 x 8 for 3x3: at 14 x 14 the row blocks are 10-30% faster (AVX-512 EPYC)
@@ -240,20 +245,22 @@ def _depthwise_share(th, threads, xf, wf, of, rf, bias, dims, window, split, cla
 
 
 @intrinsic
-def _pixel_taps(typingctx, p, base, step, wt, bv, offsets, out, at):
-    """For k < PIXEL_GROUP: out[at + k * CB:][:CB] = bv[:CB] + sum over taps t of wt[t * CB:][:CB] *
-    p[base + k * step + offsets[t]:][:CB]: PIXEL_GROUP output pixels of CB channels, step apart in p,
+def _pixel_taps(typingctx, p, base, step, wt, bv, offsets, out, at, group):
+    """For k < group (a constant): out[at + k * CB:][:CB] = bv[:CB] + sum over taps t of wt[t * CB:][:CB]
+    * p[base + k * step + offsets[t]:][:CB]: `group` output pixels of CB channels, step apart in p,
     their sums in vector registers (CB lanes: LLVM splits them to the machine's width), independent of
     each other: one pixel's chain of multiply-adds waits on each one's latency (576 channels 3x3 stride 2
-    on 7 x 7 at batch 8: 180 -> 105 us, AVX-512 EPYC). Written in LLVM IR because numba's loops over
-    CB lanes would keep the sum in memory, behind a run-time check that it overlaps neither input."""
+    on 7 x 7 at batch 8: 180 -> 105 us in groups of 4, AVX-512 EPYC). Written in LLVM IR because numba's
+    loops over CB lanes would keep the sum in memory, behind a run-time check that it overlaps neither
+    input."""
     if not (all(isinstance(a, types.Array) and a.ndim == 1 and a.layout == "C" for a in (p, wt, bv, offsets, out))
             and p.dtype == wt.dtype == bv.dtype == out.dtype and p.dtype in (types.float32, types.float64)
-            and offsets.dtype == types.int64):
+            and offsets.dtype == types.int64 and isinstance(group, types.IntegerLiteral)):
         return None
+    pixels = group.literal_value
 
     def codegen(context, builder, signature, args):
-        p_, base_, step_, wt_, bv_, offsets_, out_, at_ = args
+        p_, base_, step_, wt_, bv_, offsets_, out_, at_ = args[:8]
         i64 = ir.IntType(64)
         base_, step_, at_ = (context.cast(builder, args[k], signature.args[k], types.int64) for k in (1, 2, 7))
         scalar = context.get_value_type(signature.args[0].dtype)
@@ -273,16 +280,16 @@ def _pixel_taps(typingctx, p, base, step, wt, bv, offsets, out, at):
             offset = builder.add(base_, builder.load(builder.gep(off_ptr, [t])))
             w = vector_at(wt_ptr, builder.mul(t, ir.Constant(i64, CB)))
             return [(w, vector_at(p_ptr, builder.add(offset, builder.mul(step_, ir.Constant(i64, k)))))
-                    for k in range(PIXEL_GROUP)]
+                    for k in range(pixels)]
 
         bias = vector_at(bv_ptr, ir.Constant(i64, 0))
-        for k, total in enumerate(fma_sums(builder, taps, vec, fma, tap, PIXEL_GROUP)):
+        for k, total in enumerate(fma_sums(builder, taps, vec, fma, tap, pixels)):
             at = builder.add(at_, ir.Constant(i64, k * CB))
             builder.store(builder.fadd(total, bias), builder.bitcast(builder.gep(out_ptr, [at]), vec.as_pointer()),
                           align=itemsize)
         return context.get_dummy_value()
 
-    return types.void(p, base, step, wt, bv, offsets, out, at), codegen
+    return types.void(p, base, step, wt, bv, offsets, out, at, group), codegen
 
 
 @numba.njit(**FMA)
@@ -333,8 +340,14 @@ def _channel_blocks(th, threads, xf, wf, of, rf, bias, dims, window, planes, act
                     for x in range(x1):
                         p[u(d + x * CB)] = xf[u(x0 + y * w + x)]
         for oy in range(oh):  # (a row's last group writes over the next row's first pixels, computed after)
-            for ox in range(0, ow, PIXEL_GROUP):
-                _pixel_taps(p, (oy * sh * wp + ox * sw) * CB, sw * CB, wt, bv, offsets, sums, (oy * ow + ox) * CB)
+            if ow > SHORT_ROW_GROUP:
+                for ox in range(0, ow, PIXEL_GROUP):
+                    _pixel_taps(p, (oy * sh * wp + ox * sw) * CB, sw * CB, wt, bv, offsets, sums, (oy * ow + ox) * CB,
+                                PIXEL_GROUP)
+            else:
+                for ox in range(0, ow, SHORT_ROW_GROUP):
+                    _pixel_taps(p, (oy * sh * wp + ox * sw) * CB, sw * CB, wt, bv, offsets, sums, (oy * ow + ox) * CB,
+                                SHORT_ROW_GROUP)
         d0 = (n * o_n + o0) * pixels
         for q0 in range(0, pixels, CB):
             transpose16(sums, q0 * CB, CB, min(CB, pixels - q0), cb, of, d0 + q0, pixels)
