@@ -24,10 +24,15 @@ def model(request):
 
 
 def _run_time(model, x) -> tuple[np.ndarray, float]:
+    """The output of a run, and the fastest of three runs' seconds: one run slowed by the other test
+    worker's compile made a deadline of a quarter of it longer than a whole run, which then finished."""
     expected = model(x)
-    start = time.perf_counter()
-    model(x)
-    return expected, time.perf_counter() - start
+    seconds = []
+    for _ in range(3):
+        start = time.perf_counter()
+        model(x)
+        seconds.append(time.perf_counter() - start)
+    return expected, min(seconds)
 
 
 def _stopped_mid_run(model, error: RunCancelledError) -> None:
