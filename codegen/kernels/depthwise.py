@@ -318,15 +318,18 @@ def _channel_blocks(th, threads, xf, wf, of, rf, bias, dims, window, planes, act
     sums = np.empty((pixels + PIXEL_GROUP) * CB, xf.dtype)  # pixel-major, as _pixel_taps writes them
     y1, x1 = min(h, hp - pt), min(w, wp - pl)  # input rows and columns that some window reads
     tasks = n_n * n_cb
+    loaded = -1  # the block whose weights and biases wt and bv hold
     for t in range(tasks * th // threads, tasks * (th + 1) // threads):
-        n, o0 = t // n_cb, t % n_cb * CB
+        n, o0 = t % n_n, t // n_n * CB  # a block's images one after another: its weights laid out once
         cb = min(CB, o_n - o0)
         # (in a last partial block, the lanes of the channels past o_n keep the last block's values: their
         # sums are never stored)
-        for c in range(cb):
-            for k in range(kh * kw):
-                wt[u(k * CB + c)] = wf[u((o0 + c) * kh * kw + k)]
-            bv[c] = 0 if bias is None else bias[o0 + c]
+        if o0 != loaded:
+            for c in range(cb):
+                for k in range(kh * kw):
+                    wt[u(k * CB + c)] = wf[u((o0 + c) * kh * kw + k)]
+                bv[c] = 0 if bias is None else bias[o0 + c]
+            loaded = o0
         if mult == 1:  # the channels' rows h * w apart: a block of CB channels by up to CB columns a transpose
             x0 = (n * c_n + o0) * h * w
             for y in range(y1):

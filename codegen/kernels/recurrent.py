@@ -72,8 +72,8 @@ def _small_times(a, packed, out):
     """out (M, O) = a (M, K) @ w.T, packed: w's float32 panels (pack_directions), for a product too small
     for threads: one microkernel call per MR rows and panel width of features, straight into out where a
     whole block fits (a last partial group of rows overlapping the group before it), else through a block
-    of scratch. linear_packed's tiles, blocks and epilogue cost
-    ~0.7 us a call, a step of a small layer 8 x 24 -> 96."""
+    of scratch. linear_packed's tiles, blocks and epilogue cost ~0.7 us a call, a step of a small layer
+    8 x 24 -> 96."""
     m_n, k = a.shape
     o_n = out.shape[1]
     nr = panel_width()
