@@ -135,9 +135,16 @@ def uses_channel_vectors(node: Node, vector_floats: int) -> bool:
 # A strided conv on a batch takes it whatever its rows fill: each task gathers one image's phase planes
 # (at batch 1 every task gathers the whole image), and conv2d_packed's tiles each gather theirs with
 # halo rows: 64 -> 128 channels 3x3 stride 2 from 56 x 56 at batch 8 2.25 -> 2.04 ms (batch 1: 0.27 ->
-# 0.29), 128 -> 128 4.86 -> 4.12 (batch 2: 1.15 -> 0.99), 128 -> 256 from 80 x 80 17.6 -> 16.1; on AVX2
-# codegen 4.22 -> 3.85, 2.18 -> 2.03, 34.0 -> 32.3. In the model, ResNet-50 at batch 8's 128 -> 128 stride 2:
-# 5.2-6.0 -> 4.3-4.5 ms (profile steps, alternating processes)
+# 0.29), 128 -> 128 4.86 -> 4.12 (batch 2: 1.15 -> 0.99), 128 -> 256 from 80 x 80 17.6 -> 16.1; AVX2
+# code on the same Zen 5 4.22 -> 3.85, 2.18 -> 2.03, 34.0 -> 32.3. In the model, ResNet-50 at batch 8's
+# 128 -> 128 stride 2: 5.2-6.0 -> 4.3-4.5 ms (profile steps, alternating processes)
+# On AVX2 (16 channels a call: 2 FMAs per gathered broadcast, against 4 on AVX-512) a strided conv runs
+# faster on conv2d_packed at every batch measured, whose tiles gather their part of the input only:
+# 256 -> 512 channels 3x3 stride 2 from 20 x 20 at batch 1 2.99 -> 2.75 ms, 128 -> 256 from 40 x 40
+# 2.69 -> 2.35, 64 -> 128 from 56 x 56 at batch 8 10.7 -> 10.0, 256 -> 512 from 20 x 20 at batch 8
+# 20.0 -> 17.7 (Zen 3 EPYC: 32 KiB L1d, 512 KiB L2; 2 threads, in-process A/B, medians). A strided conv
+# takes conv2d_by_channels only where vectors hold this many floats at least.
+CHANNEL_TAPS_STRIDED_MIN_FLOATS = 16
 CHANNEL_TAPS_MIN_STEPS = 256
 CHANNEL_TAPS_MIN_FILL = 0.75
 CHANNEL_TAPS_MAX_ROW_FILL = 0.96
@@ -161,6 +168,8 @@ def uses_channel_taps(node: Node, vector_floats: int) -> bool:
     wq = plane_pitch.py_func(ow, wd, kw, sw, dw, pl)
     plane_bytes = 4 * c * sh * sw * (oh + (kh - 1) * dh // sh) * wq
     strided_batch = (sh, sw) != (1, 1) and y.shape[0] > 1
+    if (sh, sw) != (1, 1) and vector_floats < CHANNEL_TAPS_STRIDED_MIN_FLOATS:
+        return False
     return (c * kh * kw >= CHANNEL_TAPS_MIN_STEPS and o >= CHANNEL_TAPS_MIN_FILL * -(-o // half) * half
             and (ow < CHANNEL_TAPS_MAX_ROW_FILL * wq or strided_batch) and plane_bytes <= CHANNEL_TAPS_MAX_PLANE_BYTES)
 

@@ -33,12 +33,12 @@ from codegen.kernels.microkernel import (
     micro_gemm_taps,
     micro_gemm_taps_half,
     panel_width,
+    taps_vectors,
     taps_width,
 )
 from codegen.kernels.planes import gather_planes, plane_pitch, tap_table
 from codegen.kernels.tasks import run_tasks
 
-CHANNEL_PANEL = 64  # pack_channel_panels' output channels per panel: taps_width() on AVX-512, 4 of it on AVX2
 # floats between the rows of a block of sums past its channels (one cache line): _channels_out reads
 # down a column, and rows a multiple of 2 KiB apart would all fall into two sets of the L1 cache
 ACC_PAD = 16
@@ -46,16 +46,25 @@ IMAGE_BLOCK_BYTES = 1 << 19  # a task's images' phase planes, at most (or one im
 MIN_GROUPS = 4  # pixel groups (of MR) per task, at least, when an image's pixels are split between tasks
 
 
-def pack_channel_panels(weight: np.ndarray) -> np.ndarray:
-    """A conv weight (O, C, KH, KW) as conv2d_by_channels takes it: panels of CHANNEL_PANEL output
-    channels, each (K, CHANNEL_PANEL) contiguous with K = C * KH * KW in (c, kh, kw) order
-    (wt[P, r, i] = weight[P * CHANNEL_PANEL + i, r]), the last panel padded with zero channels."""
+def pack_channel_panels(weight: np.ndarray, panel: int | None = None) -> np.ndarray:
+    """A conv weight (O, C, KH, KW) as conv2d_by_channels takes it: panels of `panel` output channels
+    (default: the taps_width() of the CPU numba compiles for, 64 on AVX-512, 16 on AVX2), each
+    (K, panel) contiguous with K = C * KH * KW in (c, kh, kw) order (wt[P, r, i] = weight[P * panel
+    + i, r]), the last panel padded with zero channels. A microkernel call then reads its weights as
+    one contiguous stream. AVX2's 16-channel calls on 64-channel panels read a quarter of each 256-byte
+    row. On 16-channel panels, the same kernel: a 512 -> 512 3x3 conv on 7 x 7 at batch 1 3.70 -> 2.27
+    ms (conv2d_packed 2.5-2.7), 256 -> 256 on 10 x 10 1.61 -> 1.09, DenseNet's 128 -> 32 on 7 x 7 at
+    batch 8 0.34 -> 0.30 (Zen 3 EPYC, AVX2, 2 threads, in-process A/B, medians)."""
+    if panel is None:
+        from codegen.kernels.vectors import target_vector_floats
+
+        panel = taps_vectors(target_vector_floats()) * target_vector_floats()
     o_n = weight.shape[0]
     k = int(np.prod(weight.shape[1:]))
-    panels = -(-o_n // CHANNEL_PANEL)
-    padded = np.zeros((panels * CHANNEL_PANEL, k), np.float32)
+    panels = -(-o_n // panel)
+    padded = np.zeros((panels * panel, k), np.float32)
     padded[:o_n] = weight.reshape(o_n, k)
-    return np.ascontiguousarray(padded.reshape(panels, CHANNEL_PANEL, k).transpose(0, 2, 1))
+    return np.ascontiguousarray(padded.reshape(panels, panel, k).transpose(0, 2, 1))
 
 
 @numba.njit(**SEQ)
@@ -106,6 +115,8 @@ def conv2d_by_channels(x, wt, bias, residual, out, kernel, stride, padding, dila
     o_n, oh, ow = out.shape[1], out.shape[2], out.shape[3]
     k, p_n = c_n * kh * kw, oh * ow
     tw = taps_width()
+    if wt.shape[2] % tw != 0:
+        raise ValueError("conv2d_by_channels: weight panels narrower than the microkernel's channels")
     wq = plane_pitch(ow, w, kw, sw, dw, pl)
     hq = oh + (kh - 1) * dh // sh
     size = sh * sw * hq * wq  # one channel's planes
@@ -133,7 +144,8 @@ def conv2d_by_channels(x, wt, bias, residual, out, kernel, stride, padding, dila
     scratch = np.empty(min(num_threads(), n_b * n_c * n_g) * (planes + accs), np.float32)
     run_tasks(_taps_task, n_b * n_c * n_g,
               (x.reshape(-1), wt.reshape(-1), bias, residual_run(residual, out), out.reshape(-1),
-               (n_n, c_n, h, w, o_n, p_n, k), (sh, sw, pt, pl, hq, wq), taps, pix, (nb, n_c, cpt, n_g, gpt, ldc, kc),
+               (n_n, c_n, h, w, o_n, p_n, k, wt.shape[2]), (sh, sw, pt, pl, hq, wq), taps, pix,
+               (nb, n_c, cpt, n_g, gpt, ldc, kc),
                (act, post), (alpha, beta, post_alpha, post_beta), scratch, (planes, accs)))
 
 
@@ -142,7 +154,7 @@ def _taps_task(t, xf, wf, bias, rf, of, dims, window, taps, pix, split, acts, pa
     """Task t of conv2d_by_channels: its images' phase planes into this thread's scratch, then each of
     its block's channel panels through the whole reduction (in chunks whose weights stay in L1 across
     the pixel groups) into a block of sums, and out (_channels_out) image by image."""
-    n_n, c_n, h, w, o_n, p_n, k = dims
+    n_n, c_n, h, w, o_n, p_n, k, cp = dims  # cp: the weight's channels per panel
     sh, sw, pt, pl, hq, wq = window
     nb, n_c, cpt, n_g, gpt, ldc, chunk = split
     planes, accs = sizes
@@ -170,13 +182,13 @@ def _taps_task(t, xf, wf, bias, rf, of, dims, window, taps, pix, split, acts, pa
         whole = c1 - c0 > half
         for kb in range(0, k, chunk):
             kc = min(chunk, k - kb)
-            b0 = (c0 // CHANNEL_PANEL * k + kb) * CHANNEL_PANEL + c0 % CHANNEL_PANEL
+            b0 = (c0 // cp * k + kb) * cp + c0 % cp
             for g in range(g0, g1):
                 r = (g - g0) * MR * ldc
                 if whole:
-                    micro_gemm_taps(kc, src, 0, pix, g * MR, taps, kb, wf, b0, CHANNEL_PANEL, acc, r, ldc, kb > 0)
+                    micro_gemm_taps(kc, src, 0, pix, g * MR, taps, kb, wf, b0, cp, acc, r, ldc, kb > 0)
                 else:
-                    micro_gemm_taps_half(kc, src, 0, pix, g * MR, taps, kb, wf, b0, CHANNEL_PANEL, acc, r, ldc,
+                    micro_gemm_taps_half(kc, src, 0, pix, g * MR, taps, kb, wf, b0, cp, acc, r, ldc,
                                          kb > 0)
         v = v0
         while v < min(v1, g1 * MR):  # each image's part of the task's pixels

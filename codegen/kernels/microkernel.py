@@ -352,7 +352,7 @@ def micro_gemm_a_rows_half(typingctx, kc, a, a0, lda, lds, b, b0, ldb, c, c0, ld
     return types.void(kc, a, a0, lda, lds, b, b0, ldb, c, c0, ldc, accumulate), _micro_gemm_codegen(1, a_rows=True)
 
 
-def _taps_vectors(width: int) -> int:
+def taps_vectors(width: int) -> int:
     """Vectors per accumulator row of micro_gemm_taps: 4 with AVX-512's 32 registers (6 x 4
     accumulators, as micro_gemm2), 2 with AVX2's 16."""
     return 4 if width == 16 else 2
@@ -364,7 +364,7 @@ def taps_width(typingctx):
     64 on AVX-512, 16 on AVX2 (micro_gemm_taps_half: half as many)."""
     def codegen(context, builder, signature, args):
         width = vector_width(context)
-        return ir.Constant(ir.IntType(64), _taps_vectors(width) * width)
+        return ir.Constant(ir.IntType(64), taps_vectors(width) * width)
 
     return types.int64(), codegen
 
@@ -384,7 +384,7 @@ def micro_gemm_taps(typingctx, kc, a, a0, pix, q0, rows, r0, b, b0, ldb, c, c0, 
     if not (_is_f32(a, b, c) and _is_i64(pix, rows)):
         return None
     return (types.void(kc, a, a0, pix, q0, rows, r0, b, b0, ldb, c, c0, ldc, accumulate),
-            _micro_gemm_codegen(_taps_vectors, a_taps=True))
+            _micro_gemm_codegen(taps_vectors, a_taps=True))
 
 
 @intrinsic
@@ -393,7 +393,7 @@ def micro_gemm_taps_half(typingctx, kc, a, a0, pix, q0, rows, r0, b, b0, ldb, c,
     if not (_is_f32(a, b, c) and _is_i64(pix, rows)):
         return None
     return (types.void(kc, a, a0, pix, q0, rows, r0, b, b0, ldb, c, c0, ldc, accumulate),
-            _micro_gemm_codegen(lambda width: _taps_vectors(width) // 2, a_taps=True))
+            _micro_gemm_codegen(lambda width: taps_vectors(width) // 2, a_taps=True))
 
 
 @numba.njit(**SEQ)

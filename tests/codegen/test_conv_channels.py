@@ -22,6 +22,7 @@ def any_channel_taps(monkeypatch):
     monkeypatch.setattr(emit_conv, "CHANNEL_TAPS_MIN_FILL", 0.0)
     monkeypatch.setattr(emit_conv, "CHANNEL_TAPS_MAX_ROW_FILL", float("inf"))
     monkeypatch.setattr(emit_conv, "CHANNEL_TAPS_MAX_PLANE_BYTES", 1 << 62)
+    monkeypatch.setattr(emit_conv, "CHANNEL_TAPS_STRIDED_MIN_FLOATS", 0)
 
 
 def _output_shape(shape, o, kernel, stride, padding, dilation=(1, 1)):
@@ -96,6 +97,39 @@ def test_conv2d_by_channels_with_a_residual_matches_float64(n, o, act, post, ove
     np.testing.assert_allclose(out, np.maximum(ref, 0) if post == "relu" else ref, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("panel", [None, 64])
+def test_conv2d_by_channels_reads_panels_of_any_whole_number_of_calls(panel):
+    """The weight packed for this CPU's calls (the default: 16 channels on AVX2, 64 on AVX-512) or in
+    panels of 64 (4 calls a panel on AVX2): the same convolution, 40 channels in a partial last panel."""
+    import torch
+
+    import codegen.runtime  # noqa: F401 - numba's target before the kernels compile
+    from codegen.kernels.conv import conv2d_by_channels
+    from codegen.kernels.conv_channels import pack_channel_panels
+    from codegen.kernels.epilogue import ACTIVATION_CODES
+
+    x, weight = rand(1, 24, 10, 9), rand(40, 24, 3, 3, scale=(9 * 24) ** -0.5)
+    out = np.full((1, 40, 10, 9), np.nan, np.float32)
+    none = ACTIVATION_CODES["none"]
+    conv2d_by_channels(x, pack_channel_panels(weight, panel), None, None, out, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1),
+                       none, 0.0, 0.0, none, 0.0, 0.0)
+    ref = torch.nn.functional.conv2d(torch.from_numpy(x).double(), torch.from_numpy(weight).double(), padding=1)
+    np.testing.assert_allclose(out, ref.numpy(), rtol=1e-5, atol=1e-5)
+
+
+def test_conv2d_by_channels_refuses_panels_narrower_than_a_call():
+    import codegen.runtime  # noqa: F401 - numba's target before the kernels compile
+    from codegen.kernels.conv import conv2d_by_channels
+    from codegen.kernels.conv_channels import pack_channel_panels
+    from codegen.kernels.epilogue import ACTIVATION_CODES
+
+    x, weight = rand(1, 24, 10, 9), rand(40, 24, 3, 3)
+    none = ACTIVATION_CODES["none"]
+    with pytest.raises(ValueError, match="narrower"):
+        conv2d_by_channels(x, pack_channel_panels(weight, 8), None, None, np.empty((1, 40, 10, 9), np.float32),
+                           (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), none, 0.0, 0.0, none, 0.0, 0.0)
+
+
 def _conv_node(shape, o, kernel, stride=(1, 1), padding=(1, 1, 1, 1), groups=1, act="relu", post="none",
                residual=False):
     attrs = {**conv_attrs(kernel, stride, padding, (1, 1), groups), **epilogue_attrs(act, post)}
@@ -117,7 +151,9 @@ def _conv_node(shape, o, kernel, stride=(1, 1), padding=(1, 1, 1, 1), groups=1, 
     ((1, 64, 56, 56), 64, (3, 3), (1, 1), 1, 16, False),  # 56 of 58 columns a row: conv2d_packed
     ((1, 64, 56, 56), 128, (3, 3), (2, 2), 1, 16, False),  # 28 of 29
     ((2, 64, 56, 56), 128, (3, 3), (2, 2), 1, 16, True),  # strided, on a batch: whatever the rows fill
-    ((8, 128, 80, 80), 256, (3, 3), (2, 2), 1, 8, True),  # 40 of 41, 3.4 MB of planes an image
+    ((8, 128, 80, 80), 256, (3, 3), (2, 2), 1, 16, True),  # 40 of 41, 3.4 MB of planes an image
+    ((8, 128, 80, 80), 256, (3, 3), (2, 2), 1, 8, False),  # AVX2: strided convs on conv2d_packed
+    ((1, 256, 40, 40), 512, (3, 3), (2, 2), 1, 8, False),
     ((8, 64, 56, 56), 64, (3, 3), (1, 1), 1, 16, False),  # a batch at stride 1: 56 of 58 still
     ((8, 64, 160, 160), 128, (3, 3), (2, 2), 1, 16, False),  # strided batch, 6.7 MB of planes an image
     ((1, 16, 32, 32), 32, (3, 3), (1, 1), 1, 16, False),  # 144 reduction steps: too short
