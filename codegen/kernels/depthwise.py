@@ -40,9 +40,10 @@ takes CB channels at once, lays their padded planes out channel-minor (each inpu
 channels one vector transpose, vectors.transpose16), and sums the taps of PIXEL_GROUP output pixels
 at once across the CB channels in vector registers (`_pixel_taps`, LLVM IR): 2-3x faster on
 EfficientNet-B0's 7 x 7 and 14 x 14 layers (AMD EPYC, AVX2). Strided convs on output planes up to
-8 x 8, and others up to 4 x 4, take this path before any other (STRIDED_BLOCK_PIXELS): the phase
-planes' split of every input row cost more than the taps (576 channels 3x3 stride 2 from 14 x 14 at
-batch 8: 196 -> 107 us, AVX-512 EPYC).
+8 x 8, and others up to 4 x 4, take this path before any other where a vector holds 16 floats
+(AVX-512; STRIDED_BLOCK_PIXELS): the phase planes' split of every input row cost more than the taps
+(576 channels 3x3 stride 2 from 14 x 14 at batch 8: 196 -> 107 us, AVX-512 EPYC). With AVX2's 8-float
+vectors the register rows take them first, 1.5-2.5x faster there.
 """
 
 from __future__ import annotations
@@ -91,6 +92,13 @@ CHANNEL_BLOCK_FLOATS = 1 << 14  # and CB padded input planes fit in 64 KiB
 # channels 5x5 on 4 x 4 25 -> 14 us; on 8 x 8, 3x3 14 -> 20 at batch 8 and 7 x 7 3x3 88 -> 121)
 STRIDED_BLOCK_PIXELS = 64
 BLOCK_FIRST_PIXELS = 16
+# Where a vector holds fewer than CB floats (AVX2: each 16-channel vector two registers, each
+# transpose16 shuffle several), these planes take the register rows first and the
+# channel blocks only where the rows have no code: the blocks ran 1.5-2.5x slower than the rows on
+# every shape both take (Zen 3 EPYC, 2 threads, in-process, medians: 72 channels 3x3 stride 2 from
+# 16 x 16 at batch 8 195 -> 78 us, 576 from 14 x 14 954 -> 427, at batch 1 156 -> 72; 240 5x5 stride
+# 2 from 14 x 14 516 -> 372), and 2-3x faster than the flat path where the rows have none (96 5x5
+# stride 2 from 8 x 8 137 against 409, 120 5x5 on 4 x 4 81 against 274)
 PLANE_UNROLL = 4  # vectors of output pixels _plane_taps sums at once, in independent registers
 FLAT_PIXELS = 256  # stride-1 "same" convs up to 16 x 16 read their taps straight from the input (_plane_taps)
 
@@ -172,13 +180,20 @@ def conv_depthwise(x, weight, bias, residual, out, sh, sw, pt, pl, dh, dw,
     # FLAT_PIXELS for stride-1 "same" convs (read in place), otherwise where the channel blocks would run
     small = CHANNEL_BLOCK_PIXELS if kh * kw > 9 else CHANNEL_BLOCK_PIXELS_3X3
     channel_blocks = hp * wp * CB <= CHANNEL_BLOCK_FLOATS
-    if channel_blocks and oh * ow <= (STRIDED_BLOCK_PIXELS if sh * sw > 1 else BLOCK_FIRST_PIXELS):
+    # the small planes that take the channel blocks first: before the register rows where a vector holds
+    # CB floats (AVX-512), after them where it holds fewer (STRIDED_BLOCK_PIXELS)
+    block_first = channel_blocks and oh * ow <= (STRIDED_BLOCK_PIXELS if sh * sw > 1 else BLOCK_FIRST_PIXELS)
+    if block_first and vector_floats() >= CB:
         _run_channel_blocks(n_n, xf, wf, of, rf, bias, (n_n, c_n, h, w, o_n, oh, ow, mult, kh, kw),
                             (sh, sw, pt, pl, dh, dw), (hp, wp), (act, post), (alpha, beta, post_alpha, post_beta))
         return
     if depthwise_rows(x, xf, wf, of, rf, bias, (n_n, c_n, h, w, o_n, oh, ow, mult, kh, kw), (sh, sw, pt, pl, dh, dw),
                       clamp, vmin if clamp else -np.inf, vmax if clamp else np.inf, (act, post),
                       (alpha, beta, post_alpha, post_beta)):
+        return
+    if block_first:
+        _run_channel_blocks(n_n, xf, wf, of, rf, bias, (n_n, c_n, h, w, o_n, oh, ow, mult, kh, kw),
+                            (sh, sw, pt, pl, dh, dw), (hp, wp), (act, post), (alpha, beta, post_alpha, post_beta))
         return
     same = sh == 1 and sw == 1 and oh == h and ow == w
     if oh * ow <= (FLAT_PIXELS if same else small) and ow * sw >= w and _flat_path(

@@ -12,7 +12,8 @@ convs whose output rows are as long as the input's phase rows read their taps un
 planes of the output's pitch otherwise (strides 2, 3, 1x2, 2x1, wider padding, a multiplier); the
 others (and float64) vectorise channels in blocks of CB, with a partial last block; so do, before any
 other path, strided convs on output planes up to 8 x 8 and others up to 4 x 4 (their input rows
-transposed 16 channels at a time)."""
+transposed 16 channels at a time; where vectors hold fewer than 16 floats, only those the register
+rows have no code for). The channel blocks also run directly on their geometries, on any ISA."""
 
 from __future__ import annotations
 
@@ -123,6 +124,37 @@ def _row_blocks(geometry):
 def test_depthwise_geometry(geometry):
     got, expected = run_depthwise(*geometry)
     np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
+
+
+BLOCK_GEOMETRIES = {name: g for name, g in GEOMETRIES.items() if name.startswith(("blocks_", "channel_blocks_"))}
+
+
+@pytest.mark.parametrize("residual", [False, True])
+@pytest.mark.parametrize("geometry", BLOCK_GEOMETRIES.values(), ids=BLOCK_GEOMETRIES.keys())
+def test_channel_blocks_on_any_isa(geometry, residual):
+    """The channel blocks called directly: where a vector holds fewer than CB floats (AVX2) the register
+    rows take most of these planes first, so conv_depthwise alone would leave the blocks untested there."""
+    from codegen.kernels.depthwise import _run_channel_blocks
+
+    (n, c, h, w), mult, kernel, stride, padding, dilation = geometry
+    x = RNG.normal(size=(n, c, h, w)).astype(np.float32)
+    weight = (RNG.normal(size=(c * mult, 1, *kernel)) / kernel[0]).astype(np.float32)
+    b = RNG.normal(size=c * mult).astype(np.float32)
+    attrs = get_op("fused_conv2d").normalize_attrs(
+        {"stride": stride, "padding": padding, "dilation": dilation, "groups": c, "padding_mode": "zeros",
+         "activation": "hardswish", "post_activation": "none"})
+    types = [TensorType(a.shape, "float32") for a in (x, weight, b)]
+    oh, ow = get_op("fused_conv2d").infer_types(types, attrs)[0].shape[2:]
+    res = RNG.normal(size=(n, c * mult, oh, ow)).astype(np.float32) if residual else None
+    out = np.full((n, c * mult, oh, ow), np.nan, np.float32)
+    (kh, kw), (sh, sw), (dh, dw) = kernel, stride, dilation
+    planes = ((oh - 1) * sh + (kh - 1) * dh + 1, (ow - 1) * sw + (kw - 1) * dw + 1)
+    rf = (res if residual else np.empty(0, np.float32)).reshape(-1)
+    _run_channel_blocks(n, x.reshape(-1), weight.reshape(-1), out.reshape(-1), rf, b,
+                        (n, c, h, w, c * mult, oh, ow, mult, kh, kw), (sh, sw, padding[0], padding[1], dh, dw), planes,
+                        (ACTIVATION_CODES["hardswish"], 0), (0.0, 0.0, 0.0, 0.0))
+    expected = get_op("fused_conv2d").compute(x, weight, b, *([res] if residual else []), **attrs)
+    np.testing.assert_allclose(out, expected, rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("geometry", GEOMETRIES.values(), ids=GEOMETRIES.keys())
