@@ -33,7 +33,7 @@ from codegen.kernels.microkernel import (
     micro_gemm_taps,
     micro_gemm_taps_half,
     panel_width,
-    taps_vectors,
+    taps_channels,
     taps_width,
 )
 from codegen.kernels.planes import gather_planes, plane_pitch, tap_table
@@ -58,7 +58,7 @@ def pack_channel_panels(weight: np.ndarray, panel: int | None = None) -> np.ndar
     if panel is None:
         from codegen.kernels.vectors import target_vector_floats
 
-        panel = taps_vectors(target_vector_floats()) * target_vector_floats()
+        panel = taps_channels(target_vector_floats())
     o_n = weight.shape[0]
     k = int(np.prod(weight.shape[1:]))
     panels = -(-o_n // panel)

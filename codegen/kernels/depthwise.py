@@ -176,6 +176,8 @@ def conv_depthwise(x, weight, bias, residual, out, sh, sw, pt, pl, dh, dw,
     bounds = one_pass_bounds(act, alpha, beta, 0)
     vmin, vmax = typed(bounds[0]), typed(bounds[1])
     hp, wp = (oh - 1) * sh + (kh - 1) * dh + 1, (ow - 1) * sw + (kw - 1) * dw + 1  # the padded input the windows read
+    dims, window = (n_n, c_n, h, w, o_n, oh, ow, mult, kh, kw), (sh, sw, pt, pl, dh, dw)
+    acts, params = (act, post), (alpha, beta, post_alpha, post_beta)
     # small output planes whose rows are as long as a phase plane's: the flat path (_plane_taps), up to
     # FLAT_PIXELS for stride-1 "same" convs (read in place), otherwise where the channel blocks would run
     small = CHANNEL_BLOCK_PIXELS if kh * kw > 9 else CHANNEL_BLOCK_PIXELS_3X3
@@ -184,32 +186,25 @@ def conv_depthwise(x, weight, bias, residual, out, sh, sw, pt, pl, dh, dw,
     # CB floats (AVX-512), after them where it holds fewer (STRIDED_BLOCK_PIXELS)
     block_first = channel_blocks and oh * ow <= (STRIDED_BLOCK_PIXELS if sh * sw > 1 else BLOCK_FIRST_PIXELS)
     if block_first and vector_floats() >= CB:
-        _run_channel_blocks(n_n, xf, wf, of, rf, bias, (n_n, c_n, h, w, o_n, oh, ow, mult, kh, kw),
-                            (sh, sw, pt, pl, dh, dw), (hp, wp), (act, post), (alpha, beta, post_alpha, post_beta))
+        _run_channel_blocks(n_n, xf, wf, of, rf, bias, dims, window, (hp, wp), acts, params)
         return
-    if depthwise_rows(x, xf, wf, of, rf, bias, (n_n, c_n, h, w, o_n, oh, ow, mult, kh, kw), (sh, sw, pt, pl, dh, dw),
-                      clamp, vmin if clamp else -np.inf, vmax if clamp else np.inf, (act, post),
-                      (alpha, beta, post_alpha, post_beta)):
+    if depthwise_rows(x, xf, wf, of, rf, bias, dims, window, clamp, vmin if clamp else -np.inf,
+                      vmax if clamp else np.inf, acts, params):
         return
     if block_first:
-        _run_channel_blocks(n_n, xf, wf, of, rf, bias, (n_n, c_n, h, w, o_n, oh, ow, mult, kh, kw),
-                            (sh, sw, pt, pl, dh, dw), (hp, wp), (act, post), (alpha, beta, post_alpha, post_beta))
+        _run_channel_blocks(n_n, xf, wf, of, rf, bias, dims, window, (hp, wp), acts, params)
         return
     same = sh == 1 and sw == 1 and oh == h and ow == w
     if oh * ow <= (FLAT_PIXELS if same else small) and ow * sw >= w and _flat_path(
-            x, xf, wf, of, rf, bias, (n_n, c_n, h, w, o_n, oh, ow, mult, kh, kw), (sh, sw, pt, pl, dh, dw), clamp,
-            vmin, vmax, (act, post), (alpha, beta, post_alpha, post_beta)):
+            x, xf, wf, of, rf, bias, dims, window, clamp, vmin, vmax, acts, params):
         return
     if oh * ow <= small and channel_blocks:  # small planes: CB channels per task, vectorised across them
         # (the rows of a 14 x 14 plane are too short for the loops below)
-        _run_channel_blocks(n_n, xf, wf, of, rf, bias, (n_n, c_n, h, w, o_n, oh, ow, mult, kh, kw),
-                            (sh, sw, pt, pl, dh, dw), (hp, wp), (act, post), (alpha, beta, post_alpha, post_beta))
+        _run_channel_blocks(n_n, xf, wf, of, rf, bias, dims, window, (hp, wp), acts, params)
         return
     threads = num_threads()
     run_tasks(_depthwise_share, threads,
-              (threads, xf, wf, of, rf, bias, (n_n, c_n, h, w, o_n, oh, ow, mult, kh, kw),
-               (sh, sw, pt, pl, dh, dw), (n_b, rows, hq, wq), clamp, vmin, vmax,
-               (act, post), (alpha, beta, post_alpha, post_beta)))
+              (threads, xf, wf, of, rf, bias, dims, window, (n_b, rows, hq, wq), clamp, vmin, vmax, acts, params))
 
 
 @numba.njit(**SEQ)

@@ -358,13 +358,17 @@ def taps_vectors(width: int) -> int:
     return 4 if width == 16 else 2
 
 
+def taps_channels(width: int) -> int:
+    """The output channels of one micro_gemm_taps call with vectors of `width` floats: taps_width()."""
+    return taps_vectors(width) * width
+
+
 @intrinsic
 def taps_width(typingctx):
     """The output channels of one micro_gemm_taps call, for the CPU this code is compiled for:
     64 on AVX-512, 16 on AVX2 (micro_gemm_taps_half: half as many)."""
     def codegen(context, builder, signature, args):
-        width = vector_width(context)
-        return ir.Constant(ir.IntType(64), taps_vectors(width) * width)
+        return ir.Constant(ir.IntType(64), taps_channels(vector_width(context)))
 
     return types.int64(), codegen
 
