@@ -8,6 +8,7 @@ the wrong strides or attributes fails as surely as a wrong kernel.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from types import ModuleType
 from typing import NamedTuple
 
 import numba
@@ -15,6 +16,7 @@ import numpy as np
 
 from codegen.array_view import IN_NUMPY, INTRINSICS
 from codegen.emit import Emit, emit_rule
+from codegen.linker import bind, link
 from ir.graph import Value, make_node
 from ir.op_registry import get_op
 from ir.types import TensorType
@@ -31,7 +33,13 @@ class RuleRun(NamedTuple):
 def run_rule(op: str, arrays: Sequence[np.ndarray], attrs: dict, *, weights: Sequence[int] = (),
              jit: bool = False, over_input: int | None = None) -> RuleRun:
     """Emit `op` on `arrays` and run the emitted lines, inside an @njit function if jit (as the
-    forward does; slower to compile, so only some tests do).
+    forward does: its kernels linked by address, codegen/linker.py; slower to compile, so only some
+    tests do).
+
+    The kernels see the argument types a forward gives them, so that a test runs (and compiles) the
+    kernels' signatures that models use: weights and prepacked arrays read-only, other arrays
+    C-contiguous and writable, integers as int64 (a call inside @njit with a constant would compile
+    the kernel again for its literal value).
 
     weights: indices of the arrays to pass as constants (read-only, with their data in the IR,
     like a model's weights), which emit rules may prepack. Outputs are preallocated and filled
@@ -42,8 +50,7 @@ def run_rule(op: str, arrays: Sequence[np.ndarray], attrs: dict, *, weights: Seq
     if over_input is not None:
         arrays[over_input] = arrays[over_input].copy()  # the caller's array stays as it was
     for i in weights:
-        arrays[i] = arrays[i].copy()
-        arrays[i].flags.writeable = False
+        arrays[i] = read_only(arrays[i])
     values = [Value(f"x{i}", TensorType(a.shape, a.dtype.name), a if i in weights else None)
               for i, a in enumerate(arrays)]
     opdef = get_op(op)
@@ -54,23 +61,53 @@ def run_rule(op: str, arrays: Sequence[np.ndarray], attrs: dict, *, weights: Seq
         raise KeyError(f"no emit rule for {op}")
     e = Emit(node, [v.name for v in values], [v.name for v in node.outputs])
     lines = rule.fn(e)
+    prepacked = [read_only(a) for a in e.prepacked.values()]  # in a model, part of the read-only weights
     params = [v.name for v in values] + list(e.prepacked) + ([] if rule.alias else e.outs)
     body = "".join(f"    {line}\n" for line in lines)
     source = f"def f({', '.join(params)}):\n{body}    return ({', '.join(e.outs)},)\n"
-    source += "# jit\n" if jit else ""
-    if source not in _COMPILED:
-        ns = {"np": np, "numba": numba, **(INTRINSICS if jit else IN_NUMPY)}
-        for local, spec in e.imports.items():
-            module, name = spec.split(":")
-            ns[local] = getattr(__import__(module, fromlist=[name]), name)
-        exec(source, ns)
-        _COMPILED[source] = numba.njit(ns["f"]) if jit else ns["f"]
     expected = opdef.run([a.copy() for a in arrays], node.attrs)  # before the lines may write over an input
     outs = [] if rule.alias else [np.full(v.shape, -7, v.dtype) for v in node.outputs]
     if over_input is not None:
         outs[0] = arrays[over_input]
-    got = _COMPILED[source](*arrays, *e.prepacked.values(), *outs)
+    args = (*arrays, *prepacked, *outs)
+    key = source + ("# jit\n" if jit else "")
+    if key not in _COMPILED:
+        ns = {"np": np, "numba": numba, **IN_NUMPY}
+        for local, spec in e.imports.items():
+            module, name = spec.split(":")
+            ns[local] = getattr(__import__(module, fromlist=[name]), name)
+        _COMPILED[key] = _linked(source, ns, args) if jit else _defined(source, ns)
+    got = _COMPILED[key](*args)
     return RuleRun(list(got), expected, lines)
+
+
+def read_only(array: np.ndarray | None) -> np.ndarray | None:
+    """A read-only copy of `array` (None stays None): a model's weights, as a forward passes them to its
+    kernels. Tests that call a kernel directly pass weights and biases through this, so that they
+    compile and run the signatures models use rather than others of their own (cold, each costs
+    numba tens of seconds on a 2-core machine)."""
+    if array is None:
+        return None
+    array = array.copy()
+    array.flags.writeable = False
+    return array
+
+
+def _defined(source: str, ns: dict):
+    exec(source, ns)  # noqa: S102 - the emitted lines
+    return ns["f"]
+
+
+def _linked(source: str, ns: dict, args: tuple):
+    """f of `source` compiled by numba with its kernels bound by address, as a forward is: a function
+    of f's arguments."""
+    module = ModuleType("rule_kernels")
+    module.__dict__.update(ns)
+    linked = link(source, module, {"f": args})
+    namespace = {**ns, **INTRINSICS}
+    exec(linked.source, namespace)  # noqa: S102
+    f, kernels = numba.njit(namespace["f"]), bind(module, linked.table)
+    return lambda *a: f(*a, kernels)
 
 
 def check_rule(op: str, arrays: Sequence[np.ndarray], attrs: dict, *, weights: Sequence[int] = (),

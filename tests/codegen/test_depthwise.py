@@ -24,6 +24,7 @@ from codegen.kernels.depthwise import CHANNEL_BLOCK_PIXELS, conv_depthwise
 from codegen.kernels.epilogue import ACTIVATION_CODES
 from ir.op_registry import get_op
 from ir.types import TensorType
+from tests.codegen.rules import read_only
 
 RNG = np.random.default_rng(0)
 
@@ -44,7 +45,9 @@ def run_depthwise(shape, mult, kernel, stride, padding, dilation, dtype=np.float
     out_type = op.infer_types(types, attrs)[0]
     res = RNG.normal(size=out_type.shape).astype(dtype) if residual else None
     out = np.full(out_type.shape, np.nan, dtype)
-    conv_depthwise(x, weight, b, res, out, *stride, padding[0], padding[1], *dilation,
+    # the arguments' types as conv2d passes them in a forward: weights read-only, no residual an empty view
+    conv_depthwise(x, read_only(weight), read_only(b), out[:0] if res is None else res, out, *stride,
+                   padding[0], padding[1], *dilation,
                    ACTIVATION_CODES[act[0]], act[1], act[2], ACTIVATION_CODES[post[0]], post[1], post[2])
     return out, op.compute(x, weight, b, res, **attrs)
 
