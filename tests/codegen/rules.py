@@ -70,7 +70,8 @@ def run_rule(op: str, arrays: Sequence[np.ndarray], attrs: dict, *, weights: Seq
     if over_input is not None:
         outs[0] = arrays[over_input]
     args = (*arrays, *prepacked, *outs)
-    key = source + ("# jit\n" if jit else "")
+    # jit: linked for these arguments' types (the kernel table holds each call's signature)
+    key = source + (f"# jit {[numba.typeof(a) for a in args]}\n" if jit else "")
     if key not in _COMPILED:
         ns = {"np": np, "numba": numba, **IN_NUMPY}
         for local, spec in e.imports.items():
