@@ -18,6 +18,10 @@ from numba.np.linalg import check_blas_return, ensure_blas, get_blas_kind  # num
 from numba.np.ufunc.parallel import _iget_num_threads, _iget_thread_id
 
 SEQ = {"cache": True, "nogil": True, "error_model": "numpy"}
+# numba compiles a jitted callee once per signature, and a constant int or bool argument types as a
+# literal of its own: f(a, 0) beside f(a, i) compiles f twice. Kernels pass np.int64(0) or np.bool_(...)
+# where a constant would only repeat a compile ("not a literal" below), and keep literals only where
+# they specialise code on purpose (unit strides, tap offsets)
 PARALLEL_MIN_ELEMENTS = 1 << 15  # elements: below this, running tasks on the threads costs more than it saves
 
 

@@ -247,4 +247,5 @@ def _by_channels_task(t, n_p, n_c, cpt, xf, wf, bias, rf, of, dims, acts, params
     ldc = width + ACC_PAD  # rows a multiple of 2 KiB apart: 512 -> 2048 channels
     acc = np.empty(groups * MR * ldc, np.float32)
     gemm_row_groups(xf, x0, 1, hw, groups, last, 1, MR, wf, k, c0, width, acc, ldc)
+    # (not a literal: common.py)
     _channels_out(acc, np.int64(0), ldc, p, c0, c1, of, (n * o_n + c0) * hw + p0, hw, rf, bias, acts, params)

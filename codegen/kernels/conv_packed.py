@@ -298,12 +298,11 @@ def _pointwise_out(wf, a, k, two, src, b0, ldb, acc, pp, mb, of, rf, bias, dims,
             micro_gemm2_out(k, wf, a, k * MR, src, b0 + j, ldb, of, o0 + j, p_n, bias, c0, lo, hi, top, rf)
         else:
             micro_gemm_out(k, wf, a, src, b0 + j, ldb, of, o0 + j, p_n, bias, c0, lo, hi, top, rf)
-    if full < p:  # (np.bool_(False) as _packed_task's kb > 0: a constant would compile gemm_panels again)
+    if full < p:  # (np.int64, np.bool_: not literals, common.py)
         if two:
             gemm_panels2(k, wf, a, k * MR, src, b0 + full, ldb, acc, 0, pp, half_panels(p - full), np.bool_(False))
         else:
             gemm_panels(k, wf, a, src, b0 + full, ldb, acc, 0, pp, half_panels(p - full), np.bool_(False))
-        # (not 0 and True: constants would compile _one_pass_rows again for their literal values)
         _one_pass_rows(acc, np.int64(0), pp, 2 * MR if two else MR, of, o0 + full, p_n, p - full, bias, c0,
                        np.bool_(True), rf, bounds)
 

@@ -242,8 +242,7 @@ def _depthwise_share(th, threads, xf, wf, of, rf, bias, dims, window, split, cla
         bv = typed(0.0 if bias is None else bias[o])
         if not clamp and rf.size == 0:  # the epilogue over the whole block at once, a whole
             # number of vectors (the columns past each row's end too): no scalar tail per row
-            # (np.int64(0): a constant 0 would compile epilogue_run again for its literal value)
-            zero = np.int64(0)
+            zero = np.int64(0)  # not a literal (common.py)
             epilogue_run(acc, zero, n, acc, zero, float(bv), acc[:0], act, alpha, beta, post, post_alpha, post_beta)
         for r in range(nr):
             d = (job * oh + oy0 + r) * ow

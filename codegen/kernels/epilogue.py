@@ -106,7 +106,7 @@ def activate_block(block, rows, pitch, bias, b0, act, alpha, beta):
             bv = typed(bias[b0 + r])
             for i in range(pitch):
                 block[u(r * pitch + i)] += bv
-    # np.int64(0), not 0: a constant argument would compile activate_run again for its literal value
+    # (not a literal: common.py)
     activate_run(block, np.int64(0), rows * pitch, typed(0.0), act, typed(alpha), typed(beta))
 
 

@@ -47,7 +47,7 @@ def channel_affine(x, scale, shift, lo, out):
     if n * c > per and x.size >= PARALLEL_MIN_ELEMENTS:
         run_tasks(_affine_planes, -(-n * c // per), (xf, of, scale, shift, size, bound, per))
     else:
-        _affine_planes(np.int64(0), xf, of, scale, shift, size, bound, n * c)  # not a literal 0 (see layer_norm)
+        _affine_planes(np.int64(0), xf, of, scale, shift, size, bound, n * c)  # not a literal (common.py)
 
 
 @numba.njit(cache=True, nogil=True)
@@ -107,14 +107,12 @@ def layer_norm(x, weight, bias, out, eps, inner):
     if tasks > 1 and x.size >= PARALLEL_MIN_ELEMENTS:
         run_tasks(_layer_norm_rows, tasks, (x, out, weight, bias, eps, inner, per, rows))
     else:
-        # task 0 of 1 as np.int64, as run_tasks passes it: a constant 0 would compile _layer_norm_rows again
-        # for its literal value
-        _layer_norm_rows(np.int64(0), x, out, weight, bias, eps, inner, rows, rows)
+        _layer_norm_rows(np.int64(0), x, out, weight, bias, eps, inner, rows, rows)  # not a literal (common.py)
 
 
 @numba.njit(cache=True, nogil=True)
 def _group_norm_block(xv, ov, c0, per_channel, weight, bias, eps):
-    m, var = _moments_at(xv, np.int64(0), xv.size)  # not a literal 0 (see layer_norm)
+    m, var = _moments_at(xv, np.int64(0), xv.size)  # not a literal (common.py)
     r = 1.0 / math.sqrt(var + eps)
     for k in range(xv.size // per_channel):
         scale, shift = r, 0.0
@@ -227,7 +225,7 @@ def softmax(x, out, outer, d, inner, log):
         if parallel and tasks > 1:
             run_tasks(_softmax_rows, tasks, (x, out, d, per, outer, log))
         else:
-            _softmax_rows(np.int64(0), x, out, d, outer, outer, log)  # not a literal 0 (see layer_norm)
+            _softmax_rows(np.int64(0), x, out, d, outer, outer, log)  # not a literal (common.py)
         return
     tasks = outer * ((inner + BLOCK - 1) // BLOCK)
     if parallel and tasks > 1:

@@ -519,8 +519,7 @@ def max_pool2d_window(x, out, kernel, stride, padding, dilation, fill):
         if chunks > 1 and x.size >= PARALLEL_2X2_ELEMENTS:
             run_tasks(_max2x2_chunk, chunks, (x, out, chunks))
         else:
-            # task 0 of 1 as run_tasks passes them (int64): constants would compile it again for their values
-            _max2x2_chunk(np.int64(0), x, out, np.int64(1))
+            _max2x2_chunk(np.int64(0), x, out, np.int64(1))  # not literals (common.py)
         return
     if _is_same_stride1(x, out, kernel, stride, padding, dilation):
         run_tasks(_max_same_chunk, chunks, (x, out, chunks, kernel, padding, False, 0))
@@ -555,7 +554,7 @@ def avg_pool2d_window(x, out, kernel, stride, padding, dilation, count_include_p
         if chunks > 1 and x.size >= PARALLEL_2X2_ELEMENTS:
             run_tasks(_avg2x2_chunk, chunks, (x, out, chunks, d))
         else:
-            _avg2x2_chunk(np.int64(0), x, out, np.int64(1), d)  # not literals (see max_pool2d_window)
+            _avg2x2_chunk(np.int64(0), x, out, np.int64(1), d)  # not literals (common.py)
         return
     if _is_same_stride1(x, out, kernel, stride, padding, dilation):
         run_tasks(_avg_same_chunk, chunks, (x, out, chunks, kernel, padding, count_include_pad, divisor))
