@@ -159,6 +159,46 @@ def test_a_node_without_a_kernel_runs_its_reference_inside_the_forward(text, nod
         np.testing.assert_allclose(g, w, rtol=1e-6, atol=1e-6)
 
 
+def test_ops_with_and_without_a_bias_share_their_kernels_signature(tmp_path):
+    """A conv or linear without a bias passes zeros (Emit.bias), so that it calls the signature of
+    its kernel that those with a bias call: None, a type of its own, compiled every conv kernel of a
+    model with both again (tens of seconds each on 2 cores). Each kernel in the forward's table once;
+    the outputs against the interpreter."""
+    import pickle
+
+    from compiler.interpreter import Interpreter
+    from ir import parse_graph
+
+    conv = 'stride=[1, 1], padding=[1, 1, 1, 1], dilation=[1, 1], groups=1, padding_mode="zeros"'
+    text = f"""graph g(%x: f32[2,8,9,9], %v: f32[40,24]) {{
+      const %w1: f32[16,8,3,3]
+      const %b1: f32[16]
+      const %w2: f32[16,8,3,3]
+      const %lw1: f32[32,24]
+      const %lb1: f32[32]
+      const %lw2: f32[32,24]
+      %c1: f32[2,16,9,9] = conv2d(%x, %w1, %b1) {{{conv}}} @biased
+      %c2: f32[2,16,9,9] = conv2d(%x, %w2) {{{conv}}} @unbiased
+      %s: f32[2,16,9,9] = add(%c1, %c2) @sum
+      %l1: f32[40,32] = linear(%v, %lw1, %lb1) @fc_biased
+      %l2: f32[40,32] = linear(%v, %lw2) @fc_unbiased
+      %t: f32[40,32] = mul(%l1, %l2) @product
+      return %s, %t
+    }}"""
+    rng = np.random.default_rng(5)
+    shapes = {"w1": (16, 8, 3, 3), "b1": (16,), "w2": (16, 8, 3, 3), "lw1": (32, 24), "lb1": (32,), "lw2": (32, 24)}
+    weights = {k: rng.standard_normal(v).astype(np.float32) for k, v in shapes.items()}
+    m = NumbaModel.build(parse_graph(text, weights), tmp_path)
+    calls = [line for line in m.source.splitlines() if line.rstrip().endswith(("# biased", "# unbiased"))]
+    assert len(calls) == 2 and calls[0].split("(")[0].split()[-1] == calls[1].split("(")[0].split()[-1], calls
+    table = pickle.loads(next(tmp_path.rglob("linkage.pkl")).read_bytes())
+    names = [ref.name for ref in table]
+    assert len(names) == len(set(names)), names  # one signature a kernel
+    x, v = rng.standard_normal((2, 8, 9, 9)).astype(np.float32), rng.standard_normal((40, 24)).astype(np.float32)
+    for got, want in zip(m(x, v), Interpreter(parse_graph(text, weights))(x, v)):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
 def test_concats_written_in_place_give_the_interpreters_result(tmp_path):
     """A DenseNet-like chain of concats (features written once into the widest one; the narrower
     concats are views of it) and a nested concat, against the interpreter."""

@@ -231,7 +231,7 @@ def _subsampled_input(e: Emit) -> tuple[list[str], str]:
 @emits("conv2d", "fused_conv2d")
 def _emit_conv2d(e: Emit) -> list[str]:
     a = e.node.attrs
-    bias = e.args[2] if len(e.args) > 2 else "None"
+    bias = e.bias(2, e.node.outputs[0].shape[1])
     residual = e.args[3] if len(e.args) > 3 else no_residual(e.outs[0])
     act = epilogue_args(a) if e.node.op == "fused_conv2d" else NO_EPILOGUE
     if is_linear_on_pixels(e.node):
@@ -325,7 +325,7 @@ def _conv_transpose_as_pointwise(e: Emit) -> list[str]:
     taps = kh * kw
     wp = e.prepack(1, "pointwise_taps", lambda wt: pack_weights(
         np.ascontiguousarray(wt.transpose(1, 2, 3, 0)).reshape(o * taps, c, 1, 1), 1))
-    bias = e.prepack(2, "per_tap", lambda b: np.repeat(b, taps)) if len(e.args) > 2 else "None"
+    bias = e.prepack(2, "per_tap", lambda b: np.repeat(b, taps)) if len(e.args) > 2 else e.bias(2, o * taps)
     tmp = f"{e.outs[0]}_taps"
     return [f"{tmp} = np.empty({lit((n, o * taps, h, w))}, np.float32)",
             f"{e.call(conv2d_packed)}({e.args[0]}, {wp}, {bias}, {no_residual(tmp)}, {tmp}, "
@@ -338,7 +338,7 @@ def _emit_conv_transpose2d(e: Emit) -> list[str]:
     a = e.node.attrs
     if is_pixel_unshuffled_gemm(e.node):
         return _conv_transpose_as_pointwise(e)
-    bias = e.args[2] if len(e.args) > 2 else "None"
+    bias = e.bias(2, e.node.outputs[0].shape[1])
     groups = a["groups"]
     if e.node.inputs[1].is_constant:
         wt = e.prepack(1, f"by_group{groups}", lambda w: transpose_weight(w, groups))

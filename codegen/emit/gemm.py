@@ -44,7 +44,7 @@ def linear_call(e: Emit, rows: int, k: int, features: int, weight: str, act: str
     A float32 weight known at compile time, times more than GEMV_MAX_ROWS rows, runs on the
     microkernel (linear_packed) with the weight transposed into panels now."""
     out_rows = lit((rows, features))
-    bias = e.args[2] if len(e.args) > 2 else "None"
+    bias = e.bias(2, features)
     out = f"{e.outs[0]}.reshape({out_rows})"
     residual = f"{e.args[3]}.reshape({out_rows})" if len(e.args) > 3 else no_residual(out)
     x, w = e.node.inputs[0], e.node.inputs[1]

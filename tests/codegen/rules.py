@@ -94,6 +94,12 @@ def read_only(array: np.ndarray | None) -> np.ndarray | None:
     return array
 
 
+def zero_bias(length: int, dtype=np.float32) -> np.ndarray:
+    """The bias a forward passes to a conv or linear kernel for an op without one: read-only zeros
+    (codegen/emit/__init__.py, Emit.bias)."""
+    return read_only(np.zeros(length, dtype))
+
+
 def _defined(source: str, ns: dict):
     exec(source, ns)  # noqa: S102 - the emitted lines
     return ns["f"]

@@ -10,7 +10,7 @@ import pytest
 import codegen.emit.conv as emit_conv
 from ir.graph import Value, make_node
 from ir.types import TensorType
-from tests.codegen.rules import check_rule, read_only
+from tests.codegen.rules import check_rule, read_only, zero_bias
 from tests.codegen.test_conv_kernels import conv_arrays, conv_attrs, epilogue_attrs, rand
 
 
@@ -112,7 +112,7 @@ def test_conv2d_by_channels_reads_panels_of_any_whole_number_of_calls(panel):
     x, weight = rand(1, 24, 10, 9), rand(40, 24, 3, 3, scale=(9 * 24) ** -0.5)
     out = np.full((1, 40, 10, 9), np.nan, np.float32)
     none = ACTIVATION_CODES["none"]
-    conv2d_by_channels(x, read_only(pack_channel_panels(weight, panel)), None, out[:0], out,
+    conv2d_by_channels(x, read_only(pack_channel_panels(weight, panel)), zero_bias(40), out[:0], out,
                        (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), none, 0.0, 0.0, none, 0.0, 0.0)
     ref = torch.nn.functional.conv2d(torch.from_numpy(x).double(), torch.from_numpy(weight).double(), padding=1)
     np.testing.assert_allclose(out, ref.numpy(), rtol=1e-5, atol=1e-5)
@@ -128,7 +128,7 @@ def test_conv2d_by_channels_refuses_panels_narrower_than_a_call():
     none = ACTIVATION_CODES["none"]
     out = np.empty((1, 40, 10, 9), np.float32)
     with pytest.raises(ValueError, match="narrower"):
-        conv2d_by_channels(x, read_only(pack_channel_panels(weight, 8)), None, out[:0], out,
+        conv2d_by_channels(x, read_only(pack_channel_panels(weight, 8)), zero_bias(40), out[:0], out,
                            (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), none, 0.0, 0.0, none, 0.0, 0.0)
 
 

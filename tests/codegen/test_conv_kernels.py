@@ -17,7 +17,7 @@ from ir.graph import Value, make_node
 from ir.op_registry import get_op
 from ir.ops.fused import epilogue_activations
 from ir.types import TensorType
-from tests.codegen.rules import check_rule
+from tests.codegen.rules import check_rule, read_only, zero_bias
 
 RNG = np.random.default_rng(0)
 EPILOGUE_ACTIVATIONS = list(epilogue_activations())  # "none" first
@@ -433,10 +433,12 @@ def test_1x1_conv_by_channels_matches_float64(n, c, o, h, w, act, post, residual
     from codegen.kernels.gemm import transpose_padded
 
     x, weight, b = rand(n, c, h, w), rand(o, c, scale=c ** -0.5), rand(o)
-    res = rand(n, o, h, w) if residual else np.empty(0, np.float32)
+    res = rand(n, o, h, w) if residual else None
     alpha, beta = (-0.5, 0.75) if act == "clamp" else (0.0, 0.0)
     out = res.copy() if over else np.full((n, o, h, w), np.nan, np.float32)
-    conv1x1_by_channels(x, transpose_padded(weight), b if bias else None, out if over else res, out,
+    # a forward's arguments: read-only weights, zeros for no bias, an empty view of out for no residual
+    conv1x1_by_channels(x, read_only(transpose_padded(weight)), read_only(b) if bias else zero_bias(o),
+                        out if over else out[:0] if res is None else res, out,
                         ACTIVATION_CODES[act], alpha, beta, ACTIVATION_CODES[post], 0.0, 0.0)
     ref = np.einsum("oc,nchw->nohw", weight.astype(np.float64), x.astype(np.float64))
     ref = ref + (b[:, None, None] if bias else 0)
@@ -652,7 +654,7 @@ from codegen.kernels.microkernel import pack_weights, panel_width, panels_per_ca
 from codegen.kernels.vectors import split_pairs
 from codegen.kernels.winograd import pack_transformed, winograd_conv2d
 from numba import njit
-from tests.codegen.rules import read_only
+from tests.codegen.rules import read_only, zero_bias
 assert njit(lambda: panel_width())() == {2 * width}
 assert njit(lambda: panels_per_call())() == {2 if width == 16 else 1}
 src, even, odd = np.arange(80, dtype=np.float32), np.zeros(40, np.float32), np.zeros(40, np.float32)
@@ -667,11 +669,11 @@ for n, c, o, h, w, k, s, p in [(1, 13, 20, 23, 17, 3, 2, 1), (2, 40, 7, 9, 9, 1,
     wt = rng.standard_normal((o, c, k, k)).astype(np.float32) / np.sqrt(c * k * k)
     ref = torch.nn.functional.conv2d(torch.from_numpy(x).double(), torch.from_numpy(wt).double(), None, s, p).numpy()
     out = np.empty(ref.shape, np.float32)
-    conv2d_packed(x, read_only(pack_weights(wt, 1)), None, out[:0], out, (k, k), (s, s), (p, p, p, p), (1, 1),
+    conv2d_packed(x, read_only(pack_weights(wt, 1)), zero_bias(o), out[:0], out, (k, k), (s, s), (p, p, p, p), (1, 1),
                   0, 0.0, 0.0, 0, 0.0, 0.0)
     assert np.abs(out - ref).max() < 1e-4, np.abs(out - ref).max()
     if k == 3 and s == 1:
-        winograd_conv2d(x, read_only(pack_transformed(wt)), None, out[:0], out, p, p, 0, 0.0, 0.0, 0, 0.0, 0.0)
+        winograd_conv2d(x, read_only(pack_transformed(wt)), zero_bias(o), out[:0], out, p, p, 0, 0.0, 0.0, 0, 0.0, 0.0)
         assert np.abs(out - ref).max() < 1e-4, np.abs(out - ref).max()
 print("ok")
 """
@@ -695,19 +697,19 @@ def test_packed_conv_inside_another_parallel_loop_matches_float64():
     from codegen.kernels.tasks import run_tasks
 
     @numba.njit
-    def one(t, xs, wp, outs):
-        conv2d_packed(xs[t], wp, None, outs[t, :0].reshape(-1), outs[t], (3, 3), (1, 1), (1, 1, 1, 1), (1, 1),
+    def one(t, xs, wp, bias, outs):
+        conv2d_packed(xs[t], wp, bias, outs[t, :0], outs[t], (3, 3), (1, 1), (1, 1, 1, 1), (1, 1),
                       0, 0.0, 0.0, 0, 0.0, 0.0)
 
     @numba.njit
-    def all_of(xs, wp, outs):
-        run_tasks(one, xs.shape[0], (xs, wp, outs))
+    def all_of(xs, wp, bias, outs):
+        run_tasks(one, xs.shape[0], (xs, wp, bias, outs))
 
     rng = np.random.default_rng(3)
     xs = rng.standard_normal((8, 1, 5, 4, 4)).astype(np.float32)  # 8 tiny convs: one task each
     w = rng.standard_normal((6, 5, 3, 3)).astype(np.float32)
     outs = np.full((8, 1, 6, 4, 4), np.nan, np.float32)
-    all_of(xs, pack_weights(w, 1), outs)
+    all_of(xs, read_only(pack_weights(w, 1)), zero_bias(6), outs)
     padded = np.pad(xs.astype(np.float64), ((0, 0), (0, 0), (0, 0), (1, 1), (1, 1)))
     expected = np.zeros((8, 1, 6, 4, 4))
     for i in range(3):

@@ -24,7 +24,7 @@ from codegen.kernels.depthwise import CHANNEL_BLOCK_PIXELS, conv_depthwise
 from codegen.kernels.epilogue import ACTIVATION_CODES
 from ir.op_registry import get_op
 from ir.types import TensorType
-from tests.codegen.rules import read_only
+from tests.codegen.rules import read_only, zero_bias
 
 RNG = np.random.default_rng(0)
 
@@ -35,18 +35,18 @@ def run_depthwise(shape, mult, kernel, stride, padding, dilation, dtype=np.float
     n, c, h, w = shape
     x = RNG.normal(size=shape).astype(dtype)
     weight = (RNG.normal(size=(c * mult, 1, *kernel)) / kernel[0]).astype(dtype)
-    b = RNG.normal(size=c * mult).astype(dtype) if bias else None
+    b = read_only(RNG.normal(size=c * mult).astype(dtype)) if bias else zero_bias(c * mult, dtype)  # as a forward
     attrs = {"stride": stride, "padding": padding, "dilation": dilation, "groups": c, "padding_mode": "zeros",
              "activation": act[0], "alpha": act[1], "beta": act[2],
              "post_activation": post[0], "post_alpha": post[1], "post_beta": post[2]}
     op = get_op("fused_conv2d")
     attrs = op.normalize_attrs(attrs)
-    types = [TensorType(a.shape, a.dtype.name) for a in (x, weight, b) if a is not None]
+    types = [TensorType(a.shape, a.dtype.name) for a in (x, weight, b)]
     out_type = op.infer_types(types, attrs)[0]
     res = RNG.normal(size=out_type.shape).astype(dtype) if residual else None
     out = np.full(out_type.shape, np.nan, dtype)
     # the arguments' types as conv2d passes them in a forward: weights read-only, no residual an empty view
-    conv_depthwise(x, read_only(weight), read_only(b), out[:0] if res is None else res, out, *stride,
+    conv_depthwise(x, read_only(weight), b, out[:0] if res is None else res, out, *stride,
                    padding[0], padding[1], *dilation,
                    ACTIVATION_CODES[act[0]], act[1], act[2], ACTIVATION_CODES[post[0]], post[1], post[2])
     return out, op.compute(x, weight, b, res, **attrs)
@@ -153,7 +153,7 @@ def test_channel_blocks_on_any_isa(geometry, residual):
     (kh, kw), (sh, sw), (dh, dw) = kernel, stride, dilation
     planes = ((oh - 1) * sh + (kh - 1) * dh + 1, (ow - 1) * sw + (kw - 1) * dw + 1)
     rf = (res if residual else np.empty(0, np.float32)).reshape(-1)
-    _run_channel_blocks(n, x.reshape(-1), weight.reshape(-1), out.reshape(-1), rf, b,
+    _run_channel_blocks(n, x.reshape(-1), read_only(weight).reshape(-1), out.reshape(-1), rf, read_only(b),
                         (n, c, h, w, c * mult, oh, ow, mult, kh, kw), (sh, sw, padding[0], padding[1], dh, dw), planes,
                         (ACTIVATION_CODES["hardswish"], 0), (0.0, 0.0, 0.0, 0.0))
     expected = get_op("fused_conv2d").compute(x, weight, b, *([res] if residual else []), **attrs)

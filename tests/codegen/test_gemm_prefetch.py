@@ -16,6 +16,7 @@ from codegen.kernels.gemm import (
 )
 from codegen.kernels.microkernel import MR, panel_width
 from codegen.kernels.vectors import prefetch_run
+from tests.codegen.rules import read_only, zero_bias
 
 NR = numba.njit(lambda: panel_width())()
 
@@ -58,5 +59,5 @@ def test_linear_with_prefetched_weights_matches_float64(m, k, o):
     x = rng.standard_normal((m, k)).astype(np.float32)
     w = rng.standard_normal((o, k)).astype(np.float32)
     out = np.empty((m, o), np.float32)
-    linear_packed(x, transpose_padded(w), None, out[:0].reshape(-1), out, 0, 0.0, 0.0, 0, 0.0, 0.0)
+    linear_packed(x, read_only(transpose_padded(w)), zero_bias(o), out[:0], out, 0, 0.0, 0.0, 0, 0.0, 0.0)
     np.testing.assert_allclose(out, x.astype(np.float64) @ w.T.astype(np.float64), rtol=1e-4, atol=1e-3)

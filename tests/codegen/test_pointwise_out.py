@@ -12,7 +12,7 @@ import pytest
 from codegen.kernels.conv_packed import K_CHUNK, conv2d_packed
 from codegen.kernels.epilogue import ACTIVATION_CODES
 from codegen.kernels.microkernel import micro_gemm_out, pack_weights, panel_width
-from tests.codegen.rules import read_only
+from tests.codegen.rules import read_only, zero_bias
 
 NR = numba.njit(lambda: panel_width())()
 ACTS = {"none": lambda v: v, "relu": lambda v: np.maximum(v, 0),
@@ -37,7 +37,8 @@ def run(x, w, bias, residual, act, post, groups, out=None):
     n, _, h, wd = x.shape
     out = np.full((n, w.shape[0], h, wd), np.nan, np.float32) if out is None else out
     res = out[:0] if residual is None else residual  # a forward's arguments: an empty view, read-only weights
-    conv2d_packed(x, read_only(pack_weights(w, groups)), read_only(bias), res, out,
+    bias = read_only(bias) if bias is not None else zero_bias(w.shape[0])  # a forward's: zeros for none
+    conv2d_packed(x, read_only(pack_weights(w, groups)), bias, res, out,
                   (1, 1), (1, 1), (0, 0, 0, 0), (1, 1),
                   ACTIVATION_CODES[act], -0.5, 0.75, ACTIVATION_CODES[post], 0.0, 0.0)
     return out
