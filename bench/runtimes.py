@@ -237,14 +237,18 @@ def measure_microkernel_gflops(threads: int, n: int = 2048, repeat: int = 5) -> 
     rng = np.random.default_rng(0)
     a, b = rng.standard_normal((n, n), dtype=np.float32), rng.standard_normal((n, n), dtype=np.float32)
     wt, out = transpose_padded(b.T.copy()), np.empty((n, n), dtype=np.float32)
+    bias = np.zeros(n, np.float32)
+    for weight in (wt, bias):  # the argument types of a model's linear layer: its compiled signature
+        weight.flags.writeable = False
+    args = (a, wt, bias, out[:0], out, 0, 0.0, 0.0, 0, 0.0, 0.0)
     saved = numba.get_num_threads()
     numba.set_num_threads(threads)
     try:
-        linear_packed(a, wt, None, None, out, 0, 0.0, 0.0, 0, 0.0, 0.0)  # warm-up (and numba's compile)
+        linear_packed(*args)  # warm-up (and numba's compile)
         best = math.inf
         for _ in range(repeat):
             start = time.perf_counter()
-            linear_packed(a, wt, None, None, out, 0, 0.0, 0.0, 0, 0.0, 0.0)
+            linear_packed(*args)
             best = min(best, time.perf_counter() - start)
     finally:
         numba.set_num_threads(saved)

@@ -31,6 +31,22 @@ def u(i):
     return numba.uint64(i)
 
 
+@intrinsic
+def frozen(typingctx, array):
+    """`array` itself, typed read-only. A kernel that passes an array it computed (an LSTM's summed
+    biases) where the forward passes a weight calls the weight's signature of the callee with it,
+    instead of compiling the callee again for a writable array."""
+    if not isinstance(array, types.Array):
+        return None
+    result = array.copy(readonly=True)
+
+    def codegen(context, builder, signature, args):
+        context.nrt.incref(builder, array, args[0])  # a new reference to the array's memory
+        return args[0]
+
+    return result(array), codegen
+
+
 @numba.njit(inline="always", **SEQ)
 def span(off, stride, n_in, n_out):
     """[lo, hi): the outputs o whose input o * stride + off lies in [0, n_in)."""

@@ -16,8 +16,10 @@ from __future__ import annotations
 
 import numba
 import numpy as np
+from numba.core import types
 from numba.extending import overload
 
+from codegen.kernels.common import frozen
 from codegen.kernels.gemm import PARALLEL_MIN_MACS, TRANSPOSED_PAD, linear_packed, transpose_padded
 from codegen.kernels.microkernel import MR, micro_gemm_a_rows, panel_width
 from codegen.kernels.vmath import fast_sigmoid, fast_tanh
@@ -102,24 +104,36 @@ def _small_times(a, packed, out):
                     of[(r0 + i) * o_n + c + j] = block[i * nr + j]
 
 
-def _times(a, packed, bias, out):
-    """out = a @ w.T (+ bias, unless None), packed = _pack(w): panels (pack_directions) or w.T."""
+def _times(a, packed, bias, out, zeros):
+    """out = a @ w.T (+ bias, unless None), packed = _pack(w): panels (pack_directions) or w.T; zeros:
+    float32 zeros, at least a row of out (the bias linear_packed gets for none: made once per layer)."""
 
 
 @overload(_times)
-def _ol_times(a, packed, bias, out):
+def _ol_times(a, packed, bias, out, zeros):
     """float32 panels on our microkernel (gemm.linear_packed): OpenBLAS's sgemm took ~1 us a call whatever
     its size, and a step of a small layer is a call (a 2-layer bidirectional LSTM of 24 features at batch
     8: 72 us a layer against onnxruntime's 26; AVX-512 EPYC). A transposed weight through np.dot."""
     if packed.ndim == 3:
-        def times32(a, packed, bias, out):
-            if a.shape[0] * out.shape[1] * a.shape[1] < PARALLEL_MIN_MACS and bias is None:
-                _small_times(a, packed, out)
-            else:
-                linear_packed(a, packed, bias, None, out, 0, 0.0, 0.0, 0, 0.0, 0.0)
-        return times32
+        # linear_packed with the argument types a forward's linear layer passes (read-only weight and
+        # bias, an empty view for no residual, int64 codes: codegen/emit/gemm.py), so that an LSTM
+        # shares that signature, whether its weights were packed at compile time or not
+        if isinstance(bias, types.NoneType):
+            def times32(a, packed, bias, out, zeros):
+                if a.shape[0] * out.shape[1] * a.shape[1] < PARALLEL_MIN_MACS:
+                    _small_times(a, packed, out)
+                else:
+                    none = np.int64(0)  # not a literal (common.py)
+                    linear_packed(a, frozen(packed), frozen(zeros[:out.shape[1]]), out[:0], out,
+                                  none, 0.0, 0.0, none, 0.0, 0.0)
+            return times32
 
-    def times(a, packed, bias, out):
+        def times32_bias(a, packed, bias, out, zeros):
+            none = np.int64(0)  # not a literal (common.py)
+            linear_packed(a, frozen(packed), frozen(bias), out[:0], out, none, 0.0, 0.0, none, 0.0, 0.0)
+        return times32_bias
+
+    def times(a, packed, bias, out, zeros):
         out[:] = np.dot(a, packed)
         if bias is not None:
             out += bias
@@ -144,17 +158,18 @@ def recurrent_layer(kind, x, h0, c0, w_ih, w_hh, b_ih, b_hh, w_hr, y, h_n, c_n, 
     h_full = np.empty((batch, hidden), x.dtype)
     gx = np.empty((steps * batch, gate_rows), x.dtype)
     gh = np.empty((batch, gate_rows), x.dtype)
+    zeros = np.zeros(max(gate_rows, width), np.float32)  # no bias, for _times
     for d in range(directions):
         # every step's input projection; b_hh adds to the same sum, but for GRU's n gate, whose part r scales
         bias = b_ih[d] + b_hh[d] if kind != GRU else b_ih[d].copy()
-        _times(rows, _pack(w_ih[d]), bias, gx)
+        _times(rows, _pack(w_ih[d]), bias, gx, zeros)
         w_hh_packed = _pack(w_hh[d])
         w_hr_packed = _pack(w_hr[d]) if projected else w_hh_packed
         h = h0[d].copy()
         c = c0[d].copy() if kind == LSTM else h_full  # (GRU and RNN have no cell state)
         for step in range(steps):
             t = steps - 1 - step if d == 1 else step
-            _times(h, w_hh_packed, None, gh)  # (batch, gate_rows)
+            _times(h, w_hh_packed, None, gh, zeros)  # (batch, gate_rows)
             for n in range(batch):
                 row = gx[n * steps + t] if batch_first else gx[t * batch + n]
                 ghn = gh[n]
@@ -173,7 +188,7 @@ def recurrent_layer(kind, x, h0, c0, w_ih, w_hh, b_ih, b_hh, w_hr, y, h_n, c_n, 
                         hn[k] = np.tanh(v) if kind == RNN_TANH else (v if v > 0 else v * 0)
             if kind == LSTM:
                 if projected:
-                    _times(h_full, w_hr_packed, None, h)
+                    _times(h_full, w_hr_packed, None, h, zeros)
                 else:
                     h[:] = h_full
             for n in range(batch):

@@ -200,3 +200,34 @@ def test_lstm_kernel_on_packed_raw_and_float64_weights(packed, dtype, batch, hid
     np.testing.assert_allclose(y, y_ref.detach().numpy(), rtol=tol, atol=tol)
     np.testing.assert_allclose(h_n, h_ref.detach().numpy(), rtol=tol, atol=tol)
     np.testing.assert_allclose(c_n, c_ref.detach().numpy(), rtol=tol, atol=tol)
+
+
+def test_recurrent_products_call_linear_packed_with_a_linear_layers_argument_types():
+    """A recurrent layer's products on the microkernel call linear_packed with the argument types a
+    forward's linear layer passes it (read-only weight and bias, an empty 2-d view for no residual,
+    int64 codes: codegen/emit/gemm.py), whether its panels were packed at compile time (read-only)
+    or at run time, with a bias or without: so a model with an LSTM compiles no signature of that
+    kernel tree for it alone. The wrappers are not cached, so calling them types linear_packed's call
+    again (and records its signature); the products against float64."""
+    import numba
+    from numba.core import types
+
+    from codegen.kernels.gemm import linear_packed
+    from codegen.kernels.recurrent import _times, pack_directions
+
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((64, 48)).astype(np.float32)  # 64 x 48 x 300 multiply-adds: linear_packed's path
+    w = rng.standard_normal((1, 300, 48)).astype(np.float32)
+    bias = rng.standard_normal(300).astype(np.float32)
+    panels = pack_directions(w)[0]  # writable: packed at run time
+    out = np.empty((64, 300), np.float32)
+    zeros = np.zeros(300, np.float32)
+    numba.njit(lambda a, p, b, o, z: _times(a, p, b, o, z))(a, panels, bias, out, zeros)
+    np.testing.assert_allclose(out, a.astype(np.float64) @ w[0].T.astype(np.float64) + bias, rtol=1e-4, atol=1e-4)
+    numba.njit(lambda a, p, o, z: _times(a, p, None, o, z))(a, panels, out, zeros)
+    np.testing.assert_allclose(out, a.astype(np.float64) @ w[0].T.astype(np.float64), rtol=1e-4, atol=1e-4)
+    assert linear_packed.signatures
+    for sig in linear_packed.signatures:
+        weight, b, residual, act = sig[1], sig[2], sig[3], sig[5]
+        assert not weight.mutable and isinstance(b, types.Array) and not b.mutable, sig
+        assert isinstance(residual, types.Array) and residual.ndim == 2 and act == types.int64, sig
