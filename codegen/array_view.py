@@ -1,5 +1,6 @@
 """view(buffer, offset, dtype, shape): an array over part of a flat buffer, built in a few instructions;
-reshaped(array, shape) and emptied(array), the same for a reshape and an empty slice.
+reshaped(array, shape) and emptied(array), the same for a reshape and an empty slice; frozen(array),
+the array typed read-only (codegen/kernels/common.py).
 
 A generated forward binds every weight to a view of the packed weights and every intermediate
 to a view of the arena. Written as numpy (`arena[a:b].view(np.float32).reshape(shape)`), each
@@ -16,6 +17,8 @@ import math
 import numpy as np
 from numba.core import cgutils, types
 from numba.extending import intrinsic
+
+from codegen.kernels.common import frozen
 
 
 @intrinsic
@@ -120,8 +123,15 @@ def _numpy_view(buffer: np.ndarray, offset: int, dtype, shape) -> np.ndarray:
     return buffer.view(np.uint8)[offset:offset + count * dtype.itemsize].view(dtype).reshape(shape)
 
 
-INTRINSICS = {"view": view, "reshaped": reshaped, "emptied": emptied}
+def _numpy_frozen(array: np.ndarray) -> np.ndarray:
+    frozen = array.view()
+    frozen.flags.writeable = False
+    return frozen
+
+
+# frozen(array): the same array typed read-only (codegen/kernels/common.py; Emit.weight passes computed weights so)
+INTRINSICS = {"view": view, "reshaped": reshaped, "emptied": emptied, "frozen": frozen}
 # the same functions in numpy (same arrays: C-contiguous, read-only if their buffer is), for code that
 # runs a forward's lines in Python: codegen/linker.py does, to find its kernel calls
 IN_NUMPY = {"view": _numpy_view, "reshaped": lambda array, shape: array.reshape(shape),
-            "emptied": lambda array: array[:0]}
+            "emptied": lambda array: array[:0], "frozen": _numpy_frozen}

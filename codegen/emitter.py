@@ -172,7 +172,7 @@ def generate_module(graph: Graph, comment: str = "", profile: bool = False) -> G
     kernels = kernels_module(title, imports, list(definitions.values()) + ([_CLOCK] if profile else []))
     forward = "\n".join([title, "# The forward; codegen/linker.py binds its kernels (kernels.py) by address.",
                           "import math  # noqa: F401", "", "import numba", "import numpy as np", "",
-                          "from codegen.array_view import emptied, reshaped, view  # noqa: F401",
+                          "from codegen.array_view import emptied, frozen, reshaped, view  # noqa: F401",
                           "from codegen.interpreted import run_reference  # noqa: F401", ""]) + functions
     return GeneratedModule(kernels, forward, weights, plan, inputs, len(graph.nodes), interpreted)
 

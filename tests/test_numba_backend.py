@@ -199,6 +199,40 @@ def test_ops_with_and_without_a_bias_share_their_kernels_signature(tmp_path):
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
 
 
+def test_kernels_get_computed_weights_read_only_as_they_get_constants(tmp_path):
+    """A weight, bias or norm parameter the graph computes reaches its kernel read-only (Emit.weight:
+    frozen()), typed as a constant one is, so that the kernel compiles one signature for both: a conv
+    on a computed weight compiled conv2d's whole tree again. Outputs against the interpreter."""
+    import pickle
+
+    from compiler.interpreter import Interpreter
+    from ir import parse_graph
+
+    conv = 'stride=[1, 1], padding=[1, 1, 1, 1], dilation=[1, 1], groups=1, padding_mode="zeros"'
+    text = f"""graph g(%x: f32[2,4,9,9], %k: f32[6,4,3,3], %kb: f32[6], %v: f32[5,8], %lw: f32[3,8], %g: f32[8]) {{
+      %w: f32[6,4,3,3] = relu(%k) @weight
+      %b: f32[6] = neg(%kb) @bias
+      %c: f32[2,6,9,9] = conv2d(%x, %w, %b) {{{conv}}} @conv
+      %lwr: f32[3,8] = tanh(%lw) @linear_weight
+      %l: f32[5,3] = linear(%v, %lwr) @fc
+      %gr: f32[8] = abs(%g) @norm_weight
+      %n: f32[5,8] = layer_norm(%v, %gr, %g) {{normalized_shape=[8], eps=1e-05}} @norm
+      return %c, %l, %n
+    }}"""
+    graph = parse_graph(text)
+    m = NumbaModel.build(graph, tmp_path)
+    table = pickle.loads(next(tmp_path.rglob("linkage.pkl")).read_bytes())
+    called = {ref.name: ref.signature.args for ref in table}
+    parameters = {"conv2d": (1, 2), "linear": (1,), "layer_norm": (1, 2)}
+    for kernel, indices in parameters.items():
+        (args,) = [a for name, a in called.items() if name.endswith("_" + kernel)]
+        assert all(not args[i].mutable for i in indices), (kernel, args)
+    rng = np.random.default_rng(2)
+    inputs = [rng.standard_normal(v.shape).astype(np.float32) for v in graph.inputs]
+    for got, want in zip(m(*inputs), Interpreter(parse_graph(text))(*inputs)):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
 def test_concats_written_in_place_give_the_interpreters_result(tmp_path):
     """A DenseNet-like chain of concats (features written once into the widest one; the narrower
     concats are views of it) and a nested concat, against the interpreter."""

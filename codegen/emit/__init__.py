@@ -58,6 +58,15 @@ class Emit:
             self.prepacked[name] = np.ascontiguousarray(compute(value.data))
         return name
 
+    def weight(self, index: int, view: str = "") -> str:
+        """Input `index` (with `view` appended: ".reshape(-1)", say), a weight, bias or other parameter
+        of a kernel call: a constant as it is (a read-only view of the weights), a value the graph
+        computes wrapped in frozen() (the same array typed read-only), so that a kernel compiles one
+        signature for both: a conv on a computed weight compiled conv2d's whole tree again (60-70 s
+        on a 2-core AVX2 EPYC)."""
+        expression = self.args[index] + view
+        return expression if self.node.inputs[index].is_constant else f"frozen({expression})"
+
     def bias(self, index: int, length: int) -> str:
         """Input `index`, the bias of a conv or linear kernel call, or, if the node has none, zeros
         of `length` in the weight's dtype (input 1's), passed with the weights (read-only, like a
@@ -65,7 +74,7 @@ class Emit:
         None is a type of its own: a model whose convs have biases and whose others have none (the
         convs before a GroupNorm) compiled each conv kernel twice, 25-30 s each on a 2-core AVX2 EPYC."""
         if len(self.args) > index:
-            return self.args[index]
+            return self.weight(index)
         dtype = self.node.inputs[1].dtype
         name = f"zero_bias_{dtype}_{length}"  # shared by the model's kernel calls of this length
         self.prepacked.setdefault(name, np.zeros(length, dtype))

@@ -236,7 +236,7 @@ def _emit_conv2d(e: Emit) -> list[str]:
     act = epilogue_args(a) if e.node.op == "fused_conv2d" else NO_EPILOGUE
     if is_linear_on_pixels(e.node):
         (n, c), o = e.node.inputs[0].shape[:2], e.node.outputs[0].shape[1]
-        return [linear_call(e, n, c, o, f"{e.args[1]}.reshape({lit((o, c))})", act)]
+        return [linear_call(e, n, c, o, e.weight(1, f".reshape({lit((o, c))})"), act)]
     if uses_winograd(e.node):
         u_ = e.prepack(1, "winograd", pack_transformed)
         top, left = a["padding"][0], a["padding"][1]
@@ -259,7 +259,7 @@ def _emit_conv2d(e: Emit) -> list[str]:
         wp = e.prepack(1, f"panels{groups}", lambda w: pack_weights(w, groups))
         return lines + [f"{e.call(conv2d_packed)}({x}, {wp}, {bias}, {residual}, {e.outs[0]}, "
                         f"{const_args(e.node.inputs[1].shape[2:], stride, padding, a['dilation'])}, {act})"]
-    return lines + [f"{e.call(conv2d)}({x}, {e.args[1]}, {bias}, {residual}, {e.outs[0]}, "
+    return lines + [f"{e.call(conv2d)}({x}, {e.weight(1)}, {bias}, {residual}, {e.outs[0]}, "
                     f"{const_args(a['stride'], padding, a['dilation'], a['groups'])}, {act})"]
 
 
@@ -344,8 +344,8 @@ def _emit_conv_transpose2d(e: Emit) -> list[str]:
         wt = e.prepack(1, f"by_group{groups}", lambda w: transpose_weight(w, groups))
     else:  # a weight computed by the model: rearranged on every run
         c_n = e.node.inputs[1].shape[0]
-        wt = (f"np.ascontiguousarray({e.args[1]}.reshape({lit((groups, c_n // groups, -1))})"
-              f".transpose(0, 2, 1))")
+        wt = (f"frozen(np.ascontiguousarray({e.args[1]}.reshape({lit((groups, c_n // groups, -1))})"
+              f".transpose(0, 2, 1)))")  # read-only, as a constant's (Emit.weight)
     kernel = e.node.inputs[1].shape[2:]
     return [f"{e.call(conv_transpose2d)}({e.args[0]}, {wt}, {bias}, {e.outs[0]}, "
             f"{const_args(kernel, a['stride'], a['padding'], a['dilation'])})"]

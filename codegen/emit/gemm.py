@@ -34,7 +34,7 @@ BATCH_DIMS = 6  # matmul broadcasts over at most this many (merged) batch dims
 def _emit_linear(e: Emit) -> list[str]:
     x, w = e.node.inputs[0].type, e.node.inputs[1].type
     act = epilogue_args(e.node.attrs) if e.node.op == "fused_linear" else NO_EPILOGUE
-    return [linear_call(e, math.prod(x.shape[:-1]), x.shape[-1], w.shape[0], e.args[1], act)]
+    return [linear_call(e, math.prod(x.shape[:-1]), x.shape[-1], w.shape[0], e.weight(1), act)]
 
 
 def linear_call(e: Emit, rows: int, k: int, features: int, weight: str, act: str) -> str:

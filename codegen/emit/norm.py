@@ -15,7 +15,7 @@ def _eps(e: Emit) -> str:
 
 def _optional(e: Emit, i: int) -> str:
     """Parameter i flattened (weight and bias of layer_norm can have several dims), or None."""
-    return f"{e.args[i]}.reshape(-1)" if len(e.args) > i else "None"
+    return e.weight(i, ".reshape(-1)") if len(e.args) > i else "None"
 
 
 def _nc(e: Emit, name: str) -> str:
@@ -26,7 +26,8 @@ def _nc(e: Emit, name: str) -> str:
 
 @emits("batch_norm")
 def _emit_batch_norm(e: Emit) -> list[str]:
-    x, mean, var, weight, bias = e.args
+    x = e.args[0]
+    mean, var, weight, bias = (e.weight(i) for i in range(1, 5))
     return [f"{e.call(batch_norm)}({_nc(e, x)}, {mean}, {var}, {weight}, {bias}, {_nc(e, e.outs[0])}, {_eps(e)})"]
 
 

@@ -113,5 +113,5 @@ def _gemm_task(t, xf, wf, of, rf, bias, dims, window, split, pointwise, acts, pa
         gemm_blocks(o1 - o0, p, k, wf, o0 * k, k, cols, 0, p, False, of, c0, p_n, False)
     for r in range(o1 - o0):  # the epilogue while the tile is still in cache
         d = c0 + r * p_n
-        bv = 0.0 if bias is None else bias[o0 + r]
+        bv = 0.0 if bias is None else float(bias[o0 + r])  # epilogue_run's float64 bias: one signature
         epilogue_run(of, d, p, of, d, bv, rf, act, alpha, beta, post, post_alpha, post_beta)

@@ -260,7 +260,7 @@ def _output_task(task, mf, plane, ld, run, of, out_shape, bias, rf, act, alpha, 
     rows = np.empty(4 * tw, np.float32)  # a tile row's two output rows, 2 * TW each
     width = vector_floats()
     for o in range(ob * cpt, min(o_n, (ob + 1) * cpt)):
-        bv = 0.0 if bias is None else bias[o]
+        bv = 0.0 if bias is None else float(bias[o])  # epilogue_run's float64 bias: one signature
         for y in range(tc // tw):
             q0 = o * ld + img * tc + y * tw
             if tw >= width:  # W tiles at once, the last W ending at the row's end (overlapping: same values)
