@@ -149,24 +149,36 @@ CHANNEL_TAPS_MIN_STEPS = 256
 CHANNEL_TAPS_MIN_FILL = 0.75
 CHANNEL_TAPS_MAX_ROW_FILL = 0.96
 CHANNEL_TAPS_MAX_PLANE_BYTES = 1 << 22
+# Grouped convs whose groups fill whole half panels of channels (8 channels on AVX2: RegNetY's groups of
+# 8), at batch > 1, on output planes of at most this many pixels: conv2d_by_channels runs a group's
+# channels in one vector and the batch's pixels end to end in MR-pixel groups, where conv2d_packed pads
+# each group's 8 channels to two MR-row panels and each image's pixels to a panel. Batch 8, 96 -> 96
+# channels in 12 groups, 3x3: on 4 x 4 115-127 -> 65-77 us, stride 2 from 8 x 8 180 -> 134 us; on
+# 8 x 8 outputs level (48 channels, 6 groups), from 32 x 32 stride 2 slower (24 channels, 3 groups:
+# 152 -> 211 us); batch 1 on 4 x 4 level (Zen 3 EPYC, AVX2, 2 threads, in-process A/B, medians).
+GROUPED_CHANNEL_TAPS_MAX_PIXELS = 16
 
 
 def uses_channel_taps(node: Node, vector_floats: int) -> bool:
     """Whether conv node runs conv2d_by_channels (output channels in the vectors, MR pixels a
-    microkernel call): a float32 conv with constant weights, no groups and a kernel larger than 1x1,
+    microkernel call): a float32 conv with constant weights and a kernel larger than 1x1, without groups
+    (grouped: GROUPED_CHANNEL_TAPS_MAX_PIXELS),
     on images small enough that conv2d_packed's phase-plane columns past each output row, or its
     pixels padded to whole half panels, cost more than MR-pixel groups and channel panels pad. On
     AVX-512, 2 threads, Zen 5 EPYC: 512 -> 512 channels on 7 x 7 0.65 -> 0.57 ms, 256 -> 256 on
     14 x 14 0.55 -> 0.49, 384 -> 256 on 13 x 13 0.78 -> 0.65, 64 -> 192 5x5 on 27 x 27 1.08 -> 0.92,
     256 -> 512 stride 2 on 40 x 40 2.29 -> 1.97, batch 8 of 256 -> 256 on 14 x 14 4.20 -> 3.71."""
     a, x, w, y = node.attrs, node.inputs[0], node.inputs[1], node.outputs[0]
-    if not (uses_packed_weights(node) and a["groups"] == 1 and w.shape[2:] != (1, 1)):
+    if not (uses_packed_weights(node) and w.shape[2:] != (1, 1)):
         return False
     (c, wd), (o, oh, ow), (kh, kw) = (x.shape[1], x.shape[3]), y.shape[1:], w.shape[2:]
     (sh, sw), (dh, dw), pl = a["stride"], a["dilation"], a["padding"][1]
     half = 2 * vector_floats if vector_floats == 16 else vector_floats  # micro_gemm_taps_half's channels
     wq = plane_pitch.py_func(ow, wd, kw, sw, dw, pl)
     plane_bytes = 4 * c * sh * sw * (oh + (kh - 1) * dh // sh) * wq
+    if a["groups"] > 1:  # not depthwise (w.shape[1]: a group's input channels)
+        return (w.shape[1] > 1 and (o // a["groups"]) % half == 0 and y.shape[0] > 1
+                and oh * ow <= GROUPED_CHANNEL_TAPS_MAX_PIXELS and plane_bytes <= CHANNEL_TAPS_MAX_PLANE_BYTES)
     strided_batch = (sh, sw) != (1, 1) and y.shape[0] > 1
     if (sh, sw) != (1, 1) and vector_floats < CHANNEL_TAPS_STRIDED_MIN_FLOATS:
         return False
@@ -251,7 +263,8 @@ def _emit_conv2d(e: Emit) -> list[str]:
         wt = e.prepack(1, "by_channels", lambda w: transpose_padded(w.reshape(o, c)))
         return lines + [f"{e.call(conv1x1_by_channels)}({x}, {wt}, {bias}, {residual}, {e.outs[0]}, {act})"]
     if uses_channel_taps(e.node, target_vector_floats()):
-        wt = e.prepack(1, "channel_panels", pack_channel_panels)
+        groups = a["groups"]
+        wt = e.prepack(1, f"channel_panels{groups}", lambda w: pack_channel_panels(w, None, groups))
         return lines + [f"{e.call(conv2d_by_channels)}({x}, {wt}, {bias}, {residual}, {e.outs[0]}, "
                         f"{const_args(e.node.inputs[1].shape[2:], stride, padding, a['dilation'])}, {act})"]
     if uses_packed_weights(e.node):

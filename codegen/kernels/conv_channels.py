@@ -9,7 +9,8 @@ fill 224. Here they fill 54 and 198 rows.
 
 - conv1x1_by_channels: a 1x1 stride-1 conv, the pixels read where they lie (micro_gemm_a_rows on
   gemm.transpose_padded's weight).
-- conv2d_by_channels: any kernel, stride, dilation and zero padding, without groups: each task
+- conv2d_by_channels: any kernel, stride, dilation and zero padding, and groups (each group's channels
+  in panels of their own, pack_channel_panels(weight, panel, groups); the reduction a group's): each task
   gathers its image's phase planes (planes.py), then micro_gemm_taps reads pixel i's reduction
   step (channel, tap) at pix[i] + taps[step] in them, times the weight packed by
   pack_channel_panels at compile time.
@@ -46,11 +47,12 @@ IMAGE_BLOCK_BYTES = 1 << 19  # a task's images' phase planes, at most (or one im
 MIN_GROUPS = 4  # pixel groups (of MR) per task, at least, when an image's pixels are split between tasks
 
 
-def pack_channel_panels(weight: np.ndarray, panel: int | None = None) -> np.ndarray:
+def pack_channel_panels(weight: np.ndarray, panel: int | None = None, groups: int = 1) -> np.ndarray:
     """A conv weight (O, C, KH, KW) as conv2d_by_channels takes it: panels of `panel` output channels
     (default: the taps_width() of the CPU numba compiles for, 64 on AVX-512, 16 on AVX2), each
     (K, panel) contiguous with K = C * KH * KW in (c, kh, kw) order (wt[P, r, i] = weight[P * panel
-    + i, r]), the last panel padded with zero channels. A microkernel call then reads its weights as
+    + i, r]), the last panel padded with zero channels; with groups, each group's O / groups channels
+    in panels of their own (K = C / groups * KH * KW). A microkernel call then reads its weights as
     one contiguous stream. AVX2's 16-channel calls on 64-channel panels read a quarter of each 256-byte
     row. On 16-channel panels, the same kernel: a 512 -> 512 3x3 conv on 7 x 7 at batch 1 3.70 -> 2.27
     ms (conv2d_packed 2.5-2.7), 256 -> 256 on 10 x 10 1.61 -> 1.09, DenseNet's 128 -> 32 on 7 x 7 at
@@ -60,11 +62,11 @@ def pack_channel_panels(weight: np.ndarray, panel: int | None = None) -> np.ndar
 
         panel = taps_channels(target_vector_floats())
     o_n = weight.shape[0]
-    k = int(np.prod(weight.shape[1:]))
-    panels = -(-o_n // panel)
-    padded = np.zeros((panels * panel, k), np.float32)
-    padded[:o_n] = weight.reshape(o_n, k)
-    return np.ascontiguousarray(padded.reshape(panels, panel, k).transpose(0, 2, 1))
+    og, k = o_n // groups, int(np.prod(weight.shape[1:]))
+    per = -(-og // panel)  # each group's panels: a group's channels never share a panel with another's
+    padded = np.zeros((groups, per * panel, k), np.float32)
+    padded[:, :og] = weight.reshape(groups, og, k)
+    return np.ascontiguousarray(padded.reshape(groups * per, panel, k).transpose(0, 2, 1))
 
 
 @numba.njit(**SEQ)
@@ -100,8 +102,9 @@ def _channels_out(acc, a0, ldc, p, c0, c1, of, o0, hw, rf, bias, acts, params):
 @numba.njit(**SEQ)
 def conv2d_by_channels(x, wt, bias, residual, out, kernel, stride, padding, dilation,
                        act, alpha, beta, post, post_alpha, post_beta):
-    """out = post(act(conv2d(x, weight) + bias) + residual) for a float32 conv without groups,
-    wt = pack_channel_panels(weight); bias may be None, residual None or empty for none; padding
+    """out = post(act(conv2d(x, weight) + bias) + residual) for a float32 conv, wt =
+    pack_channel_panels(weight, panel, groups) (groups: as many as the panels' reduction steps make);
+    bias may be None, residual None or empty for none; padding
     (top, left, bottom, right) zeros. Tasks: (block of images, block of channel panels, block of
     pixel groups), shared out evenly; each gathers its images' phase planes whole, so this is for
     small images (a few hundred KB of planes: they stay in L2).
@@ -113,14 +116,15 @@ def conv2d_by_channels(x, wt, bias, residual, out, kernel, stride, padding, dila
     (kh, kw), (sh, sw), (dh, dw), pt, pl = kernel, stride, dilation, padding[0], padding[1]
     n_n, c_n, h, w = x.shape
     o_n, oh, ow = out.shape[1], out.shape[2], out.shape[3]
-    k, p_n = c_n * kh * kw, oh * ow
+    k, p_n = wt.shape[1], oh * ow  # k: a group's reduction steps
+    groups = c_n * kh * kw // k
     tw = taps_width()
     if wt.shape[2] % tw != 0:
         raise ValueError("conv2d_by_channels: weight panels narrower than the microkernel's channels")
     wq = plane_pitch(ow, w, kw, sw, dw, pl)
     hq = oh + (kh - 1) * dh // sh
     size = sh * sw * hq * wq  # one channel's planes
-    taps = tap_table(c_n, kh, kw, sh, sw, dh, dw, hq, wq)  # where each reduction step reads
+    taps = tap_table(c_n // groups, kh, kw, sh, sw, dh, dw, hq, wq)  # where a group's reduction steps read
     # blocks of images whose planes fit IMAGE_BLOCK_BYTES, as many blocks as share out evenly
     n_b = max(1, min(n_n, -(-(c_n * size * x.itemsize * n_n) // IMAGE_BLOCK_BYTES)))
     while n_b % num_threads() != 0 and n_b < n_n:
@@ -132,7 +136,7 @@ def conv2d_by_channels(x, wt, bias, residual, out, kernel, stride, padding, dila
     for q in range(rows):
         m, pq = min(q, nb * p_n - 1) // p_n, min(q, nb * p_n - 1) % p_n
         pix[q] = m * c_n * size + pq // ow * wq + pq % ow
-    panels = -(-o_n // tw)
+    panels = groups * -(-(o_n // groups) // tw)
     n_c, cpt = blocks(n_b, panels, 1)
     if panels % n_c != 0:  # blocks of unequal panels (3 as 2 and 1 kept a thread idle a third of the time)
         n_c, cpt = 1, panels
@@ -144,7 +148,7 @@ def conv2d_by_channels(x, wt, bias, residual, out, kernel, stride, padding, dila
     scratch = np.empty(min(num_threads(), n_b * n_c * n_g) * (planes + accs), np.float32)
     run_tasks(_taps_task, n_b * n_c * n_g,
               (x.reshape(-1), wt.reshape(-1), bias, residual_run(residual, out), out.reshape(-1),
-               (n_n, c_n, h, w, o_n, p_n, k, wt.shape[2]), (sh, sw, pt, pl, hq, wq), taps, pix,
+               (n_n, c_n, h, w, o_n, p_n, k, wt.shape[2], groups), (sh, sw, pt, pl, hq, wq), taps, pix,
                (nb, n_c, cpt, n_g, gpt, ldc, kc),
                (act, post), (alpha, beta, post_alpha, post_beta), scratch, (planes, accs)))
 
@@ -154,7 +158,7 @@ def _taps_task(t, xf, wf, bias, rf, of, dims, window, taps, pix, split, acts, pa
     """Task t of conv2d_by_channels: its images' phase planes into this thread's scratch, then each of
     its block's channel panels through the whole reduction (in chunks whose weights stay in L1 across
     the pixel groups) into a block of sums, and out (_channels_out) image by image."""
-    n_n, c_n, h, w, o_n, p_n, k, cp = dims  # cp: the weight's channels per panel
+    n_n, c_n, h, w, o_n, p_n, k, cp, groups = dims  # cp: the weight's channels per panel
     sh, sw, pt, pl, hq, wq = window
     nb, n_c, cpt, n_g, gpt, ldc, chunk = split
     planes, accs = sizes
@@ -176,19 +180,23 @@ def _taps_task(t, xf, wf, bias, rf, of, dims, window, taps, pix, split, acts, pa
             gather_planes(xf, (n * c_n + c) * h * w, h, w, -pt, sh, sw, pl, src, ((n - n0) * c_n + c) * size, hq, wq)
     acc = scratch[own + planes:own + planes + accs]
     half = tw // 2
-    for j in range(ci * cpt, min(-(-o_n // tw), (ci + 1) * cpt)):
-        c0 = j * tw
-        c1 = min(o_n, c0 + tw)
+    og, cg = o_n // groups, c_n // groups
+    per, per_cp = -(-og // tw), -(-og // cp)  # a group's panels of tw channels, and of the weight's cp
+    for j in range(ci * cpt, min(groups * per, (ci + 1) * cpt)):
+        grp, jj = j // per, j % per
+        c0 = grp * og + jj * tw
+        c1 = min(grp * og + og, c0 + tw)
         whole = c1 - c0 > half
+        a0 = grp * cg * size  # the group's first channel's planes (pix: each image's)
         for kb in range(0, k, chunk):
             kc = min(chunk, k - kb)
-            b0 = (c0 // cp * k + kb) * cp + c0 % cp
+            b0 = ((grp * per_cp + jj * tw // cp) * k + kb) * cp + jj * tw % cp
             for g in range(g0, g1):
                 r = (g - g0) * MR * ldc
                 if whole:
-                    micro_gemm_taps(kc, src, 0, pix, g * MR, taps, kb, wf, b0, cp, acc, r, ldc, kb > 0)
+                    micro_gemm_taps(kc, src, a0, pix, g * MR, taps, kb, wf, b0, cp, acc, r, ldc, kb > 0)
                 else:
-                    micro_gemm_taps_half(kc, src, 0, pix, g * MR, taps, kb, wf, b0, cp, acc, r, ldc,
+                    micro_gemm_taps_half(kc, src, a0, pix, g * MR, taps, kb, wf, b0, cp, acc, r, ldc,
                                          kb > 0)
         v = v0
         while v < min(v1, g1 * MR):  # each image's part of the task's pixels

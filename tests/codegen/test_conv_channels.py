@@ -118,6 +118,35 @@ def test_conv2d_by_channels_reads_panels_of_any_whole_number_of_calls(panel):
     np.testing.assert_allclose(out, ref.numpy(), rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("panel", [None, 64])
+@pytest.mark.parametrize("n, c, o, hw, stride, groups", [
+    (8, 96, 96, (4, 4), 1, 12),  # groups of 8 channels: AVX2's half call, a quarter of AVX-512's
+    (3, 48, 48, (9, 8), 2, 6),  # strided, a batch whose pixels split into MR-pixel groups across images
+    (2, 24, 36, (5, 7), 1, 3),  # 12 channels a group: a part-filled call
+    (2, 40, 80, (4, 5), 1, 2),  # 40 channels a group: whole and half calls, across panels of 64
+])
+def test_grouped_conv2d_by_channels_matches_float64(n, c, o, hw, stride, groups, panel):
+    """Grouped convs on conv2d_by_channels, called directly whatever this machine's rule chooses: each
+    group's channels in panels of their own (pack_channel_panels(weight, panel, groups)), its reduction
+    over the group's input channels, with a bias, a residual and relu, against float64."""
+    import torch
+
+    import codegen.runtime  # noqa: F401 - numba's target before the kernels compile
+    from codegen.kernels.conv import conv2d_by_channels
+    from codegen.kernels.conv_channels import pack_channel_panels
+    from codegen.kernels.epilogue import ACTIVATION_CODES
+
+    x, weight, b = rand(n, c, *hw), rand(o, c // groups, 3, 3, scale=(9 * c / groups) ** -0.5), rand(o)
+    ref = torch.nn.functional.conv2d(torch.from_numpy(x).double(), torch.from_numpy(weight).double(),
+                                     torch.from_numpy(b).double(), stride, 1, 1, groups).numpy()
+    res = rand(*ref.shape)
+    out = np.full(ref.shape, np.nan, np.float32)
+    relu, none = ACTIVATION_CODES["relu"], ACTIVATION_CODES["none"]
+    conv2d_by_channels(x, read_only(pack_channel_panels(weight, panel, groups)), read_only(b), res, out,
+                       (3, 3), (stride, stride), (1, 1, 1, 1), (1, 1), relu, 0.0, 0.0, none, 0.0, 0.0)
+    np.testing.assert_allclose(out, np.maximum(ref, 0) + res, rtol=1e-5, atol=1e-5)
+
+
 def test_conv2d_by_channels_refuses_panels_narrower_than_a_call():
     import codegen.runtime  # noqa: F401 - numba's target before the kernels compile
     from codegen.kernels.conv import conv2d_by_channels
@@ -164,6 +193,13 @@ def _conv_node(shape, o, kernel, stride=(1, 1), padding=(1, 1, 1, 1), groups=1, 
     ((1, 512, 40, 40), 512, (3, 3), (1, 1), 1, 16, True),  # 3.6 MB of planes a task
     ((1, 1024, 40, 40), 256, (3, 3), (1, 1), 1, 16, False),  # 7.2 MB of planes
     ((1, 64, 14, 14), 64, (3, 3), (1, 1), 2, 16, False),  # groups
+    ((8, 96, 4, 4), 96, (3, 3), (1, 1), 12, 8, True),  # RegNetY's groups of 8 on AVX2: one vector each
+    ((8, 96, 8, 8), 96, (3, 3), (2, 2), 12, 8, True),  # strided too, to 4 x 4
+    ((8, 96, 4, 4), 96, (3, 3), (1, 1), 12, 16, False),  # AVX-512: 8 channels fill a quarter of a half call
+    ((1, 96, 4, 4), 96, (3, 3), (1, 1), 12, 8, False),  # batch 1: level, conv2d_packed
+    ((8, 48, 8, 8), 48, (3, 3), (1, 1), 6, 8, False),  # 8 x 8 outputs: level
+    ((8, 96, 4, 4), 72, (3, 3), (1, 1), 12, 8, False),  # groups of 6 channels: not whole half panels
+    ((8, 32, 4, 4), 32, (3, 3), (1, 1), 32, 8, False),  # depthwise: a kernel of its own
     ((1, 512, 7, 7), 512, (1, 1), (1, 1), 1, 16, False),  # 1x1: conv1x1_by_channels or conv2d_packed
 ])
 def test_the_rule_takes_small_images_with_long_reductions(shape, o, kernel, stride, groups, width, expected):
