@@ -159,13 +159,22 @@ def test_a_node_without_a_kernel_runs_its_reference_inside_the_forward(text, nod
         np.testing.assert_allclose(g, w, rtol=1e-6, atol=1e-6)
 
 
+def _kernel_table(module_dir: Path) -> list:
+    """The kernel table (name and signature of each kernel call) of the one model NumbaModel.build
+    wrote under module_dir (compiler/numba_backend.py, LINKAGE)."""
+    import pickle
+
+    from compiler.numba_backend import LINKAGE
+
+    (path,) = module_dir.rglob(LINKAGE)
+    return pickle.loads(path.read_bytes())
+
+
 def test_ops_with_and_without_a_bias_share_their_kernels_signature(tmp_path):
     """A conv or linear without a bias passes zeros (Emit.bias), so that it calls the signature of
     its kernel that those with a bias call: None, a type of its own, compiled every conv kernel of a
     model with both again (tens of seconds each on 2 cores). Each kernel in the forward's table once;
     the outputs against the interpreter."""
-    import pickle
-
     from compiler.interpreter import Interpreter
     from ir import parse_graph
 
@@ -191,7 +200,7 @@ def test_ops_with_and_without_a_bias_share_their_kernels_signature(tmp_path):
     m = NumbaModel.build(parse_graph(text, weights), tmp_path)
     calls = [line for line in m.source.splitlines() if line.rstrip().endswith(("# biased", "# unbiased"))]
     assert len(calls) == 2 and calls[0].split("(")[0].split()[-1] == calls[1].split("(")[0].split()[-1], calls
-    table = pickle.loads(next(tmp_path.rglob("linkage.pkl")).read_bytes())
+    table = _kernel_table(tmp_path)
     names = [ref.name for ref in table]
     assert len(names) == len(set(names)), names  # one signature a kernel
     x, v = rng.standard_normal((2, 8, 9, 9)).astype(np.float32), rng.standard_normal((40, 24)).astype(np.float32)
@@ -203,8 +212,6 @@ def test_kernels_get_computed_weights_read_only_as_they_get_constants(tmp_path):
     """A weight, bias or norm parameter the graph computes reaches its kernel read-only (Emit.weight:
     frozen()), typed as a constant one is, so that the kernel compiles one signature for both: a conv
     on a computed weight compiled conv2d's whole tree again. Outputs against the interpreter."""
-    import pickle
-
     from compiler.interpreter import Interpreter
     from ir import parse_graph
 
@@ -221,7 +228,7 @@ def test_kernels_get_computed_weights_read_only_as_they_get_constants(tmp_path):
     }}"""
     graph = parse_graph(text)
     m = NumbaModel.build(graph, tmp_path)
-    table = pickle.loads(next(tmp_path.rglob("linkage.pkl")).read_bytes())
+    table = _kernel_table(tmp_path)
     called = {ref.name: ref.signature.args for ref in table}
     parameters = {"conv2d": (1, 2), "linear": (1,), "layer_norm": (1, 2)}
     for kernel, indices in parameters.items():
