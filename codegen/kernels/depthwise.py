@@ -1,7 +1,8 @@
 """Depthwise convolution (groups == input channels, MobileNet's 3x3 blocks): direct loops.
 
 Float32 convs with kernel height 3, 5 or 7, equal strides 1 or 2 and no row dilation take the
-register-row path of depthwise_rows.py (except 7 x 7 output planes with smaller kernels, below).
+register-row path of depthwise_rows.py (except 7 x 7 output planes with smaller kernels, below),
+unless the channel blocks below take them first (small planes; on AVX2 every plane they fit).
 The paths here serve the others and float64.
 
 Output channel o reads input channel o // (O / C) only, so there is no GEMM to hand to
@@ -36,14 +37,19 @@ Float32 only; float64 takes the paths below.
 The other small output planes (at most CHANNEL_BLOCK_PIXELS, CHANNEL_BLOCK_PIXELS_3X3 for 3x3
 kernels: float64, or inputs wider than the output's phase rows, as with no padding) have rows too
 short for the row blocks below: there a task
-takes CB channels at once, lays their padded planes out channel-minor (each input row of the CB
-channels one vector transpose, vectors.transpose16), and sums the taps of PIXEL_GROUP output pixels
-at once across the CB channels in vector registers (`_pixel_taps`, LLVM IR): 2-3x faster on
-EfficientNet-B0's 7 x 7 and 14 x 14 layers (AMD EPYC, AVX2). Strided convs on output planes up to
-8 x 8, and others up to 4 x 4, take this path before any other where a vector holds 16 floats
-(AVX-512; STRIDED_BLOCK_PIXELS): the phase planes' split of every input row cost more than the taps
-(576 channels 3x3 stride 2 from 14 x 14 at batch 8: 196 -> 107 us, AVX-512 EPYC). With AVX2's 8-float
-vectors the register rows take them first, 1.5-2.5x faster there.
+takes CB channels at once (CB = vector_floats(): one register), lays their padded planes out
+channel-minor (each input row of the CB channels one vector transpose, vectors.transpose_vector),
+and sums the taps of PIXEL_GROUP output pixels at once across the CB channels in vector registers
+(`_pixel_taps`, LLVM IR): 2-3x faster on EfficientNet-B0's 7 x 7 and 14 x 14 layers (AMD EPYC,
+AVX2). They come before any other path where the CB padded input planes fit in
+CHANNEL_BLOCK_FLOATS on AVX2 (8-float vectors: AVX2_BLOCK_FIRST), and on AVX-512 for strided convs
+on output planes up to 8 x 8 and others up to 4 x 4 (STRIDED_BLOCK_PIXELS, BLOCK_FIRST_PIXELS): the
+phase planes' split of every input row cost more than the taps (576 channels 3x3 stride 2 from
+14 x 14 at batch 8: 196 -> 107 us, AVX-512 EPYC), and on AVX2 the register rows' masked loads did.
+A transpose of a whole block (a vector of channels by a vector of columns or pixels) takes plain
+loads and stores, so the last chunk of a row overlaps the one before rather than being partial:
+AVX2's masked stores are microcoded on AMD's Zen, and its masked loads slow where their unread
+lanes cross into another page (the time of one conv varied 3x with the input's placement).
 """
 
 from __future__ import annotations
@@ -64,7 +70,7 @@ from codegen.kernels.vectors import (
     copy_run,
     fma_sums,
     lane_mask,
-    transpose16,
+    transpose_vector,
     vector_floats,
     vector_loop,
     vector_width,
@@ -81,10 +87,9 @@ VEC = 16  # the flat loop runs a whole number of float32 vectors (AVX-512: 16, A
 # channels 5x5, 12.5 -> 14.5, hence the short rows' groups)
 PIXEL_GROUP = 8
 SHORT_ROW_GROUP = 4
-CB = 16  # channels per task of the small-plane path: one AVX-512 vector of float32, two AVX2 ones
 CHANNEL_BLOCK_PIXELS = 256  # output planes up to 16 x 16 take it for kernels over 3x3 (at 28 x 28 the row blocks win)
 CHANNEL_BLOCK_PIXELS_3X3 = 64  # and up to 8 x 8 for 3x3: at 14 x 14 the row blocks are 10-30% faster (AVX-512 EPYC)
-CHANNEL_BLOCK_FLOATS = 1 << 14  # and CB padded input planes fit in 64 KiB
+CHANNEL_BLOCK_FLOATS = 1 << 14  # and CB padded input planes fit in 64 KiB (float32)
 # output planes up to this size take the channel blocks before any other path: strided convs' (each
 # input row one transpose instead of a split into phase planes; AVX-512 EPYC, 2 threads, batch 8:
 # 576 channels 3x3 stride 2 from 14 x 14 196 -> 107 us, 96 channels 5x5 from 8 x 8 39 -> 12; at 28 ->
@@ -92,13 +97,14 @@ CHANNEL_BLOCK_FLOATS = 1 << 14  # and CB padded input planes fit in 64 KiB
 # channels 5x5 on 4 x 4 25 -> 14 us; on 8 x 8, 3x3 14 -> 20 at batch 8 and 7 x 7 3x3 88 -> 121)
 STRIDED_BLOCK_PIXELS = 64
 BLOCK_FIRST_PIXELS = 16
-# Where a vector holds fewer than CB floats (AVX2: each 16-channel vector two registers, each
-# transpose16 shuffle several), these planes take the register rows first and the
-# channel blocks only where the rows have no code: the blocks ran 1.5-2.5x slower than the rows on
-# every shape both take (Zen 3 EPYC, 2 threads, in-process, medians: 72 channels 3x3 stride 2 from
-# 16 x 16 at batch 8 195 -> 78 us, 576 from 14 x 14 954 -> 427, at batch 1 156 -> 72; 240 5x5 stride
-# 2 from 14 x 14 516 -> 372), and 2-3x faster than the flat path where the rows have none (96 5x5
-# stride 2 from 8 x 8 137 against 409, 120 5x5 on 4 x 4 81 against 274)
+# where a vector holds fewer floats than this (AVX2), every plane that the channel blocks fit takes them first
+# (padded input planes up to CHANNEL_BLOCK_FLOATS / 8 = 2048 pixels). Zen 3 EPYC, 2 threads, in-process
+# medians, register rows -> channel blocks: 72 channels 3x3 stride 2 from 14 x 14 at batch 8 78 -> 37 us;
+# 576 from 14 x 14 at batch 1 75 -> 37; 384 channels 3x3 on 14 x 14 71 -> 51 (batch 1), 646 -> 453
+# (batch 8); 672 5x5 on 14 x 14 217 -> 137; 240 5x5 stride 2 from 28 x 28 at batch 8 1048 -> 459; 144
+# 3x3 on 28 x 28 89 -> 69; 384 7x7 on 14 x 14 191 -> 136; 960 3x3 on 7 x 7 level (80 / 78); 32 3x3 on
+# 16 x 16 at batch 8 level (48 / 51), the one shape measured where the rows did not lose
+AVX2_BLOCK_FIRST = 16
 PLANE_UNROLL = 4  # vectors of output pixels _plane_taps sums at once, in independent registers
 FLAT_PIXELS = 256  # stride-1 "same" convs up to 16 x 16 read their taps straight from the input (_plane_taps)
 
@@ -181,11 +187,12 @@ def conv_depthwise(x, weight, bias, residual, out, sh, sw, pt, pl, dh, dw,
     # small output planes whose rows are as long as a phase plane's: the flat path (_plane_taps), up to
     # FLAT_PIXELS for stride-1 "same" convs (read in place), otherwise where the channel blocks would run
     small = CHANNEL_BLOCK_PIXELS if kh * kw > 9 else CHANNEL_BLOCK_PIXELS_3X3
-    channel_blocks = hp * wp * CB <= CHANNEL_BLOCK_FLOATS
-    # the small planes that take the channel blocks first: before the register rows where a vector holds
-    # CB floats (AVX-512), after them where it holds fewer (STRIDED_BLOCK_PIXELS)
-    block_first = channel_blocks and oh * ow <= (STRIDED_BLOCK_PIXELS if sh * sw > 1 else BLOCK_FIRST_PIXELS)
-    if block_first and vector_floats() >= CB:
+    channel_blocks = hp * wp * vector_floats() <= CHANNEL_BLOCK_FLOATS
+    # the planes that take the channel blocks first, before the register rows: on AVX2 every plane they fit,
+    # on AVX-512 small ones (AVX2_BLOCK_FIRST, STRIDED_BLOCK_PIXELS)
+    block_first = channel_blocks and (vector_floats() < AVX2_BLOCK_FIRST or oh * ow <= (
+        STRIDED_BLOCK_PIXELS if sh * sw > 1 else BLOCK_FIRST_PIXELS))
+    if block_first:
         _run_channel_blocks(n_n, xf, wf, of, rf, bias, dims, window, (hp, wp), acts, params)
         return
     if depthwise_rows(x, xf, wf, of, rf, bias, dims, window, clamp, vmin if clamp else -np.inf,
@@ -210,7 +217,7 @@ def conv_depthwise(x, weight, bias, residual, out, sh, sw, pt, pl, dh, dw,
 @numba.njit(**SEQ)
 def _run_channel_blocks(n_n, xf, wf, of, rf, bias, dims, window, planes, acts, params):
     """_channel_blocks' tasks on the threads."""
-    threads = min(num_threads(), n_n * -(-dims[4] // CB))
+    threads = min(num_threads(), n_n * -(-dims[4] // vector_floats()))
     run_tasks(_channel_blocks, threads, (threads, xf, wf, of, rf, bias, dims, window, planes, acts, params))
 
 
@@ -275,11 +282,12 @@ def _pixel_taps(typingctx, p, base, step, wt, bv, offsets, out, at, group):
         i64 = ir.IntType(64)
         base_, step_, at_ = (context.cast(builder, args[k], signature.args[k], types.int64) for k in (1, 2, 7))
         scalar = context.get_value_type(signature.args[0].dtype)
-        vec = ir.VectorType(scalar, CB)
+        lanes = vector_width(context)  # channels: vector_floats() in the kernel
+        vec = ir.VectorType(scalar, lanes)
         suffix = "f32" if signature.args[0].dtype == types.float32 else "f64"
         itemsize = 4 if suffix == "f32" else 8
         fma = cgutils.get_or_insert_function(builder.module, ir.FunctionType(vec, [vec, vec, vec]),
-                                             f"llvm.fma.v{CB}{suffix}")
+                                             f"llvm.fma.v{lanes}{suffix}")
         p_ptr, wt_ptr, bv_ptr, off_ptr, out_ptr = (cgutils.create_struct_proxy(signature.args[k])(
             context, builder, value=args[k]).data for k in (0, 3, 4, 5, 6))
         taps = cgutils.create_struct_proxy(signature.args[5])(context, builder, value=offsets_).nitems
@@ -289,13 +297,13 @@ def _pixel_taps(typingctx, p, base, step, wt, bv, offsets, out, at, group):
 
         def tap(t):
             offset = builder.add(base_, builder.load(builder.gep(off_ptr, [t])))
-            w = vector_at(wt_ptr, builder.mul(t, ir.Constant(i64, CB)))
+            w = vector_at(wt_ptr, builder.mul(t, ir.Constant(i64, lanes)))
             return [(w, vector_at(p_ptr, builder.add(offset, builder.mul(step_, ir.Constant(i64, k)))))
                     for k in range(pixels)]
 
         bias = vector_at(bv_ptr, ir.Constant(i64, 0))
         for k, total in enumerate(fma_sums(builder, taps, vec, fma, tap, pixels)):
-            at = builder.add(at_, ir.Constant(i64, k * CB))
+            at = builder.add(at_, ir.Constant(i64, k * lanes))
             builder.store(builder.fadd(total, bias), builder.bitcast(builder.gep(out_ptr, [at]), vec.as_pointer()),
                           align=itemsize)
         return context.get_dummy_value()
@@ -307,8 +315,8 @@ def _pixel_taps(typingctx, p, base, step, wt, bv, offsets, out, at, group):
 def _channel_blocks(th, threads, xf, wf, of, rf, bias, dims, window, planes, acts, params):
     """Thread th's share of the small-plane path's tasks, each CB channels o0 .. o0 + CB - 1 of one
     image, with scratch of its own. A task lays the channels' padded input planes out channel-minor
-    (p[(y * wp + x) * CB + c]: each input row of the CB channels one transpose16), so that each tap of
-    each output pixel is one multiply-add of CB channels at once (_pixel_taps, with the bias); the sums
+    (p[(y * wp + x) * lanes + c]: each input row of the lanes channels one transpose16), so that each tap of
+    each output pixel is one multiply-add of lanes channels at once (_pixel_taps, with the bias); the sums
     go out channel-major through transpose16 again, and the rest of the epilogue runs once over the
     task's channels, which lie end to end in the output."""
     n_n, c_n, h, w, o_n, oh, ow, mult, kh, kw = dims
@@ -316,57 +324,69 @@ def _channel_blocks(th, threads, xf, wf, of, rf, bias, dims, window, planes, act
     hp, wp = planes
     act, post = acts
     alpha, beta, post_alpha, post_beta = params
-    n_cb, pixels = -(-o_n // CB), oh * ow
+    lanes = vector_floats()  # channels per task: a vector's
+    n_cb, pixels = -(-o_n // lanes), oh * ow
     # the padding is never written: zeros for every task; past the end, what a row's last group of
     # pixels reads (the pixels past the row are computed and dropped)
-    p = np.zeros((hp * wp + PIXEL_GROUP * sw) * CB, xf.dtype)
-    wt = np.zeros(kh * kw * CB, xf.dtype)
-    bv = np.zeros(CB, xf.dtype)
+    p = np.zeros((hp * wp + PIXEL_GROUP * sw) * lanes, xf.dtype)
+    wt = np.zeros(kh * kw * lanes, xf.dtype)
+    bv = np.zeros(lanes, xf.dtype)
     offsets = np.empty(kh * kw, np.int64)  # of each tap in p, from its window's first element
     for i in range(kh):
         for j in range(kw):
-            offsets[i * kw + j] = (i * dh * wp + j * dw) * CB
-    sums = np.empty((pixels + PIXEL_GROUP) * CB, xf.dtype)  # pixel-major, as _pixel_taps writes them
+            offsets[i * kw + j] = (i * dh * wp + j * dw) * lanes
+    sums = np.empty((pixels + PIXEL_GROUP) * lanes, xf.dtype)  # pixel-major, as _pixel_taps writes them
     y1, x1 = min(h, hp - pt), min(w, wp - pl)  # input rows and columns that some window reads
     tasks = n_n * n_cb
     loaded = -1  # the block whose weights and biases wt and bv hold
     for t in range(tasks * th // threads, tasks * (th + 1) // threads):
-        n, o0 = t % n_n, t // n_n * CB  # a block's images one after another: its weights laid out once
-        cb = min(CB, o_n - o0)
+        n, o0 = t % n_n, t // n_n * lanes  # a block's images one after another: its weights laid out once
+        cb = min(lanes, o_n - o0)
         # (in a last partial block, the lanes of the channels past o_n keep the last block's values: their
         # sums are never stored)
         if o0 != loaded:
             for c in range(cb):
                 for k in range(kh * kw):
-                    wt[u(k * CB + c)] = wf[u((o0 + c) * kh * kw + k)]
+                    wt[u(k * lanes + c)] = wf[u((o0 + c) * kh * kw + k)]
                 bv[c] = 0 if bias is None else bias[o0 + c]
             loaded = o0
-        if mult == 1:  # the channels' rows h * w apart: a block of CB channels by up to CB columns a transpose
+        if mult == 1:  # the channels' rows h * w apart: a block of lanes channels by up to lanes columns a transpose
             x0 = (n * c_n + o0) * h * w
             for y in range(y1):
-                for xs in range(0, x1, CB):
-                    transpose16(xf, x0 + y * w + xs, h * w, cb, min(CB, x1 - xs), p, ((y + pt) * wp + pl + xs) * CB, CB)
+                for xs in range(0, x1, lanes):
+                    xs = _whole_chunk(xs, x1, lanes)
+                    transpose_vector(xf, x0 + y * w + xs, h * w, cb, min(lanes, x1 - xs), p,
+                                     ((y + pt) * wp + pl + xs) * lanes, lanes)
         else:
             for c in range(cb):
                 x0 = (n * c_n + (o0 + c) // mult) * h * w
                 for y in range(y1):
-                    d = ((y + pt) * wp + pl) * CB + c
+                    d = ((y + pt) * wp + pl) * lanes + c
                     for x in range(x1):
-                        p[u(d + x * CB)] = xf[u(x0 + y * w + x)]
+                        p[u(d + x * lanes)] = xf[u(x0 + y * w + x)]
         for oy in range(oh):  # (a row's last group writes over the next row's first pixels, computed after)
             if ow > SHORT_ROW_GROUP:
                 for ox in range(0, ow, PIXEL_GROUP):
-                    _pixel_taps(p, (oy * sh * wp + ox * sw) * CB, sw * CB, wt, bv, offsets, sums, (oy * ow + ox) * CB,
-                                PIXEL_GROUP)
+                    _pixel_taps(p, (oy * sh * wp + ox * sw) * lanes, sw * lanes, wt, bv, offsets, sums,
+                                (oy * ow + ox) * lanes, PIXEL_GROUP)
             else:
                 for ox in range(0, ow, SHORT_ROW_GROUP):
-                    _pixel_taps(p, (oy * sh * wp + ox * sw) * CB, sw * CB, wt, bv, offsets, sums, (oy * ow + ox) * CB,
-                                SHORT_ROW_GROUP)
+                    _pixel_taps(p, (oy * sh * wp + ox * sw) * lanes, sw * lanes, wt, bv, offsets, sums,
+                                (oy * ow + ox) * lanes, SHORT_ROW_GROUP)
         d0 = (n * o_n + o0) * pixels
-        for q0 in range(0, pixels, CB):
-            transpose16(sums, q0 * CB, CB, min(CB, pixels - q0), cb, of, d0 + q0, pixels)
+        for q0 in range(0, pixels, lanes):
+            q0 = _whole_chunk(q0, pixels, lanes)
+            transpose_vector(sums, q0 * lanes, lanes, min(lanes, pixels - q0), cb, of, d0 + q0, pixels)
         if act != 0 or post != 0 or rf.size != 0:
             epilogue_run(of, d0, cb * pixels, of, d0, 0.0, rf, act, alpha, beta, post, post_alpha, post_beta)
+
+
+@numba.njit(inline="always", **SEQ)
+def _whole_chunk(start, count, lanes):
+    """Where the chunk of `lanes` items from `start` of `count` begins so that it is whole: its last one
+    ends at count, overlapping the one before (transposed again, to the same values), unless count is
+    less than lanes. A whole block is transposed with plain loads and stores (transpose_vector)."""
+    return min(start, count - lanes) if count >= lanes else start
 
 
 def _flat_path(x, xf, wf, of, rf, bias, dims, window, clamp, vmin, vmax, acts, params):

@@ -10,17 +10,17 @@ residual, row by row), row blocks, float64; and the same geometries on the small
 convs whose output rows are as long as the input's phase rows read their taps under masks
 (_plane_taps): straight from the input at stride 1 when the output is the input's size, from phase
 planes of the output's pitch otherwise (strides 2, 3, 1x2, 2x1, wider padding, a multiplier); the
-others (and float64) vectorise channels in blocks of CB, with a partial last block; so do, before any
-other path, strided convs on output planes up to 8 x 8 and others up to 4 x 4 (their input rows
-transposed 16 channels at a time; where vectors hold fewer than 16 floats, only those the register
-rows have no code for). The channel blocks also run directly on their geometries, on any ISA."""
+others (and float64) vectorise channels in blocks of a vector's floats, with a partial last block; so
+do, before any other path, strided convs on output planes up to 8 x 8 and others up to 4 x 4 (their
+input rows transposed a vector of channels at a time). The channel blocks also run directly on their
+geometries."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from codegen.kernels.depthwise import CHANNEL_BLOCK_PIXELS, conv_depthwise
+from codegen.kernels.depthwise import CHANNEL_BLOCK_FLOATS, CHANNEL_BLOCK_PIXELS, conv_depthwise
 from codegen.kernels.epilogue import ACTIVATION_CODES
 from ir.op_registry import get_op
 from ir.types import TensorType
@@ -89,7 +89,7 @@ GEOMETRIES = {
     "flat_s3_multiplier_2": ((2, 4, 30, 30), 2, (5, 5), (3, 3), (2, 2, 2, 2), (1, 1)),  # one split per input plane
     "flat_s1x2_5x5": ((1, 4, 10, 20), 1, (5, 5), (1, 2), (2, 2, 2, 2), (1, 1)),
     # strided output planes up to STRIDED_BLOCK_PIXELS, others up to BLOCK_FIRST_PIXELS: channel blocks
-    # first, each input row of 16 channels transposed (inputs wider than 16 columns in chunks)
+    # first, each input row of a vector of channels transposed (inputs wider than a vector in chunks)
     "blocks_3x3_s2_7x7_and_a_tail": ((2, 40, 14, 14), 1, (3, 3), (2, 2), (1, 1, 1, 1), (1, 1)),
     "blocks_5x5_s2_4x4": ((3, 33, 8, 8), 1, (5, 5), (2, 2), (2, 2, 2, 2), (1, 1)),
     "blocks_5x5_s1_4x4": ((2, 20, 4, 4), 1, (5, 5), (1, 1), (2, 2, 2, 2), (1, 1)),
@@ -112,13 +112,16 @@ GEOMETRIES = {
 
 
 def _row_blocks(geometry):
-    """The geometry on planes large enough for the row-block path (more than CHANNEL_BLOCK_PIXELS
-    output pixels), where the original takes the small-plane path, channels vectorised."""
+    """The geometry on planes large enough for the register rows or the row-block path (more than
+    CHANNEL_BLOCK_PIXELS output pixels, and padded input planes that 8 channels of do not fit in
+    CHANNEL_BLOCK_FLOATS), where the original takes the small-plane paths, channels vectorised."""
     (n, c, h, w), mult, kernel, stride, padding, dilation = geometry
     while True:
         oh = (h + padding[0] + padding[2] - dilation[0] * (kernel[0] - 1) - 1) // stride[0] + 1
         ow = (w + padding[1] + padding[3] - dilation[1] * (kernel[1] - 1) - 1) // stride[1] + 1
-        if oh * ow > CHANNEL_BLOCK_PIXELS:
+        hp = (oh - 1) * stride[0] + (kernel[0] - 1) * dilation[0] + 1
+        wp = (ow - 1) * stride[1] + (kernel[1] - 1) * dilation[1] + 1
+        if oh * ow > CHANNEL_BLOCK_PIXELS and hp * wp * 8 > CHANNEL_BLOCK_FLOATS:
             return (n, c, h, w), mult, kernel, stride, padding, dilation
         h, w = h + 8, w + 8
 
@@ -135,8 +138,8 @@ BLOCK_GEOMETRIES = {name: g for name, g in GEOMETRIES.items() if name.startswith
 @pytest.mark.parametrize("residual", [False, True])
 @pytest.mark.parametrize("geometry", BLOCK_GEOMETRIES.values(), ids=BLOCK_GEOMETRIES.keys())
 def test_channel_blocks_on_any_isa(geometry, residual):
-    """The channel blocks called directly: where a vector holds fewer than CB floats (AVX2) the register
-    rows take most of these planes first, so conv_depthwise alone would leave the blocks untested there."""
+    """The channel blocks called directly, on every block geometry (whole and partial blocks of
+    channels and of columns), with and without a residual, whichever path conv_depthwise would take."""
     from codegen.kernels.depthwise import _run_channel_blocks
 
     (n, c, h, w), mult, kernel, stride, padding, dilation = geometry
