@@ -118,22 +118,6 @@ def _transpose16(src, s0, s_stride, rows, cols, dst, d0, d_stride):
     transpose16(src, s0, s_stride, rows, cols, dst, d0, d_stride)
 
 
-@pytest.mark.parametrize("dtype", [np.float32, np.float64])
-@pytest.mark.parametrize("rows, cols", [(16, 16), (5, 16), (16, 7), (3, 9), (1, 1), (0, 4), (4, 0)])
-def test_transpose16_writes_the_block_transposed_and_nothing_else(dtype, rows, cols):
-    """dst[d0 + c * d_stride + r] = src[s0 + r * s_stride + c] for r < rows, c < cols: every other
-    element of dst keeps its value (the masked stores write only the block), and rows past `rows` of
-    src may lie past its end (the loads of absent rows read nothing)."""
-    src = np.arange(3 + 37 * max(rows - 1, 0) + 16, dtype=dtype)  # ends right after the last row read
-    dst = np.full(11 + 21 * 16 + 16, -1, dtype)
-    _transpose16(src, 3, 37, rows, cols, dst, 11, 21)
-    expected = np.full_like(dst, -1)
-    for r in range(rows):
-        for c in range(cols):
-            expected[11 + c * 21 + r] = src[3 + r * 37 + c]
-    np.testing.assert_array_equal(dst, expected)
-
-
 @numba.njit(cache=True)
 def _transpose_vector(src, s0, s_stride, rows, cols, dst, d0, d_stride):
     transpose_vector(src, s0, s_stride, rows, cols, dst, d0, d_stride)
@@ -141,15 +125,17 @@ def _transpose_vector(src, s0, s_stride, rows, cols, dst, d0, d_stride):
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("rows, cols", [("n", "n"), ("n", 3), (2, "n"), (5, 7), (1, 1), (0, 4), (4, 0)])
-def test_transpose_vector_writes_the_block_transposed_and_nothing_else(dtype, rows, cols):
-    """transpose16's contract for blocks up to the machine's vector (8 floats on AVX2, 16 on AVX-512):
-    a whole block ("n" x "n") takes plain stores, a partial one masked stores; either way nothing
-    outside the block is written."""
-    n = target_vector_floats()
+@pytest.mark.parametrize("transpose", ["transpose16", "transpose_vector"])
+def test_transposes_write_the_block_transposed_and_nothing_else(transpose, dtype, rows, cols):
+    """dst[d0 + c * d_stride + r] = src[s0 + r * s_stride + c] for r < rows, c < cols ("n": the block's
+    side, 16 for transpose16, the machine's vector for transpose_vector): every other element of dst
+    keeps its value (a whole block takes plain stores, a partial one masked stores that write only the
+    block), and rows past `rows` of src may lie past its end (the loads of absent rows read nothing)."""
+    run, n = (_transpose16, 16) if transpose == "transpose16" else (_transpose_vector, target_vector_floats())
     rows, cols = (n if rows == "n" else rows), (n if cols == "n" else cols)
     src = np.arange(3 + 37 * max(rows - 1, 0) + n, dtype=dtype)  # ends right after the last row read
     dst = np.full(11 + 21 * n + n, -1, dtype)
-    _transpose_vector(src, 3, 37, rows, cols, dst, 11, 21)
+    run(src, 3, 37, rows, cols, dst, 11, 21)
     expected = np.full_like(dst, -1)
     for r in range(rows):
         for c in range(cols):
