@@ -48,8 +48,9 @@ phase planes' split of every input row cost more than the taps (576 channels 3x3
 14 x 14 at batch 8: 196 -> 107 us, AVX-512 EPYC), and on AVX2 the register rows' masked loads did.
 A transpose of a whole block (a vector of channels by a vector of columns or pixels) takes plain
 loads and stores, so the last chunk of a row overlaps the one before rather than being partial:
-AVX2's masked stores are microcoded on AMD's Zen, and its masked loads slow where their unread
-lanes cross into another page (the time of one conv varied 3x with the input's placement).
+AVX2's masked stores are microcoded on AMD's Zen, and with masked transposes one conv's time varied
+3-8x from call to call and with where its input lay (masked loads whose unread lanes cross a page,
+presumably; not isolated). With whole blocks that spread is gone (Zen 3 EPYC).
 """
 
 from __future__ import annotations

@@ -225,7 +225,7 @@ def _transpose_codegen(lanes):
                                    builder.icmp_signed("==", cols_, ir.Constant(i64, n)))
         with builder.if_else(whole_block, likely=True) as (whole, part):
             with whole:  # plain loads and stores: AVX2's masked ones are microcoded on AMD's Zen (the stores
-                # several times slower, the loads too where their unread lanes cross into another page)
+                # several times slower; with masked loads too a conv's time varied 3-8x: depthwise.py)
                 block = transposed([builder.load(row_at(r), align=align.constant) for r in range(n)])
                 for c in range(n):
                     builder.store(block[c], column_at(c), align=align.constant)
