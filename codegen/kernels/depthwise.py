@@ -316,10 +316,10 @@ def _pixel_taps(typingctx, p, base, step, wt, bv, offsets, out, at, group):
 def _channel_blocks(th, threads, xf, wf, of, rf, bias, dims, window, planes, acts, params):
     """Thread th's share of the small-plane path's tasks, each CB channels o0 .. o0 + CB - 1 of one
     image, with scratch of its own. A task lays the channels' padded input planes out channel-minor
-    (p[(y * wp + x) * lanes + c]: each input row of the lanes channels one transpose16), so that each tap of
-    each output pixel is one multiply-add of lanes channels at once (_pixel_taps, with the bias); the sums
-    go out channel-major through transpose16 again, and the rest of the epilogue runs once over the
-    task's channels, which lie end to end in the output."""
+    (p[(y * wp + x) * CB + c]: each input row of the CB channels one transpose_vector), so that each tap
+    of each output pixel is one multiply-add of CB channels at once (_pixel_taps, with the bias); the
+    sums go out channel-major through transpose_vector again, and the rest of the epilogue runs once
+    over the task's channels, which lie end to end in the output."""
     n_n, c_n, h, w, o_n, oh, ow, mult, kh, kw = dims
     sh, sw, pt, pl, dh, dw = window
     hp, wp = planes

@@ -180,95 +180,78 @@ def split_pairs(typingctx, src, s, n, even, e, odd, o):
     return sig, codegen
 
 
-TRANSPOSE_LANES = 16  # transpose16's block side
-
-
-def _transpose_codegen(lanes):
-    """The codegen of a transpose of blocks up to n x n, n = lanes(context): see transpose16."""
-
-    def codegen(context, builder, signature, args):
-        n = lanes(context)
-        i32, i64 = ir.IntType(32), ir.IntType(64)
-        s0_, ss_, rows_, cols_, d0_, ds_ = (context.cast(builder, args[i], signature.args[i], types.int64)
-                                            for i in (1, 2, 3, 4, 6, 7))
-        scalar = context.get_value_type(signature.args[0].dtype)
-        suffix = "f32" if signature.args[0].dtype == types.float32 else "f64"
-        align = ir.Constant(i32, 4 if suffix == "f32" else 8)
-        vec, mask_t = ir.VectorType(scalar, n), ir.VectorType(ir.IntType(1), n)
-        src_ptr, dst_ptr = (cgutils.create_struct_proxy(signature.args[i])(context, builder, value=args[i]).data
-                            for i in (0, 5))
-        load = cgutils.get_or_insert_function(
-            builder.module, ir.FunctionType(vec, [vec.as_pointer(), i32, mask_t, vec]),
-            f"llvm.masked.load.v{n}{suffix}.p0")
-        store = cgutils.get_or_insert_function(
-            builder.module, ir.FunctionType(ir.VoidType(), [vec, vec.as_pointer(), i32, mask_t]),
-            f"llvm.masked.store.v{n}{suffix}.p0")
-        zero, none = ir.Constant(vec, [0.0] * n), ir.Constant(mask_t, [0] * n)
-        low = ir.Constant(ir.VectorType(i32, n), [j for k in range(n // 2) for j in (k, n + k)])
-        high = ir.Constant(ir.VectorType(i32, n), [j for k in range(n // 2, n) for j in (k, n + k)])
-
-        def row_at(r):
-            return builder.bitcast(builder.gep(src_ptr, [builder.add(s0_, builder.mul(ir.Constant(i64, r), ss_))]),
-                                   vec.as_pointer())
-
-        def column_at(c):
-            return builder.bitcast(builder.gep(dst_ptr, [builder.add(d0_, builder.mul(ir.Constant(i64, c), ds_))]),
-                                   vec.as_pointer())
-
-        def transposed(block):
-            for _ in range(n.bit_length() - 1):  # log2(n) rounds
-                block = [builder.shuffle_vector(block[i // 2], block[i // 2 + n // 2], high if i % 2 else low)
-                         for i in range(n)]
-            return block
-
-        whole_block = builder.and_(builder.icmp_signed("==", rows_, ir.Constant(i64, n)),
-                                   builder.icmp_signed("==", cols_, ir.Constant(i64, n)))
-        with builder.if_else(whole_block, likely=True) as (whole, part):
-            with whole:  # plain loads and stores: AVX2's masked ones are microcoded on AMD's Zen (the stores
-                # several times slower; with masked loads too a conv's time varied 3-8x: depthwise.py)
-                block = transposed([builder.load(row_at(r), align=align.constant) for r in range(n)])
-                for c in range(n):
-                    builder.store(block[c], column_at(c), align=align.constant)
-            with part:
-                col_lanes, row_lanes = lane_mask(builder, cols_, n), lane_mask(builder, rows_, n)
-                block = []
-                for r in range(n):  # rows past `rows` load nothing: zeros
-                    mask = builder.select(builder.icmp_signed("<", ir.Constant(i64, r), rows_), col_lanes, none)
-                    block.append(builder.call(load, [row_at(r), align, mask, zero]))
-                block = transposed(block)
-                for c in range(n):  # columns past `cols` store nothing
-                    mask = builder.select(builder.icmp_signed("<", ir.Constant(i64, c), cols_), row_lanes, none)
-                    builder.call(store, [block[c], column_at(c), align, mask])
-        return context.get_dummy_value()
-
-    return codegen
-
-
-def _transpose_typing(src, s0, s_stride, rows, cols, dst, d0, d_stride, lanes):
+@intrinsic
+def transpose_vector(typingctx, src, s0, s_stride, rows, cols, dst, d0, d_stride):
+    """dst[d0 + c * d_stride + r] = src[s0 + r * s_stride + c] for r < rows and c < cols (each at most
+    n = vector_floats(): 8 on AVX2, 16 on AVX-512): a block of up to n x n elements transposed in vector
+    registers, nothing read or written outside it. Each row is one load, the transpose log2(n) rounds of
+    n two-vector shuffles (row 2i and 2i + 1 of a round interleave the low and the high halves of rows i
+    and i + n/2 of the last: after log2(n), row c holds column c), each column one store. A whole block
+    (rows == cols == n) takes plain loads and stores; a partial one masked loads and stores, rows past
+    `rows` reading nothing. A scalar copy of one element per instruction made the channels-minor
+    depthwise path slower than the one it was for; 16-lane blocks on AVX2 (two registers a row, shuffles
+    across their halves, two masked stores a column, microcoded on AMD's Zen) cost more than the rest."""
     if not (all(_is_flat(a) for a in (src, dst)) and src.dtype == dst.dtype
             and src.dtype in (types.float32, types.float64)):
         return None
-    return types.void(src, s0, s_stride, rows, cols, dst, d0, d_stride), _transpose_codegen(lanes)
+    return types.void(src, s0, s_stride, rows, cols, dst, d0, d_stride), _transpose_codegen
 
 
-@intrinsic
-def transpose16(typingctx, src, s0, s_stride, rows, cols, dst, d0, d_stride):
-    """dst[d0 + c * d_stride + r] = src[s0 + r * s_stride + c] for r < rows and c < cols (each at most
-    16): a block of up to 16 x 16 elements transposed in vector registers, nothing read or written
-    outside it. Each row is one masked load, the transpose four rounds of 16 two-vector shuffles (row
-    2i and 2i + 1 of a round interleave the low and the high halves of rows i and i + 8 of the last:
-    after four, row c holds column c), each column one masked store. A scalar copy of one element per
-    instruction made the channels-minor depthwise path slower than the one it was for."""
-    return _transpose_typing(src, s0, s_stride, rows, cols, dst, d0, d_stride, lambda context: TRANSPOSE_LANES)
+def _transpose_codegen(context, builder, signature, args):
+    """transpose_vector's code, for blocks up to n x n, n = vector_width(context)."""
+    n = vector_width(context)
+    i32, i64 = ir.IntType(32), ir.IntType(64)
+    s0_, ss_, rows_, cols_, d0_, ds_ = (context.cast(builder, args[i], signature.args[i], types.int64)
+                                        for i in (1, 2, 3, 4, 6, 7))
+    scalar = context.get_value_type(signature.args[0].dtype)
+    suffix = "f32" if signature.args[0].dtype == types.float32 else "f64"
+    align = ir.Constant(i32, 4 if suffix == "f32" else 8)
+    vec, mask_t = ir.VectorType(scalar, n), ir.VectorType(ir.IntType(1), n)
+    src_ptr, dst_ptr = (cgutils.create_struct_proxy(signature.args[i])(context, builder, value=args[i]).data
+                        for i in (0, 5))
+    load = cgutils.get_or_insert_function(
+        builder.module, ir.FunctionType(vec, [vec.as_pointer(), i32, mask_t, vec]),
+        f"llvm.masked.load.v{n}{suffix}.p0")
+    store = cgutils.get_or_insert_function(
+        builder.module, ir.FunctionType(ir.VoidType(), [vec, vec.as_pointer(), i32, mask_t]),
+        f"llvm.masked.store.v{n}{suffix}.p0")
+    zero, none = ir.Constant(vec, [0.0] * n), ir.Constant(mask_t, [0] * n)
+    low = ir.Constant(ir.VectorType(i32, n), [j for k in range(n // 2) for j in (k, n + k)])
+    high = ir.Constant(ir.VectorType(i32, n), [j for k in range(n // 2, n) for j in (k, n + k)])
 
+    def row_at(r):
+        return builder.bitcast(builder.gep(src_ptr, [builder.add(s0_, builder.mul(ir.Constant(i64, r), ss_))]),
+                               vec.as_pointer())
 
-@intrinsic
-def transpose_vector(typingctx, src, s0, s_stride, rows, cols, dst, d0, d_stride):
-    """transpose16 for blocks of up to n x n, n = vector_floats() (8 on AVX2, 16 on AVX-512): one
-    register a row, log2(n) rounds of shuffles. On AVX2 a 16-lane transpose takes two registers a row
-    and shuffles across their halves, and its masked stores (two a column, microcoded on AMD's Zen)
-    cost more than the rest."""
-    return _transpose_typing(src, s0, s_stride, rows, cols, dst, d0, d_stride, vector_width)
+    def column_at(c):
+        return builder.bitcast(builder.gep(dst_ptr, [builder.add(d0_, builder.mul(ir.Constant(i64, c), ds_))]),
+                               vec.as_pointer())
+
+    def transposed(block):
+        for _ in range(n.bit_length() - 1):  # log2(n) rounds
+            block = [builder.shuffle_vector(block[i // 2], block[i // 2 + n // 2], high if i % 2 else low)
+                     for i in range(n)]
+        return block
+
+    whole_block = builder.and_(builder.icmp_signed("==", rows_, ir.Constant(i64, n)),
+                               builder.icmp_signed("==", cols_, ir.Constant(i64, n)))
+    with builder.if_else(whole_block, likely=True) as (whole, part):
+        with whole:  # plain loads and stores: AVX2's masked ones are microcoded on AMD's Zen (the stores
+            # several times slower; with masked loads too a conv's time varied 3-8x: depthwise.py)
+            block = transposed([builder.load(row_at(r), align=align.constant) for r in range(n)])
+            for c in range(n):
+                builder.store(block[c], column_at(c), align=align.constant)
+        with part:
+            col_lanes, row_lanes = lane_mask(builder, cols_, n), lane_mask(builder, rows_, n)
+            block = []
+            for r in range(n):  # rows past `rows` load nothing: zeros
+                mask = builder.select(builder.icmp_signed("<", ir.Constant(i64, r), rows_), col_lanes, none)
+                block.append(builder.call(load, [row_at(r), align, mask, zero]))
+            block = transposed(block)
+            for c in range(n):  # columns past `cols` store nothing
+                mask = builder.select(builder.icmp_signed("<", ir.Constant(i64, c), cols_), row_lanes, none)
+                builder.call(store, [block[c], column_at(c), align, mask])
+    return context.get_dummy_value()
 
 
 def _vector_types(context, dtype):

@@ -17,7 +17,6 @@ from codegen.kernels.vectors import (
     run_max,
     split_pairs,
     target_vector_floats,
-    transpose16,
     transpose_vector,
     vector_floats,
 )
@@ -114,24 +113,18 @@ def test_run_max_of_every_length(dtype):
 
 
 @numba.njit(cache=True)
-def _transpose16(src, s0, s_stride, rows, cols, dst, d0, d_stride):
-    transpose16(src, s0, s_stride, rows, cols, dst, d0, d_stride)
-
-
-@numba.njit(cache=True)
 def _transpose_vector(src, s0, s_stride, rows, cols, dst, d0, d_stride):
     transpose_vector(src, s0, s_stride, rows, cols, dst, d0, d_stride)
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("rows, cols", [("n", "n"), ("n", 3), (2, "n"), (5, 7), (1, 1), (0, 4), (4, 0)])
-@pytest.mark.parametrize("transpose", ["transpose16", "transpose_vector"])
-def test_transposes_write_the_block_transposed_and_nothing_else(transpose, dtype, rows, cols):
-    """dst[d0 + c * d_stride + r] = src[s0 + r * s_stride + c] for r < rows, c < cols ("n": the block's
-    side, 16 for transpose16, the machine's vector for transpose_vector): every other element of dst
-    keeps its value (a whole block takes plain stores, a partial one masked stores that write only the
-    block), and rows past `rows` of src may lie past its end (the loads of absent rows read nothing)."""
-    run, n = (_transpose16, 16) if transpose == "transpose16" else (_transpose_vector, target_vector_floats())
+def test_transpose_vector_writes_the_block_transposed_and_nothing_else(dtype, rows, cols):
+    """dst[d0 + c * d_stride + r] = src[s0 + r * s_stride + c] for r < rows, c < cols ("n": the machine's
+    vector): every other element of dst keeps its value (a whole block takes plain stores, a partial one
+    masked stores that write only the block), and rows past `rows` of src may lie past its end (the
+    loads of absent rows read nothing)."""
+    run, n = _transpose_vector, target_vector_floats()
     rows, cols = (n if rows == "n" else rows), (n if cols == "n" else cols)
     src = np.arange(3 + 37 * max(rows - 1, 0) + n, dtype=dtype)  # ends right after the last row read
     dst = np.full(11 + 21 * n + n, -1, dtype)
