@@ -2,7 +2,7 @@
 
 Float32 convs with kernel height 3, 5 or 7, equal strides 1 or 2 and no row dilation take the
 register-row path of depthwise_rows.py (except 7 x 7 output planes with smaller kernels, below),
-unless the channel blocks below take them first (small planes; on AVX2 every plane they fit).
+unless the channel blocks below take them first (small planes; on AVX2 planes up to 90 x 90).
 The paths here serve the others and float64.
 
 Output channel o reads input channel o // (O / C) only, so there is no GEMM to hand to
@@ -41,9 +41,9 @@ takes CB channels at once (CB = vector_floats(): one register), lays their padde
 channel-minor (each input row of the CB channels one vector transpose, vectors.transpose_vector),
 and sums the taps of PIXEL_GROUP output pixels at once across the CB channels in vector registers
 (`_pixel_taps`, LLVM IR): 2-3x faster on EfficientNet-B0's 7 x 7 and 14 x 14 layers (AMD EPYC,
-AVX2). They come before any other path where the CB padded input planes fit in
-CHANNEL_BLOCK_FLOATS on AVX2 (8-float vectors: AVX2_BLOCK_FIRST), and on AVX-512 for strided convs
-on output planes up to 8 x 8 and others up to 4 x 4 (STRIDED_BLOCK_PIXELS, BLOCK_FIRST_PIXELS): the
+AVX2). They come before any other path (channel_blocks_first) on AVX2 (8-float vectors) for padded
+input planes up to 8192 pixels (16384 strided: AVX2_LARGE_BLOCK_FLOATS), and on AVX-512 for strided
+convs on output planes up to 8 x 8 and others up to 4 x 4 (STRIDED_BLOCK_PIXELS, BLOCK_FIRST_PIXELS): the
 phase planes' split of every input row cost more than the taps (576 channels 3x3 stride 2 from
 14 x 14 at batch 8: 196 -> 107 us, AVX-512 EPYC), and on AVX2 the register rows' masked loads did.
 A transpose of a whole block (a vector of channels by a vector of columns or pixels) takes plain
@@ -98,14 +98,27 @@ CHANNEL_BLOCK_FLOATS = 1 << 14  # and CB padded input planes fit in 64 KiB (floa
 # channels 5x5 on 4 x 4 25 -> 14 us; on 8 x 8, 3x3 14 -> 20 at batch 8 and 7 x 7 3x3 88 -> 121)
 STRIDED_BLOCK_PIXELS = 64
 BLOCK_FIRST_PIXELS = 16
-# where a vector holds fewer floats than this (AVX2), every plane that the channel blocks fit takes them first
-# (padded input planes up to CHANNEL_BLOCK_FLOATS / 8 = 2048 pixels). Zen 3 EPYC, 2 threads, in-process
-# medians, register rows -> channel blocks: 72 channels 3x3 stride 2 from 14 x 14 at batch 8 78 -> 37 us;
-# 576 from 14 x 14 at batch 1 75 -> 37; 384 channels 3x3 on 14 x 14 71 -> 51 (batch 1), 646 -> 453
-# (batch 8); 672 5x5 on 14 x 14 217 -> 137; 240 5x5 stride 2 from 28 x 28 at batch 8 1048 -> 459; 144
-# 3x3 on 28 x 28 89 -> 69; 384 7x7 on 14 x 14 191 -> 136; 960 3x3 on 7 x 7 level (80 / 78); 32 3x3 on
-# 16 x 16 at batch 8 level (48 / 51), the one shape measured where the rows did not lose
+# where a vector holds fewer floats than this (AVX2), every plane up to a size (below) takes them first.
+# On padded input planes up to 2048 pixels, Zen 3 EPYC, 2 threads, in-process medians, register rows ->
+# channel blocks: 72 channels 3x3 stride 2 from 14 x 14 at batch 8 78 -> 37 us; 576 from 14 x 14 at batch 1
+# 75 -> 37; 384 channels 3x3 on 14 x 14 71 -> 51 (batch 1), 646 -> 453 (batch 8); 672 5x5 on 14 x 14
+# 217 -> 137; 240 5x5 stride 2 from 28 x 28 at batch 8 1048 -> 459; 144 3x3 on 28 x 28 89 -> 69; 384 7x7 on
+# 14 x 14 191 -> 136; 960 3x3 on 7 x 7 level (80 / 78); 32 3x3 on 16 x 16 at batch 8 level (48 / 51)
 AVX2_BLOCK_FIRST = 16
+# Larger planes take them first on AVX2 too: padded planes up to AVX2_LARGE_BLOCK_FLOATS / 8 = 8192 pixels
+# (56 x 56 and 80 x 80 images), and for strided convs up to AVX2_STRIDED_BLOCK_FLOATS / 8 = 16384 (112 x 112),
+# whose other path on AVX2 is the row blocks' phase planes. Register rows (or row blocks) -> channel blocks,
+# in-process medians, Zen 3 EPYC, 2 threads: 144 channels 3x3 on 56 x 56 at batch 1 271 -> 273 us (level),
+# batch 2 555 -> 489, batch 8 3.3 -> 2.2 ms; stride 2 from 56 x 56 190 -> 146 us, batch 8 1.65 -> 0.99 ms;
+# 144 5x5 stride 2 from 56 x 56 224 -> 147 us, batch 8 2.46 -> 1.61 ms; 96 7x7 on 56 x 56 568 -> 412 us,
+# batch 8 6.1 -> 3.8 ms; 64 3x3 on 80 x 80 254 -> 215 us; 96 stride 2 from 112 x 112 at batch 2 1035 -> 738
+# us, batch 8 4.6 -> 4.3 ms (batch 1 level, 237-324 against 266-295). Level or slower: 96 3x3 on 96 x 96
+# (511 / 498 us), 32 on 64 x 64 (79 / 86 us; batch 8 800 -> 732), and 32 on 112 x 112 at batch 1 and 2
+# (398 -> 443 us at batch 2), where a vector of channels' planes and sums overflow L2. In the models (profile
+# steps, alternating processes): MobileNetV2 at batch 1, depthwise steps 2.85-3.32 -> 1.97-2.61 ms (144 stride 2
+# from 56 x 56: 0.22-0.26 -> 0.12 ms); EfficientNet-B0's 144 5x5 stride 2 from 56 x 56 0.29-0.37 -> 0.18-0.26
+AVX2_LARGE_BLOCK_FLOATS = 1 << 16
+AVX2_STRIDED_BLOCK_FLOATS = 1 << 17
 PLANE_UNROLL = 4  # vectors of output pixels _plane_taps sums at once, in independent registers
 FLAT_PIXELS = 256  # stride-1 "same" convs up to 16 x 16 read their taps straight from the input (_plane_taps)
 
@@ -189,18 +202,11 @@ def conv_depthwise(x, weight, bias, residual, out, sh, sw, pt, pl, dh, dw,
     # FLAT_PIXELS for stride-1 "same" convs (read in place), otherwise where the channel blocks would run
     small = CHANNEL_BLOCK_PIXELS if kh * kw > 9 else CHANNEL_BLOCK_PIXELS_3X3
     channel_blocks = hp * wp * vector_floats() <= CHANNEL_BLOCK_FLOATS
-    # the planes that take the channel blocks first, before the register rows: on AVX2 every plane they fit,
-    # on AVX-512 small ones (AVX2_BLOCK_FIRST, STRIDED_BLOCK_PIXELS)
-    block_first = channel_blocks and (vector_floats() < AVX2_BLOCK_FIRST or oh * ow <= (
-        STRIDED_BLOCK_PIXELS if sh * sw > 1 else BLOCK_FIRST_PIXELS))
-    if block_first:
+    if channel_blocks_first(vector_floats(), hp, wp, oh, ow, sh * sw > 1):
         _run_channel_blocks(n_n, xf, wf, of, rf, bias, dims, window, (hp, wp), acts, params)
         return
     if depthwise_rows(x, xf, wf, of, rf, bias, dims, window, clamp, vmin if clamp else -np.inf,
                       vmax if clamp else np.inf, acts, params):
-        return
-    if block_first:
-        _run_channel_blocks(n_n, xf, wf, of, rf, bias, dims, window, (hp, wp), acts, params)
         return
     same = sh == 1 and sw == 1 and oh == h and ow == w
     if oh * ow <= (FLAT_PIXELS if same else small) and ow * sw >= w and _flat_path(
@@ -213,6 +219,18 @@ def conv_depthwise(x, weight, bias, residual, out, sh, sw, pt, pl, dh, dw,
     threads = num_threads()
     run_tasks(_depthwise_share, threads,
               (threads, xf, wf, of, rf, bias, dims, window, (n_b, rows, hq, wq), clamp, vmin, vmax, acts, params))
+
+
+@numba.njit(**SEQ)
+def channel_blocks_first(lanes, hp, wp, oh, ow, strided):
+    """Whether a conv whose vectors hold `lanes` floats, on padded input planes hp x wp and output planes
+    oh x ow, takes the channel blocks before any other path: on AVX2 (lanes < AVX2_BLOCK_FIRST) planes
+    up to AVX2_LARGE_BLOCK_FLOATS (AVX2_STRIDED_BLOCK_FLOATS strided), on AVX-512 small output planes
+    (STRIDED_BLOCK_PIXELS, BLOCK_FIRST_PIXELS) whose blocks fit in CHANNEL_BLOCK_FLOATS."""
+    if lanes < AVX2_BLOCK_FIRST:
+        return hp * wp * lanes <= (AVX2_STRIDED_BLOCK_FLOATS if strided else AVX2_LARGE_BLOCK_FLOATS)
+    return hp * wp * lanes <= CHANNEL_BLOCK_FLOATS and oh * ow <= (
+        STRIDED_BLOCK_PIXELS if strided else BLOCK_FIRST_PIXELS)
 
 
 @numba.njit(**SEQ)

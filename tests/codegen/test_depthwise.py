@@ -20,7 +20,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from codegen.kernels.depthwise import CHANNEL_BLOCK_FLOATS, CHANNEL_BLOCK_PIXELS, conv_depthwise
+from codegen.kernels.depthwise import CHANNEL_BLOCK_PIXELS, channel_blocks_first, conv_depthwise
 from codegen.kernels.epilogue import ACTIVATION_CODES
 from ir.op_registry import get_op
 from ir.types import TensorType
@@ -97,6 +97,9 @@ GEOMETRIES = {
     "blocks_s2_multiplier_2": ((2, 4, 10, 10), 2, (3, 3), (2, 2), (1, 1, 1, 1), (1, 1)),
     "blocks_s2_16_channels_no_padding": ((1, 16, 13, 13), 1, (3, 3), (2, 2), (0, 0, 0, 0), (1, 1)),
     "blocks_s2_rows_of_10": ((1, 20, 12, 20), 1, (3, 3), (2, 2), (1, 1, 1, 1), (1, 1)),  # two groups of 8 a row
+    # on AVX2 larger planes too (channel_blocks_first): up to 8192 padded pixels, 16384 strided
+    "blocks_avx2_large_s1_and_a_tail": ((1, 12, 56, 57), 1, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1)),
+    "blocks_avx2_large_s2_odd": ((2, 9, 101, 99), 1, (5, 5), (2, 2), (2, 2, 2, 2), (1, 1)),
     "rows_7x7_s2_odd": ((1, 3, 23, 21), 1, (7, 7), (2, 2), (3, 3, 3, 3), (1, 1)),
     "rows_5x5_s2_copied_odd_width": ((2, 2, 37, 65), 1, (5, 5), (2, 2), (2, 2, 2, 2), (1, 1)),
     "rows_3x3_s1_blocks_7_4_2": ((1, 3, 13, 40), 1, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1)),
@@ -113,15 +116,18 @@ GEOMETRIES = {
 
 def _row_blocks(geometry):
     """The geometry on planes large enough for the register rows or the row-block path (more than
-    CHANNEL_BLOCK_PIXELS output pixels, and padded input planes that 8 channels of do not fit in
-    CHANNEL_BLOCK_FLOATS), where the original takes the small-plane paths, channels vectorised."""
+    CHANNEL_BLOCK_PIXELS output pixels, and padded input planes too large for the channel blocks to come
+    first on AVX2, 8 floats a vector, or AVX-512), where the original takes the small-plane paths,
+    channels vectorised."""
     (n, c, h, w), mult, kernel, stride, padding, dilation = geometry
     while True:
         oh = (h + padding[0] + padding[2] - dilation[0] * (kernel[0] - 1) - 1) // stride[0] + 1
         ow = (w + padding[1] + padding[3] - dilation[1] * (kernel[1] - 1) - 1) // stride[1] + 1
         hp = (oh - 1) * stride[0] + (kernel[0] - 1) * dilation[0] + 1
         wp = (ow - 1) * stride[1] + (kernel[1] - 1) * dilation[1] + 1
-        if oh * ow > CHANNEL_BLOCK_PIXELS and hp * wp * 8 > CHANNEL_BLOCK_FLOATS:
+        strided = stride != (1, 1)
+        if oh * ow > CHANNEL_BLOCK_PIXELS and not any(
+                channel_blocks_first.py_func(lanes, hp, wp, oh, ow, strided) for lanes in (8, 16)):
             return (n, c, h, w), mult, kernel, stride, padding, dilation
         h, w = h + 8, w + 8
 
