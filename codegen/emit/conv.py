@@ -77,19 +77,33 @@ WINOGRAD_MIN_PRODUCT_MACS = 1 << 20
 # Zen 5 EPYC, 2 threads; alone, warm, Winograd was 10% faster). 64 -> 64 and 128 -> 32 gain (64 -> 64
 # on 80 x 80 0.66 against 1.0 ms; DenseNet's 128 -> 32 on 56 x 56 0.43 against 0.59)
 WINOGRAD_MIN_CHANNEL_MACS = 4096
+# Where vectors hold 8 floats (AVX2), whose direct kernels reach half AVX-512's FLOP/s, Winograd gains from
+# products 4x smaller, with channels enough: in-process A/B, one conv + ReLU, Zen 3 EPYC, 2 threads, Winograd
+# / direct (medians of 7 rounds; each shape in 2-7 processes, which differ by up to 1.8x on this VM): 128 -> 64
+# channels on 16 x 16 (0.5M a product) 0.66-0.74, 64 -> 32 on 32 x 32 0.63-0.85 in 5 processes of 7, 64 -> 64
+# on 16 x 16 (0.26M) 0.71-0.92, batch 8 0.80-0.86. With fewer channel pairs it wins in some processes and
+# loses in others: 32 -> 16 on 64 x 64 0.87 / 1.39, 32 -> 32 on 32 x 32 0.65 / 1.80, 16 -> 16 on 64 x 64
+# 1.06 / 1.67. In the models (profile steps, alternating processes): UNet-small at batch 8 26.8-33.5 ->
+# 22.2-24.2 ms, batch 1 3.15-3.97 -> 2.86-3.30; DenseNet-121's twelve 128 -> 32 convs on 28 x 28 at batch 1
+# level (alone 0.59-0.81 of the direct time; in the model both paths ran 0.4 or 0.75 ms a conv, by process)
+WINOGRAD_AVX2_MIN_PRODUCT_MACS = 1 << 18
+WINOGRAD_AVX2_MIN_CHANNEL_MACS = 2048
 
 
 def uses_winograd(node: Node) -> bool:
     """Whether conv node runs Winograd F(2x2, 3x3): 3x3, stride 1, no dilation or groups, zero
-    padding, float32 weights known at compile time, and enough tiles and channels to gain."""
+    padding, float32 weights known at compile time, and enough tiles and channels to gain (fewer on
+    AVX2: WINOGRAD_AVX2_MIN_PRODUCT_MACS)."""
     a, x, w, y = node.attrs, node.inputs[0], node.inputs[1], node.outputs[0]
     image_tiles = -(-y.shape[2] // 2) * -(-y.shape[3] // 2)
+    avx512 = target_vector_floats() == 16
+    min_product = WINOGRAD_MIN_PRODUCT_MACS if avx512 else WINOGRAD_AVX2_MIN_PRODUCT_MACS
+    min_channels = WINOGRAD_MIN_CHANNEL_MACS if avx512 else WINOGRAD_AVX2_MIN_CHANNEL_MACS
     return (w.is_constant and w.dtype == x.dtype == "float32" and w.shape[2:] == (3, 3)
             and tuple(a["stride"]) == (1, 1) and tuple(a["dilation"]) == (1, 1) and a["groups"] == 1
             and a["padding_mode"] == "zeros" and y.shape[0] * image_tiles >= WINOGRAD_MIN_TILES
-            and w.shape[0] * w.shape[1] * image_tiles >= WINOGRAD_MIN_PRODUCT_MACS
-            and w.shape[0] * w.shape[1] >= WINOGRAD_MIN_CHANNEL_MACS
-            and (y.shape[0] * image_tiles >= WINOGRAD_MIN_FILLED_TILES or target_vector_floats() != 16
+            and w.shape[0] * w.shape[1] * image_tiles >= min_product and w.shape[0] * w.shape[1] >= min_channels
+            and (y.shape[0] * image_tiles >= WINOGRAD_MIN_FILLED_TILES or not avx512
                  or y.shape[2] * y.shape[3] >= WINOGRAD_MIN_TILE_FILL * 4 * image_tiles))
 
 

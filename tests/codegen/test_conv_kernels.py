@@ -165,6 +165,8 @@ def any_winograd(monkeypatch):
     monkeypatch.setattr(emit_conv, "WINOGRAD_MIN_FILLED_TILES", 0)
     monkeypatch.setattr(emit_conv, "WINOGRAD_MIN_PRODUCT_MACS", 0)
     monkeypatch.setattr(emit_conv, "WINOGRAD_MIN_CHANNEL_MACS", 0)
+    monkeypatch.setattr(emit_conv, "WINOGRAD_AVX2_MIN_PRODUCT_MACS", 0)
+    monkeypatch.setattr(emit_conv, "WINOGRAD_AVX2_MIN_CHANNEL_MACS", 0)
 
 
 @pytest.mark.usefixtures("any_winograd")
@@ -273,7 +275,7 @@ def test_convs_winograd_cannot_take(shape, o, kernel, stride, dilation, groups, 
     ((1, 32, 6, 6), 32),  # 9 tiles: too few to gain
     ((1, 256, 7, 7), 256),  # one 7 x 7 image: 16 tiles, its weights' traffic decides (WINOGRAD_MIN_TILES)
     ((1, 128, 14, 14), 32),  # products of 128 x 32 x 49 multiply-adds: too few (WINOGRAD_MIN_PRODUCT_MACS)
-    ((8, 128, 28, 28), 32),  # 128 x 32 x 196 an image: too few, whatever the batch
+    ((8, 128, 14, 14), 32),  # 128 x 32 x 49 an image: too few, whatever the batch
     ((1, 32, 64, 64), 32),  # 32 x 32 channels: the transforms outweigh the products (WINOGRAD_MIN_CHANNEL_MACS)
 ])
 def test_convs_too_small_for_winograd_run_direct(shape, o):
@@ -305,11 +307,31 @@ def test_winograd_on_few_tiles_needs_sides_that_fill_them_on_avx512(monkeypatch,
     """With few tiles, odd sides (a row and a column of tiles half past the image) run direct where
     numba targets AVX-512; with AVX2's vectors the direct kernels reach half the FLOP/s, and they do not."""
     monkeypatch.setattr(emit_conv, "target_vector_floats", lambda: width)
-    weight = rand(256, 256, 3, 3)
-    node = make_node("conv2d", "c", [Value("x", TensorType((n, 256, side, side))),
+    assert emit_conv.uses_winograd(_conv3x3_node(n, 256, 256, side)) == expected
+
+
+def _conv3x3_node(n, c, o, side):
+    weight = rand(o, c, 3, 3)
+    return make_node("conv2d", "c", [Value("x", TensorType((n, c, side, side))),
                                      Value("w", TensorType(weight.shape), weight)], ["y"],
                      conv_attrs((3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 1))
-    assert emit_conv.uses_winograd(node) == expected
+
+
+@pytest.mark.parametrize("width, n, c, o, side, expected", [
+    (16, 8, 128, 32, 28, False),  # 128 x 32 x 196 an image: too few on AVX-512, whatever the batch
+    (8, 8, 128, 32, 28, True),  # on AVX2 products from 0.26M multiply-adds gain (WINOGRAD_AVX2_MIN_PRODUCT_MACS)
+    (8, 1, 128, 32, 28, True),
+    (8, 1, 64, 64, 16, True),  # 64 x 64 x 64: the smallest product AVX2 takes
+    (16, 1, 64, 64, 16, False),
+    (8, 4, 128, 32, 14, False),  # 128 x 32 x 49: too few on AVX2 too
+    (8, 1, 32, 32, 32, False),  # 32 x 32 channels: too few pairs on AVX2 (WINOGRAD_AVX2_MIN_CHANNEL_MACS)
+    (8, 1, 64, 32, 32, True),  # 64 x 32 channels
+    (16, 1, 64, 32, 32, False),  # (WINOGRAD_MIN_CHANNEL_MACS)
+])
+def test_winograd_takes_smaller_convs_on_avx2(monkeypatch, width, n, c, o, side, expected):
+    """With AVX2's vectors Winograd takes products 4x smaller, and fewer channel pairs, than on AVX-512."""
+    monkeypatch.setattr(emit_conv, "target_vector_floats", lambda: width)
+    assert emit_conv.uses_winograd(_conv3x3_node(n, c, o, side)) == expected
 
 
 @pytest.mark.usefixtures("any_winograd")
