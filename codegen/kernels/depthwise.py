@@ -116,7 +116,7 @@ AVX2_BLOCK_FIRST = 16
 # (511 / 498 us), 32 on 64 x 64 (79 / 86 us; batch 8 800 -> 732), and 32 on 112 x 112 at batch 1 and 2
 # (398 -> 443 us at batch 2), where a vector of channels' planes and sums overflow L2. In the models (profile
 # steps, alternating processes): MobileNetV2 at batch 1, depthwise steps 2.85-3.32 -> 1.97-2.61 ms (144 stride 2
-# from 56 x 56: 0.22-0.26 -> 0.12 ms); EfficientNet-B0's 144 5x5 stride 2 from 56 x 56 0.29-0.37 -> 0.18-0.26
+# from 56 x 56: 0.22-0.26 -> 0.12 ms); EfficientNet-B0's 144 5x5 stride 2 from 56 x 56 0.29-0.37 -> 0.18-0.26 ms
 AVX2_LARGE_BLOCK_FLOATS = 1 << 16
 AVX2_STRIDED_BLOCK_FLOATS = 1 << 17
 PLANE_UNROLL = 4  # vectors of output pixels _plane_taps sums at once, in independent registers

@@ -17,7 +17,9 @@ from tests.codegen.test_conv_kernels import conv_arrays, conv_attrs, epilogue_at
 @pytest.fixture
 def any_channel_taps(monkeypatch):
     """conv2d_by_channels for every conv it can take (no groups, a kernel over 1x1, float32
-    constant weights), apart from the thresholds that choose it where it gains."""
+    constant weights), apart from the thresholds that choose it where it gains, and from Winograd,
+    which the emit rule asks first."""
+    monkeypatch.setattr(emit_conv, "WINOGRAD_MIN_TILES", 1 << 62)
     monkeypatch.setattr(emit_conv, "CHANNEL_TAPS_MIN_STEPS", 0)
     monkeypatch.setattr(emit_conv, "CHANNEL_TAPS_MIN_FILL", 0.0)
     monkeypatch.setattr(emit_conv, "CHANNEL_TAPS_MAX_ROW_FILL", float("inf"))
