@@ -12,12 +12,14 @@ from codegen.emit.gemm import NO_EPILOGUE, epilogue_args, linear_call, no_residu
 from codegen.kernels.conv import (
     PAD_CODES,
     conv1x1_by_channels,
+    conv1x1_packed,
     conv1x1_packed_prologue,
     conv2d,
     conv2d_by_channels,
     conv2d_packed,
     conv_transpose2d,
     interleave_taps,
+    is_pointwise,
     pad5,
 )
 from codegen.kernels.conv_channels import pack_channel_panels
@@ -284,8 +286,11 @@ def _emit_conv2d(e: Emit) -> list[str]:
     if uses_packed_weights(e.node):
         groups = a["groups"]
         wp = e.prepack(1, f"panels{groups}", lambda w: pack_weights(w, groups))
+        kernel = e.node.inputs[1].shape[2:]
+        if is_pointwise(kernel, stride, padding):
+            return lines + [f"{e.call(conv1x1_packed)}({x}, {wp}, {bias}, {residual}, {e.outs[0]}, {act})"]
         return lines + [f"{e.call(conv2d_packed)}({x}, {wp}, {bias}, {residual}, {e.outs[0]}, "
-                        f"{const_args(e.node.inputs[1].shape[2:], stride, padding, a['dilation'])}, {act})"]
+                        f"{const_args(kernel, stride, padding, a['dilation'])}, {act})"]
     return lines + [f"{e.call(conv2d)}({x}, {e.weight(1)}, {bias}, {residual}, {e.outs[0]}, "
                     f"{const_args(a['stride'], padding, a['dilation'], a['groups'])}, {act})"]
 
@@ -355,8 +360,7 @@ def _conv_transpose_as_pointwise(e: Emit) -> list[str]:
     bias = e.prepack(2, "per_tap", lambda b: np.repeat(b, taps)) if len(e.args) > 2 else e.bias(2, o * taps)
     tmp = f"{e.outs[0]}_taps"
     return [f"{tmp} = np.empty({lit((n, o * taps, h, w))}, np.float32)",
-            f"{e.call(conv2d_packed)}({e.args[0]}, {wp}, {bias}, {no_residual(tmp)}, {tmp}, "
-            f"{const_args((1, 1), (1, 1), (0, 0, 0, 0), (1, 1))}, {NO_EPILOGUE})",
+            f"{e.call(conv1x1_packed)}({e.args[0]}, {wp}, {bias}, {no_residual(tmp)}, {tmp}, {NO_EPILOGUE})",
             f"{e.call(interleave_taps)}({tmp}, {e.outs[0]}, {kh}, {kw})"]
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from codegen.emit import Emit, const, const_args, emits
-from codegen.kernels.pool import adaptive_pool2d, avg_pool2d_window, max_pool2d_indices, max_pool2d_window
+from codegen.kernels.pool import AVG_POOL_KERNELS, MAX_POOL_KERNELS, adaptive_pool2d, max_pool2d_indices, window_path
 
 
 def _lowest(dtype: str) -> str:
@@ -19,10 +19,18 @@ def _window_args(e: Emit) -> str:
     return f"{const(a['kernel'])}, {const(a['stride'])}, {const(a['padding'])}, {const(a.get('dilation', (1, 1)))}"
 
 
+def _window_kernel(e: Emit, is_max: bool) -> str:
+    """The call name of the kernel of the way this window pool runs (kernels/pool.py, window_path)."""
+    a = e.node.attrs
+    path = window_path(e.node.inputs[0].shape, e.node.outputs[0].shape, a["kernel"], a["stride"], a["padding"],
+                       a.get("dilation", (1, 1)), is_max)
+    return e.call((MAX_POOL_KERNELS if is_max else AVG_POOL_KERNELS)[path])
+
+
 @emits("max_pool2d")
 def _emit_max_pool2d(e: Emit) -> list[str]:
     fill = _lowest(e.node.inputs[0].dtype)
-    return [f"{e.call(max_pool2d_window)}({e.args[0]}, {e.outs[0]}, {_window_args(e)}, {fill})"]
+    return [f"{_window_kernel(e, True)}({e.args[0]}, {e.outs[0]}, {_window_args(e)}, {fill})"]
 
 
 @emits("max_pool2d_indices")
@@ -35,7 +43,7 @@ def _emit_max_pool2d_indices(e: Emit) -> list[str]:
 def _emit_avg_pool2d(e: Emit) -> list[str]:
     a = e.node.attrs
     divisor = a["divisor_override"] or 0
-    return [f"{e.call(avg_pool2d_window)}({e.args[0]}, {e.outs[0]}, {_window_args(e)}, "
+    return [f"{_window_kernel(e, False)}({e.args[0]}, {e.outs[0]}, {_window_args(e)}, "
             f"{const_args(a['count_include_pad'], divisor)})"]
 
 

@@ -25,6 +25,14 @@ SEQ = {"cache": True, "nogil": True, "error_model": "numpy"}
 PARALLEL_MIN_ELEMENTS = 1 << 15  # elements: below this, running tasks on the threads costs more than it saves
 
 
+def compiled_as(fn, name: str, **options):
+    """A factory's function `fn` jitted (SEQ, or `options`) under `name`: its closure constants (a flag
+    that picks a path, say) are compiled in, the branches they rule out are not compiled at all, and
+    numba caches each named function apart."""
+    fn.__name__ = fn.__qualname__ = name
+    return numba.njit(**(options or SEQ))(fn)
+
+
 @numba.njit(inline="always", **SEQ)
 def u(i):
     """An index as unsigned: numba then skips the negative-index wraparound, so loops vectorise."""

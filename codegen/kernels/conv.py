@@ -24,7 +24,12 @@ import numpy as np
 from codegen.kernels.common import PARALLEL_MIN_ELEMENTS, SEQ, blocks, gemm, span, u
 from codegen.kernels.conv_channels import conv1x1_by_channels, conv2d_by_channels  # noqa: F401 - emitted from here
 from codegen.kernels.conv_gemm import conv_gemm
-from codegen.kernels.conv_packed import conv1x1_packed_prologue, conv2d_packed  # noqa: F401 - emitted from here
+from codegen.kernels.conv_packed import (  # noqa: F401 - emitted from here
+    conv1x1_packed,
+    conv1x1_packed_prologue,
+    conv2d_packed,
+    is_pointwise,
+)
 from codegen.kernels.depthwise import conv_depthwise
 from codegen.kernels.tasks import run_tasks
 

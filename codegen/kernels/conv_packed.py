@@ -25,7 +25,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from codegen.kernels.common import SEQ, blocks, num_threads, thread_id, u
+from codegen.kernels.common import SEQ, blocks, compiled_as, num_threads, thread_id, u
 from codegen.kernels.epilogue import ONE_PASS, activate_block, epilogue_run, one_pass_bounds, residual_run
 from codegen.kernels.microkernel import (
     MR,
@@ -84,15 +84,31 @@ def _even_count(jobs, count):
     return count
 
 
+def is_pointwise(kernel, stride, padding) -> bool:
+    """Whether a conv is 1x1 at stride 1, unpadded (its output its input's size): conv1x1_packed's."""
+    return tuple(kernel) == (1, 1) and tuple(stride) == (1, 1) and not any(padding)
+
+
 @numba.njit(**SEQ)
 def conv2d_packed(x, wp, bias, residual, out, kernel, stride, padding, dilation,
                   act, alpha, beta, post, post_alpha, post_beta):
     """out = post(act(conv2d(x, weight) + bias) + residual), wp = pack_weights(weight, groups);
     bias may be None, residual None or empty for none; padding (top, left, bottom, right) zeros
-    (other modes are padded by the forward first: pad5)."""
+    (other modes are padded by the forward first: pad5). Any conv, its input gathered into phase
+    planes; the emit rule sends a 1x1 stride-1 unpadded conv (is_pointwise) to conv1x1_packed, which
+    reads its input in place. Two kernels, not one branching at run time: each compiles only its own
+    path (one kernel for both took 28 s of numba's time on a first use; a 2-core AVX2 EPYC)."""
     none = np.empty(0, np.float32)
-    _conv2d_packed(x, (none, none, 0), wp, bias, residual, out, kernel, stride, padding, dilation,
-                   act, alpha, beta, post, post_alpha, post_beta)
+    _conv2d_packed_planes(x, (none, none, 0), wp, bias, residual, out, kernel, stride, padding, dilation,
+                          act, alpha, beta, post, post_alpha, post_beta)
+
+
+@numba.njit(**SEQ)
+def conv1x1_packed(x, wp, bias, residual, out, act, alpha, beta, post, post_alpha, post_beta):
+    """conv2d_packed for a 1x1 stride-1 unpadded conv (is_pointwise): each tile's input read where it lies."""
+    none = np.empty(0, np.float32)
+    _conv2d_packed_pointwise(x, (none, none, 0), wp, bias, residual, out, (1, 1), (1, 1), (0, 0, 0, 0), (1, 1),
+                             act, alpha, beta, post, post_alpha, post_beta)
 
 
 @numba.njit(**SEQ)
@@ -104,175 +120,188 @@ def conv1x1_packed_prologue(x, scale, shift, in_act, wp, bias, residual, out,
     ReLU, 0 for none) as each task copies its tile's input rows into its scratch, which the
     microkernel then reads. The separate pass wrote the whole normalised input and the conv read
     it back: a DenseNet-121 at batch 8 spent 10 ms of 147 in it."""
-    _conv2d_packed(x, (scale, shift, in_act), wp, bias, residual, out, (1, 1), (1, 1), (0, 0, 0, 0), (1, 1),
-                   act, alpha, beta, post, post_alpha, post_beta)
+    _conv2d_packed_pointwise(x, (scale, shift, in_act), wp, bias, residual, out, (1, 1), (1, 1), (0, 0, 0, 0),
+                             (1, 1), act, alpha, beta, post, post_alpha, post_beta)
 
 
-@numba.njit(**SEQ)
-def _conv2d_packed(x, prologue, wp, bias, residual, out, kernel, stride, padding, dilation,
-                   act, alpha, beta, post, post_alpha, post_beta):
-    """conv2d_packed, with a prologue (scale, shift, in_act) on a 1x1 conv's input (empty scale:
-    none; conv1x1_packed_prologue)."""
-    (kh, kw), (sh, sw), (dh, dw), pt, pl = kernel, stride, dilation, padding[0], padding[1]
-    n_n, c_n, h, w = x.shape
-    groups, n_mb, k = wp.shape[0], wp.shape[1], wp.shape[2]
-    o_n, oh, ow = out.shape[1], out.shape[2], out.shape[3]
-    og, cg, p_n = o_n // groups, c_n // groups, oh * ow
-    nr = panel_width()
-    pointwise = kh == 1 and kw == 1 and sh == 1 and sw == 1 and pt == 0 and pl == 0 and oh == h and ow == w
-    # a tile's bytes per pixel: of its input (the phase planes: about C * SH * SW floats a pixel), or
-    # of its accumulator block, whichever is larger (few inputs and many outputs: an expansion)
-    per_pixel = x.itemsize * max(k if pointwise else cg * sh * sw, og)
-    # fewer images (or groups) than threads: an image's work is split between tasks. A 1x1 conv that
-    # reads more than it writes (k > og) then cuts its pixels between them rather than its channels:
-    # each task reads only its pixels of an input the last layer's threads just wrote (192 -> 32
-    # channels on 28 x 28: 0.14 -> 0.10 ms, 1024 -> 256 on 14 x 14: 0.61 -> 0.49 ms, the input written
-    # by two threads; AVX-512 Xeon); an expansion keeps its channels split (32 -> 192: 0.076 against
-    # 0.093 ms by pixels). With images enough, each stays whole (a batch of 14 x 14 planes cut into
-    # tiles of 128 and 68 pixels ran slower)
-    shared = n_n * groups < num_threads()
-    if pointwise:  # a copied input (a prologue's) stays in L2 at most TILE_BYTES at a time
-        whole = 0 if shared and k > og else WHOLE_POINTWISE_BYTES if prologue[0].size == 0 else TILE_BYTES
-    else:
-        whole = SHARED_IMAGE_BYTES if shared else WHOLE_IMAGE_BYTES
-    # fewer channel panels than the threads need blocks of: the images are cut between them instead
-    # (UNet's 16-channel convs on 64 x 64 ran on one thread)
-    few_panels = n_n * groups * n_mb < MIN_PANELS * num_threads()
-    if pointwise and (per_pixel * p_n > whole or few_panels):  # tiles of any whole panels of pixels:
-        tile = min(p_n, max(nr, TILE_BYTES // per_pixel // nr * nr))  # the input is read where it lies
-    elif per_pixel * p_n <= whole and not few_panels:  # small images: split the channels between tasks
-        tile = p_n  # (7 rows cut into tiles of 4 and 3 keep one thread idle 1/7 of the time)
-    else:  # tiles of whole output rows
-        tile = max(1, min(oh, TILE_BYTES // (per_pixel * ow))) * ow
-    n_p = -(-p_n // tile)
-    if few_panels:  # a tile per thread at least, as far as there are panels (or rows) of pixels
-        n_p = max(n_p, min(-(-p_n // nr) if pointwise else oh, -(-num_threads() // (n_n * groups))))
-    if n_p > 1:  # as many tiles as share out evenly over the threads: 4 tiles, not 3.5, for 2 threads
-        n_p = _even_count(n_n * groups, n_p)
-        unit = nr // 2 if pointwise else ow  # tiles of whole half panels, or of whole rows
-        per_tile = -(-p_n // n_p)
-        tile = -(-per_tile // unit) * unit
+def _conv2d_packed_for(pointwise: bool, name: str):
+    """The body of conv2d_packed (pointwise: of conv1x1_packed and conv1x1_packed_prologue), named
+    `name`, with a prologue (scale, shift, in_act) on a 1x1 conv's input (empty scale: none)."""
+    task = _packed_task_for(pointwise, name.replace("_conv2d", "_task"))
+
+    def conv(x, prologue, wp, bias, residual, out, kernel, stride, padding, dilation,
+             act, alpha, beta, post, post_alpha, post_beta):
+        (kh, kw), (sh, sw), (dh, dw), pt, pl = kernel, stride, dilation, padding[0], padding[1]
+        n_n, c_n, h, w = x.shape
+        groups, n_mb, k = wp.shape[0], wp.shape[1], wp.shape[2]
+        o_n, oh, ow = out.shape[1], out.shape[2], out.shape[3]
+        og, cg, p_n = o_n // groups, c_n // groups, oh * ow
+        nr = panel_width()
+        if pointwise and not (kh == 1 and kw == 1 and sh == 1 and sw == 1 and pt == 0 and pl == 0 and oh == h
+                              and ow == w):
+            raise ValueError("conv1x1_packed: the conv is not 1x1 at stride 1, unpadded")
+        # a tile's bytes per pixel: of its input (the phase planes: about C * SH * SW floats a pixel), or
+        # of its accumulator block, whichever is larger (few inputs and many outputs: an expansion)
+        per_pixel = x.itemsize * max(k if pointwise else cg * sh * sw, og)
+        # fewer images (or groups) than threads: an image's work is split between tasks. A 1x1 conv that
+        # reads more than it writes (k > og) then cuts its pixels between them rather than its channels:
+        # each task reads only its pixels of an input the last layer's threads just wrote (192 -> 32
+        # channels on 28 x 28: 0.14 -> 0.10 ms, 1024 -> 256 on 14 x 14: 0.61 -> 0.49 ms, the input written
+        # by two threads; AVX-512 Xeon); an expansion keeps its channels split (32 -> 192: 0.076 against
+        # 0.093 ms by pixels). With images enough, each stays whole (a batch of 14 x 14 planes cut into
+        # tiles of 128 and 68 pixels ran slower)
+        shared = n_n * groups < num_threads()
+        if pointwise:  # a copied input (a prologue's) stays in L2 at most TILE_BYTES at a time
+            whole = 0 if shared and k > og else WHOLE_POINTWISE_BYTES if prologue[0].size == 0 else TILE_BYTES
+        else:
+            whole = SHARED_IMAGE_BYTES if shared else WHOLE_IMAGE_BYTES
+        # fewer channel panels than the threads need blocks of: the images are cut between them instead
+        # (UNet's 16-channel convs on 64 x 64 ran on one thread)
+        few_panels = n_n * groups * n_mb < MIN_PANELS * num_threads()
+        if pointwise and (per_pixel * p_n > whole or few_panels):  # tiles of any whole panels of pixels:
+            tile = min(p_n, max(nr, TILE_BYTES // per_pixel // nr * nr))  # the input is read where it lies
+        elif per_pixel * p_n <= whole and not few_panels:  # small images: split the channels between tasks
+            tile = p_n  # (7 rows cut into tiles of 4 and 3 keep one thread idle 1/7 of the time)
+        else:  # tiles of whole output rows
+            tile = max(1, min(oh, TILE_BYTES // (per_pixel * ow))) * ow
         n_p = -(-p_n // tile)
-    n_o, mbb = blocks(n_n * groups * n_p, n_mb, MIN_PANELS)
-    # the phase planes of a tile (planes.py): hq rows of pitch wq per plane, sh * sw planes per
-    # input channel; taps[(c*KH + i)*KW + j]: where reduction step (c, i, j) reads, from pixel 0
-    wq = plane_pitch(ow, w, kw, sw, dw, pl)
-    hq = tile // ow + (kh - 1) * dh // sh
-    taps = tap_table(0 if pointwise else cg, kh, kw, sh, sw, dh, dw, hq, wq)
-    xf, wf, of = x.reshape(-1), wp.reshape(-1), out.reshape(-1)
-    rf = residual_run(residual, out)
-    # each thread's part of the scratch (thread_id): the largest tile input (phase planes, or a 1x1
-    # conv's pixels when a partial half panel ends them and they are copied) and block of accumulators
-    # any of its tasks needs. Made inside the tasks, the accumulators were counted atomically at each
-    # of the epilogue's calls, one per output channel: 1600 atomic operations a call of a 16 -> 384 1x1
-    # conv on 14 x 14 (26.6 -> 24.4 us on one thread; 576 -> 96 on 14 x 14 64 -> 61 us on two; Zen 5)
-    pp, last = half_panels(tile if pointwise else tile // ow * wq), p_n - (n_p - 1) * tile
-    partial = pointwise and (half_panels(tile) > tile or half_panels(last) > last or prologue[0].size != 0)
-    inputs = k * (pp + ROW_PAD) if partial else 0 if pointwise else cg * sh * sw * hq * wq + pp + wq
-    accs = max(panels_per_call(), mbb) * MR * pp
-    scratch = np.empty(min(num_threads(), n_n * groups * n_p * n_o) * (inputs + accs), x.dtype)
-    run_tasks(_packed_task, n_n * groups * n_p * n_o,
-              (xf, wf, of, rf, bias, (c_n, h, w, o_n, oh, ow, groups, n_mb, k), (kh, kw, sh, sw, pt, pl, dh, dw),
-               (tile, n_p, n_o, mbb), pointwise, (hq, wq), taps, (act, post), (alpha, beta, post_alpha, post_beta),
-               scratch, (inputs, accs), prologue))
+        if few_panels:  # a tile per thread at least, as far as there are panels (or rows) of pixels
+            n_p = max(n_p, min(-(-p_n // nr) if pointwise else oh, -(-num_threads() // (n_n * groups))))
+        if n_p > 1:  # as many tiles as share out evenly over the threads: 4 tiles, not 3.5, for 2 threads
+            n_p = _even_count(n_n * groups, n_p)
+            unit = nr // 2 if pointwise else ow  # tiles of whole half panels, or of whole rows
+            per_tile = -(-p_n // n_p)
+            tile = -(-per_tile // unit) * unit
+            n_p = -(-p_n // tile)
+        n_o, mbb = blocks(n_n * groups * n_p, n_mb, MIN_PANELS)
+        # the phase planes of a tile (planes.py): hq rows of pitch wq per plane, sh * sw planes per
+        # input channel; taps[(c*KH + i)*KW + j]: where reduction step (c, i, j) reads, from pixel 0
+        wq = plane_pitch(ow, w, kw, sw, dw, pl)
+        hq = tile // ow + (kh - 1) * dh // sh
+        taps = tap_table(0 if pointwise else cg, kh, kw, sh, sw, dh, dw, hq, wq)
+        xf, wf, of = x.reshape(-1), wp.reshape(-1), out.reshape(-1)
+        rf = residual_run(residual, out)
+        # each thread's part of the scratch (thread_id): the largest tile input (phase planes, or a 1x1
+        # conv's pixels when a partial half panel ends them and they are copied) and block of accumulators
+        # any of its tasks needs. Made inside the tasks, the accumulators were counted atomically at each
+        # of the epilogue's calls, one per output channel: 1600 atomic operations a call of a 16 -> 384 1x1
+        # conv on 14 x 14 (26.6 -> 24.4 us on one thread; 576 -> 96 on 14 x 14 64 -> 61 us on two; Zen 5)
+        pp, last = half_panels(tile if pointwise else tile // ow * wq), p_n - (n_p - 1) * tile
+        partial = pointwise and (half_panels(tile) > tile or half_panels(last) > last or prologue[0].size != 0)
+        inputs = k * (pp + ROW_PAD) if partial else 0 if pointwise else cg * sh * sw * hq * wq + pp + wq
+        accs = max(panels_per_call(), mbb) * MR * pp
+        scratch = np.empty(min(num_threads(), n_n * groups * n_p * n_o) * (inputs + accs), x.dtype)
+        run_tasks(task, n_n * groups * n_p * n_o,
+                  (xf, wf, of, rf, bias, (c_n, h, w, o_n, oh, ow, groups, n_mb, k), (kh, kw, sh, sw, pt, pl, dh, dw),
+                   (tile, n_p, n_o, mbb), (hq, wq), taps, (act, post), (alpha, beta, post_alpha, post_beta),
+                   scratch, (inputs, accs), prologue))
+
+    return compiled_as(conv, name)
 
 
-@numba.njit(**SEQ)
-def _packed_task(t, xf, wf, of, rf, bias, dims, window, split, pointwise, planes, taps, acts, params, scratch,
-                 sizes, prologue):
-    """Task t of conv_packed: one tile of pixels of one image and group, times one block of
-    channel panels: the tile's input (phase planes, or the input in place, or a 1x1 conv's input
-    through its prologue into scratch), the microkernel, the epilogue. A block of at least
-    PACK_MIN_PANELS channel panels over at least PACK_MIN_STEPS steps packs its pixels first
-    (_panels_by_pixels)."""
-    c_n, h, w, o_n, oh, ow, groups, n_mb, k = dims
-    kh, kw, sh, sw, pt, pl, dh, dw = window
-    tile, n_p, n_o, mbb = split
-    hq, wq = planes
-    cg, p_n = c_n // groups, oh * ow
-    oi, pi = t % n_o, (t // n_o) % n_p
-    g, n = (t // (n_o * n_p)) % groups, t // (n_o * n_p * groups)
-    p0 = pi * tile
-    p = min(tile, p_n - p0)
-    mb0 = oi * mbb
-    mb1 = min(n_mb, mb0 + mbb)
-    x0 = (n * c_n + g * cg) * h * w
-    packs = panels_per_call() == 1 and mb1 - mb0 >= PACK_MIN_PANELS and k >= PACK_MIN_STEPS  # _panels_by_pixels
-    inputs, accs = sizes
-    # this thread's part of the scratch: its input, then its accumulators. A thread id past the parts
-    # is a loop nested in another's, which runs its tasks on one thread: part 0 is then its own
-    tid = thread_id()
-    own = (tid if tid < scratch.size // (inputs + accs) else 0) * (inputs + accs)
-    # the tile's input as k rows of pp columns: reduction step r at src[rows[r]:rows[r] + pp]
-    if pointwise:  # each channel's pixels where they lie: row c at x0 + c * H * W + p0
-        pp = half_panels(p)  # the tile's pixels, padded to whole half panels
-        rows = np.empty(k, np.int64)
-        for c in range(k):
-            rows[c] = x0 + c * h * w + p0
-        src, ldb = xf, h * w
-        scale, shift, in_act = prologue
-        if scale.size != 0:  # each channel's pixels through the prologue into scratch, zeros past the tile
-            ldb = pp + ROW_PAD
-            src = scratch[own:own + k * ldb]
-            lo = np.float32(0.0 if in_act == 1 else -np.inf)
+def _packed_task_for(pointwise: bool, name: str):
+    """The task function of _conv2d_packed_for(pointwise), named `name`."""
+
+    def task(t, xf, wf, of, rf, bias, dims, window, split, planes, taps, acts, params, scratch, sizes, prologue):
+        """Task t of conv_packed: one tile of pixels of one image and group, times one block of
+        channel panels: the tile's input (phase planes, or the input in place, or a 1x1 conv's input
+        through its prologue into scratch), the microkernel, the epilogue. A block of at least
+        PACK_MIN_PANELS channel panels over at least PACK_MIN_STEPS steps packs its pixels first
+        (_panels_by_pixels)."""
+        c_n, h, w, o_n, oh, ow, groups, n_mb, k = dims
+        kh, kw, sh, sw, pt, pl, dh, dw = window
+        tile, n_p, n_o, mbb = split
+        hq, wq = planes
+        cg, p_n = c_n // groups, oh * ow
+        oi, pi = t % n_o, (t // n_o) % n_p
+        g, n = (t // (n_o * n_p)) % groups, t // (n_o * n_p * groups)
+        p0 = pi * tile
+        p = min(tile, p_n - p0)
+        mb0 = oi * mbb
+        mb1 = min(n_mb, mb0 + mbb)
+        x0 = (n * c_n + g * cg) * h * w
+        packs = panels_per_call() == 1 and mb1 - mb0 >= PACK_MIN_PANELS and k >= PACK_MIN_STEPS  # _panels_by_pixels
+        inputs, accs = sizes
+        # this thread's part of the scratch: its input, then its accumulators. A thread id past the parts
+        # is a loop nested in another's, which runs its tasks on one thread: part 0 is then its own
+        tid = thread_id()
+        own = (tid if tid < scratch.size // (inputs + accs) else 0) * (inputs + accs)
+        # the tile's input as k rows of pp columns: reduction step r at src[rows[r]:rows[r] + pp]
+        if pointwise:  # each channel's pixels where they lie: row c at x0 + c * H * W + p0
+            pp = half_panels(p)  # the tile's pixels, padded to whole half panels
+            rows = np.empty(k, np.int64)
             for c in range(k):
-                sc, sf, r = scale[c], shift[c], rows[c]
-                for i in range(p):
-                    src[u(c * ldb + i)] = max(xf[u(r + i)] * sc + sf, lo)
-                for i in range(p, pp):
-                    src[u(c * ldb + i)] = 0
-                rows[c] = c * ldb
-        elif pp > p and not packs:  # a partial last half panel: copied, so the columns past the tile read
-            # zeros (packing zero-fills them itself, reading the input in place)
-            src, ldb = scratch[own:own + k * pp], pp
-            for c in range(k):
-                copy_run(src, c * pp, xf, rows[c], p)
-                for i in range(p, pp):
-                    src[u(c * pp + i)] = 0
-                rows[c] = c * pp
-    else:  # the phase planes: pixel y * wq + x; the wq - ow columns past each output row are dropped
-        pp = half_panels(p // ow * wq)
-        size = sh * sw * hq * wq
-        # zeros: the padding is never written; past the last plane, what the last panel reads
-        src = scratch[own:own + cg * size + pp + wq]
-        src[:] = 0
-        for c in range(cg):
-            gather_planes(xf, x0 + c * h * w, h, w, p0 // ow * sh - pt, sh, sw, pl, src, c * size, hq, wq)
-        rows, ldb = taps, 0
-    a0 = (g * n_mb + mb0) * k * MR  # the block's first weight panel
-    out = (n, g, p0, p, pp)
-    if packs:
-        acc = scratch[own + inputs:own + inputs + (mb1 - mb0) * MR * pp]
-        _panels_by_pixels(wf, a0, mb1 - mb0, k, src, rows, acc, pp, p if pointwise else pp)
-        for mb in range(mb0, mb1):
-            _block_out(acc, (mb - mb0) * MR * pp, mb, of, rf, bias, dims, ow, wq, pointwise, out, acts, params)
-    else:  # each panel of channels (two at once on AVX-512) through the whole reduction, then out
-        pairs = panels_per_call()
-        acc = scratch[own + inputs:own + inputs + pairs * MR * pp]
-        act, post = acts
-        # a 1x1 conv's single reduction chunk with a one-pass epilogue: straight into the output
-        direct = pointwise and k <= K_CHUNK and act <= ONE_PASS and post <= 1
-        mb = mb0
-        while mb < mb1:
-            two = pairs == 2 and mb + 1 < mb1
-            if direct and (mb + (2 if two else 1)) * MR <= o_n // groups:  # no padding channels
-                _pointwise_out(wf, a0 + (mb - mb0) * k * MR, k, two, src, rows[0], ldb, acc, pp, mb, of, rf, bias,
-                               dims, out, acts, params)
+                rows[c] = x0 + c * h * w + p0
+            src, ldb = xf, h * w
+            scale, shift, in_act = prologue
+            if scale.size != 0:  # each channel's pixels through the prologue into scratch, zeros past the tile
+                ldb = pp + ROW_PAD
+                src = scratch[own:own + k * ldb]
+                lo = np.float32(0.0 if in_act == 1 else -np.inf)
+                for c in range(k):
+                    sc, sf, r = scale[c], shift[c], rows[c]
+                    for i in range(p):
+                        src[u(c * ldb + i)] = max(xf[u(r + i)] * sc + sf, lo)
+                    for i in range(p, pp):
+                        src[u(c * ldb + i)] = 0
+                    rows[c] = c * ldb
+            elif pp > p and not packs:  # a partial last half panel: copied, so the columns past the tile read
+                # zeros (packing zero-fills them itself, reading the input in place)
+                src, ldb = scratch[own:own + k * pp], pp
+                for c in range(k):
+                    copy_run(src, c * pp, xf, rows[c], p)
+                    for i in range(p, pp):
+                        src[u(c * pp + i)] = 0
+                    rows[c] = c * pp
+        else:  # the phase planes: pixel y * wq + x; the wq - ow columns past each output row are dropped
+            pp = half_panels(p // ow * wq)
+            size = sh * sw * hq * wq
+            # zeros: the padding is never written; past the last plane, what the last panel reads
+            src = scratch[own:own + cg * size + pp + wq]
+            src[:] = 0
+            for c in range(cg):
+                gather_planes(xf, x0 + c * h * w, h, w, p0 // ow * sh - pt, sh, sw, pl, src, c * size, hq, wq)
+            rows, ldb = taps, 0
+        a0 = (g * n_mb + mb0) * k * MR  # the block's first weight panel
+        out = (n, g, p0, p, pp)
+        if packs:
+            acc = scratch[own + inputs:own + inputs + (mb1 - mb0) * MR * pp]
+            _panels_by_pixels(wf, a0, mb1 - mb0, k, src, rows, acc, pp, p if pointwise else pp)
+            for mb in range(mb0, mb1):
+                _block_out(acc, (mb - mb0) * MR * pp, mb, of, rf, bias, dims, ow, wq, pointwise, out, acts, params)
+        else:  # each panel of channels (two at once on AVX-512) through the whole reduction, then out
+            pairs = panels_per_call()
+            acc = scratch[own + inputs:own + inputs + pairs * MR * pp]
+            act, post = acts
+            # a 1x1 conv's single reduction chunk with a one-pass epilogue: straight into the output
+            direct = pointwise and k <= K_CHUNK and act <= ONE_PASS and post <= 1
+            mb = mb0
+            while mb < mb1:
+                two = pairs == 2 and mb + 1 < mb1
+                if direct and (mb + (2 if two else 1)) * MR <= o_n // groups:  # no padding channels
+                    _pointwise_out(wf, a0 + (mb - mb0) * k * MR, k, two, src, rows[0], ldb, acc, pp, mb, of, rf, bias,
+                                   dims, out, acts, params)
+                    mb += 2 if two else 1
+                    continue
+                for kb in range(0, k, K_CHUNK):
+                    kc, a = min(K_CHUNK, k - kb), a0 + ((mb - mb0) * k + kb) * MR
+                    if pointwise and two:  # rows ldb apart
+                        gemm_panels2(kc, wf, a, k * MR, src, rows[kb], ldb, acc, 0, pp, pp, kb > 0)
+                    elif pointwise:
+                        gemm_panels(kc, wf, a, src, rows[kb], ldb, acc, 0, pp, pp, kb > 0)
+                    elif two:
+                        gemm_panels2_rows(kc, wf, a, k * MR, src, 0, rows, kb, acc, 0, pp, pp, kb > 0)
+                    else:
+                        gemm_panels_rows(kc, wf, a, src, 0, rows, kb, acc, 0, pp, pp, kb > 0)
+                for q in range(2 if two else 1):
+                    _block_out(acc, q * MR * pp, mb + q, of, rf, bias, dims, ow, wq, pointwise, out, acts, params)
                 mb += 2 if two else 1
-                continue
-            for kb in range(0, k, K_CHUNK):
-                kc, a = min(K_CHUNK, k - kb), a0 + ((mb - mb0) * k + kb) * MR
-                if pointwise and two:  # rows ldb apart
-                    gemm_panels2(kc, wf, a, k * MR, src, rows[kb], ldb, acc, 0, pp, pp, kb > 0)
-                elif pointwise:
-                    gemm_panels(kc, wf, a, src, rows[kb], ldb, acc, 0, pp, pp, kb > 0)
-                elif two:
-                    gemm_panels2_rows(kc, wf, a, k * MR, src, 0, rows, kb, acc, 0, pp, pp, kb > 0)
-                else:
-                    gemm_panels_rows(kc, wf, a, src, 0, rows, kb, acc, 0, pp, pp, kb > 0)
-            for q in range(2 if two else 1):
-                _block_out(acc, q * MR * pp, mb + q, of, rf, bias, dims, ow, wq, pointwise, out, acts, params)
-            mb += 2 if two else 1
+
+    return compiled_as(task, name)
+
+
+_conv2d_packed_planes = _conv2d_packed_for(False, "_conv2d_packed_planes")
+_conv2d_packed_pointwise = _conv2d_packed_for(True, "_conv2d_packed_pointwise")
 
 
 @numba.njit(**SEQ)

@@ -26,7 +26,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from codegen.kernels.common import PARALLEL_MIN_ELEMENTS, u
+from codegen.kernels.common import PARALLEL_MIN_ELEMENTS, compiled_as, u
 from codegen.kernels.tasks import run_tasks
 
 CHUNKS = 16  # parallel window pooling: tasks of consecutive planes, each with its own scratch
@@ -110,13 +110,6 @@ def _average(out_row, oy, h, kernel, stride, padding, count_include_pad, divisor
         out_row[ox] /= rows * widths[ox]
 
 
-def _compiled_as(chunk, name: str):
-    """A factory's task function compiled under `name`: its closure constants (is_max) are compiled
-    in, and numba caches each named function apart."""
-    chunk.__name__ = chunk.__qualname__ = name
-    return numba.njit(cache=True, nogil=True)(chunk)
-
-
 def _window_chunk(is_max: bool, name: str):
     """The task function of max (is_max) or average window pooling, named `name`. is_max is a
     constant of its code (a closure variable: numba compiles it in, and caches each function
@@ -183,7 +176,7 @@ def _window_chunk(is_max: bool, name: str):
                     if not is_max:
                         _average(out_row, oy, h, kernel, stride, padding, count_include_pad, divisor, widths)
 
-    return _compiled_as(chunk, name)
+    return compiled_as(chunk, name, cache=True, nogil=True)
 
 
 _max_window_chunk = _window_chunk(True, "_max_window_chunk")
@@ -251,7 +244,7 @@ def _rows_chunk(is_max: bool, name: str):
                 if not is_max:
                     _average(out_row, oy, h, kernel, stride, padding, count_include_pad, divisor, widths)
 
-    return _compiled_as(chunk, name)
+    return compiled_as(chunk, name, cache=True, nogil=True)
 
 
 _max_rows_chunk = _rows_chunk(True, "_max_rows_chunk")
@@ -348,7 +341,7 @@ def _same_chunk(is_max: bool, name: str):
                     for i in range(hw):
                         of[u(q * hw + i)] /= count[i]
 
-    return _compiled_as(chunk, name)
+    return compiled_as(chunk, name, cache=True, nogil=True)
 
 
 _max_same_chunk = _same_chunk(True, "_max_same_chunk")
@@ -399,7 +392,7 @@ def _inside_chunk(is_max: bool, name: str):
                         m = _pmax(m, vq[u(b + t * step)]) if is_max else m + vq[u(b + t * step)]
                     oq[i] = m if is_max else m / d
 
-    return _compiled_as(chunk, name)
+    return compiled_as(chunk, name, cache=True, nogil=True)
 
 
 _max_inside_chunk = _inside_chunk(True, "_max_inside_chunk")
@@ -482,91 +475,128 @@ def _max3x3s2_chunk(t, x, out, chunks, pt, pl):
                 of[u(o + j)] = _max3(ev[j], od[j], ev[j + 1])
 
 
-@numba.njit(inline="always", cache=True, nogil=True)
-def _is_inside(x, out, kernel, stride, padding, dilation):
-    """Whether a pool's windows are unpadded and all inside the input (a ceil-mode last one is not)."""
-    return (padding[0] == 0 and padding[1] == 0 and padding[2] == 0 and padding[3] == 0
-            and (out.shape[2] - 1) * stride[0] + (kernel[0] - 1) * dilation[0] < x.shape[2]
-            and (out.shape[3] - 1) * stride[1] + (kernel[1] - 1) * dilation[1] < x.shape[3])
+# -- window pooling: one kernel for each way it runs. The emit rule picks one by the shapes
+# (window_path), so a model compiles only the ways its pools take: one kernel branching on them at run
+# time compiled all six, 18 s of numba's time on a first use (a 2-core AVX2 EPYC), for any max pool.
+
+TWO_BY_TWO, SAME, INSIDE, ROWS_3X3S2, ROWS, BLOCKS = "2x2", "same", "inside", "3x3s2", "rows", "blocks"
 
 
-@numba.njit(inline="always", cache=True, nogil=True)
-def _is_same_stride1(x, out, kernel, stride, padding, dilation):
-    """Whether a pool's windows are at stride 1, undilated, padded to keep the input's size."""
-    return (stride[0] == 1 and stride[1] == 1 and dilation[0] == 1 and dilation[1] == 1
-            and out.shape[2] == x.shape[2] and out.shape[3] == x.shape[3]
-            and padding[0] + padding[2] == kernel[0] - 1 and padding[1] + padding[3] == kernel[1] - 1)
-
-
-@numba.njit(inline="always", cache=True, nogil=True)
-def _is_2x2_inside(x, out, kernel, stride, padding, dilation):
-    """Whether a pool's windows are 2x2 at stride 2, unpadded and inside the input (a ceil-mode
-    last window past it is not)."""
-    return (kernel[0] == 2 and kernel[1] == 2 and stride[0] == 2 and stride[1] == 2 and dilation[0] == 1
-            and dilation[1] == 1 and padding[0] == 0 and padding[1] == 0
-            and 2 * out.shape[2] <= x.shape[2] and 2 * out.shape[3] <= x.shape[3])
-
-
-@numba.njit(cache=True, nogil=True)
-def max_pool2d_window(x, out, kernel, stride, padding, dilation, fill):
-    """Max pooling; padding (top, left, bottom, right) reads as `fill` (the dtype's lowest). 2x2
-    windows at stride 2 that stay inside the input (UNet's and VGG's downsampling) in one pass
-    (_max2x2_chunk: 16 planes of 64 x 64 10.5 -> 3.0 us, 64 of 16 x 16 10.5 -> 1.9 us, Zen 5 EPYC);
-    others strided along the height, output row by output row (_rows_chunk); else in blocks of rows
-    (_window_chunk)."""
-    chunks = _chunks(x)
-    if _is_2x2_inside(x, out, kernel, stride, padding, dilation):
-        if chunks > 1 and x.size >= PARALLEL_2X2_ELEMENTS:
-            run_tasks(_max2x2_chunk, chunks, (x, out, chunks))
-        else:
-            _max2x2_chunk(np.int64(0), x, out, np.int64(1))  # not literals (common.py)
-        return
-    if _is_same_stride1(x, out, kernel, stride, padding, dilation):
-        run_tasks(_max_same_chunk, chunks, (x, out, chunks, kernel, padding, False, 0))
-        return
-    rows3x3s2 = (kernel[0] == 3 and kernel[1] == 3 and stride[0] == 2 and stride[1] == 2 and dilation[0] == 1
-                 and dilation[1] == 1 and padding[0] <= 1 and padding[1] <= 1 and padding[2] <= 2 and padding[3] <= 2
-                 and 2 * out.shape[2] - padding[0] <= x.shape[2] + 1
-                 and 2 * out.shape[3] - padding[1] <= x.shape[3] + 1)
-    # (every window starts inside the input; ceil mode's last one may end a column past the padding)
-    if _is_inside(x, out, kernel, stride, padding, dilation) and not (rows3x3s2 and out.shape[3] >= ROWS_3X3S2_WIDTH):
-        run_tasks(_max_inside_chunk, chunks, (x, out, chunks, kernel, stride, dilation, 0))
-        return
-    if rows3x3s2:
-        run_tasks(_max3x3s2_chunk, chunks, (x, out, chunks, padding[0], padding[1]))
-        return
-    if stride[0] > 1:
-        run_tasks(_max_rows_chunk, chunks, (x, out, chunks, kernel, stride, padding, dilation, fill, False, 0))
-    else:
-        run_tasks(_max_window_chunk, chunks, (x, out, chunks, kernel, stride, padding, dilation, fill, False, 0))
+def window_path(x_shape, out_shape, kernel, stride, padding, dilation, is_max: bool) -> str:
+    """How a max (is_max) or average window pool of x_shape (N, C, H, W) to out_shape runs; padding is
+    (top, left, bottom, right):
+    - TWO_BY_TWO: 2x2 windows at stride 2, unpadded, inside the input (UNet's, VGG's, DenseNet's
+      transitions), in one pass (_max2x2_chunk: 16 planes of 64 x 64 10.5 -> 3.0 us, 64 of 16 x 16
+      10.5 -> 1.9 us against the blocks, Zen 5 EPYC);
+    - SAME: stride 1, undilated, padded to keep the input's size (_same_chunk);
+    - INSIDE: unpadded windows all inside the input (a ceil-mode last one is not) (_inside_chunk),
+      but for max pools 3x3 stride 2 with output rows of ROWS_3X3S2_WIDTH or more;
+    - ROWS_3X3S2: max pools 3x3 at stride 2, padding at most 1, each window starting inside the input
+      (ceil mode's last one may end a column past the padding) (_max3x3s2_chunk);
+    - ROWS: others strided along the height, output row by output row (_rows_chunk);
+    - BLOCKS: the rest, in blocks of rows (_window_chunk)."""
+    (h, w), (oh, ow) = x_shape[2:], out_shape[2:]
+    (kh, kw), (sh, sw), (pt, pl, pb, pr), (dh, dw) = kernel, stride, padding, dilation
+    if (kh, kw, sh, sw, dh, dw, pt, pl) == (2, 2, 2, 2, 1, 1, 0, 0) and 2 * oh <= h and 2 * ow <= w:
+        return TWO_BY_TWO
+    if (sh, sw, dh, dw) == (1, 1, 1, 1) and (oh, ow) == (h, w) and pt + pb == kh - 1 and pl + pr == kw - 1:
+        return SAME
+    rows_3x3s2 = (is_max and (kh, kw, sh, sw, dh, dw) == (3, 3, 2, 2, 1, 1) and pt <= 1 and pl <= 1 and pb <= 2
+                  and pr <= 2 and 2 * oh - pt <= h + 1 and 2 * ow - pl <= w + 1)
+    inside = (pt == pl == pb == pr == 0 and (oh - 1) * sh + (kh - 1) * dh < h and (ow - 1) * sw + (kw - 1) * dw < w)
+    if inside and not (rows_3x3s2 and ow >= ROWS_3X3S2_WIDTH):
+        return INSIDE
+    if rows_3x3s2:
+        return ROWS_3X3S2
+    return ROWS if sh > 1 else BLOCKS
 
 
 @numba.njit(cache=True, nogil=True)
-def avg_pool2d_window(x, out, kernel, stride, padding, dilation, count_include_pad, divisor):
-    """Average pooling; padding (top, left, bottom, right) zeros, counted in a window's size when
-    count_include_pad; divisor > 0 overrides that size. Strided along the height, output row by
-    output row (_rows_chunk); else in blocks of rows (_window_chunk). 2x2 windows at stride 2 inside
-    the input in one pass, as max_pool2d_window's (DenseNet-121's three transitions at batch 1: 238
-    against onnxruntime's 37 us)."""
+def max_pool2d_2x2(x, out, kernel, stride, padding, dilation, fill):
+    """Max pooling (padding reads as `fill`, the dtype's lowest) of window_path's TWO_BY_TWO; each
+    max_pool2d_* kernel takes the same arguments and runs its own path."""
     chunks = _chunks(x)
-    if _is_2x2_inside(x, out, kernel, stride, padding, dilation):
-        d = divisor if divisor > 0 else 4
-        if chunks > 1 and x.size >= PARALLEL_2X2_ELEMENTS:
-            run_tasks(_avg2x2_chunk, chunks, (x, out, chunks, d))
-        else:
-            _avg2x2_chunk(np.int64(0), x, out, np.int64(1), d)  # not literals (common.py)
-        return
-    if _is_same_stride1(x, out, kernel, stride, padding, dilation):
-        run_tasks(_avg_same_chunk, chunks, (x, out, chunks, kernel, padding, count_include_pad, divisor))
-        return
-    if _is_inside(x, out, kernel, stride, padding, dilation):  # (no padding: every count is the window's)
-        run_tasks(_avg_inside_chunk, chunks, (x, out, chunks, kernel, stride, dilation, divisor))
-        return
-    args = (x, out, chunks, kernel, stride, padding, dilation, 0.0, count_include_pad, divisor)
-    if stride[0] > 1:
-        run_tasks(_avg_rows_chunk, chunks, args)
+    if chunks > 1 and x.size >= PARALLEL_2X2_ELEMENTS:
+        run_tasks(_max2x2_chunk, chunks, (x, out, chunks))
     else:
-        run_tasks(_avg_window_chunk, chunks, args)
+        _max2x2_chunk(np.int64(0), x, out, np.int64(1))  # not literals (common.py)
+
+
+@numba.njit(cache=True, nogil=True)
+def max_pool2d_same(x, out, kernel, stride, padding, dilation, fill):
+    chunks = _chunks(x)
+    run_tasks(_max_same_chunk, chunks, (x, out, chunks, kernel, padding, False, 0))
+
+
+@numba.njit(cache=True, nogil=True)
+def max_pool2d_inside(x, out, kernel, stride, padding, dilation, fill):
+    chunks = _chunks(x)
+    run_tasks(_max_inside_chunk, chunks, (x, out, chunks, kernel, stride, dilation, 0))
+
+
+@numba.njit(cache=True, nogil=True)
+def max_pool2d_3x3s2(x, out, kernel, stride, padding, dilation, fill):
+    chunks = _chunks(x)
+    run_tasks(_max3x3s2_chunk, chunks, (x, out, chunks, padding[0], padding[1]))
+
+
+@numba.njit(cache=True, nogil=True)
+def max_pool2d_rows(x, out, kernel, stride, padding, dilation, fill):
+    chunks = _chunks(x)
+    run_tasks(_max_rows_chunk, chunks, (x, out, chunks, kernel, stride, padding, dilation, fill, False, 0))
+
+
+@numba.njit(cache=True, nogil=True)
+def max_pool2d_blocks(x, out, kernel, stride, padding, dilation, fill):
+    chunks = _chunks(x)
+    run_tasks(_max_window_chunk, chunks, (x, out, chunks, kernel, stride, padding, dilation, fill, False, 0))
+
+
+@numba.njit(cache=True, nogil=True)
+def avg_pool2d_2x2(x, out, kernel, stride, padding, dilation, count_include_pad, divisor):
+    """Average pooling (padding zeros, counted in a window's size when count_include_pad; divisor > 0
+    overrides that size) of window_path's TWO_BY_TWO, each window summed in torch's order (the two top,
+    then the two bottom): DenseNet-121's three transitions at batch 1, 238 against onnxruntime's 37 us
+    in blocks. Each avg_pool2d_* kernel takes the same arguments and runs its own path."""
+    chunks = _chunks(x)
+    d = divisor if divisor > 0 else 4
+    if chunks > 1 and x.size >= PARALLEL_2X2_ELEMENTS:
+        run_tasks(_avg2x2_chunk, chunks, (x, out, chunks, d))
+    else:
+        _avg2x2_chunk(np.int64(0), x, out, np.int64(1), d)  # not literals (common.py)
+
+
+@numba.njit(cache=True, nogil=True)
+def avg_pool2d_same(x, out, kernel, stride, padding, dilation, count_include_pad, divisor):
+    chunks = _chunks(x)
+    run_tasks(_avg_same_chunk, chunks, (x, out, chunks, kernel, padding, count_include_pad, divisor))
+
+
+@numba.njit(cache=True, nogil=True)
+def avg_pool2d_inside(x, out, kernel, stride, padding, dilation, count_include_pad, divisor):
+    chunks = _chunks(x)  # (no padding: every count is the window's)
+    run_tasks(_avg_inside_chunk, chunks, (x, out, chunks, kernel, stride, dilation, divisor))
+
+
+@numba.njit(cache=True, nogil=True)
+def avg_pool2d_rows(x, out, kernel, stride, padding, dilation, count_include_pad, divisor):
+    chunks = _chunks(x)
+    run_tasks(_avg_rows_chunk, chunks, (x, out, chunks, kernel, stride, padding, dilation, 0.0, count_include_pad,
+                                        divisor))
+
+
+@numba.njit(cache=True, nogil=True)
+def avg_pool2d_blocks(x, out, kernel, stride, padding, dilation, count_include_pad, divisor):
+    chunks = _chunks(x)
+    run_tasks(_avg_window_chunk, chunks, (x, out, chunks, kernel, stride, padding, dilation, 0.0, count_include_pad,
+                                          divisor))
+
+
+# each path's kernel (emit/pool.py calls the one window_path names)
+MAX_POOL_KERNELS = {TWO_BY_TWO: max_pool2d_2x2, SAME: max_pool2d_same, INSIDE: max_pool2d_inside,
+                    ROWS_3X3S2: max_pool2d_3x3s2, ROWS: max_pool2d_rows, BLOCKS: max_pool2d_blocks}
+AVG_POOL_KERNELS = {TWO_BY_TWO: avg_pool2d_2x2, SAME: avg_pool2d_same, INSIDE: avg_pool2d_inside,
+                    ROWS: avg_pool2d_rows, BLOCKS: avg_pool2d_blocks}
 
 
 @numba.njit(inline="always", cache=True, nogil=True)
@@ -656,7 +686,7 @@ def adaptive_pool2d(x, out, is_max, arg):
     """Adaptive average or max pooling to out's (OH, OW); arg: out (int64) gets the max's flat index."""
     planes = x.shape[0] * x.shape[1]
     parallel = planes > 1 and x.size >= PARALLEL_MIN_ELEMENTS
-    # each task function has one call site, through run_tasks (inline for one task): see max_pool2d_window
+    # each task function has one call site, through run_tasks (inline for one task)
     if out.shape[2:] == x.shape[2:] and not arg:  # every bin one pixel (AlexNet's 6 x 6 to 6 x 6): a copy,
         xf, of = x.reshape(-1), out.reshape(-1)  # where the bins' loops took 0.12 ms for 256 such planes
         for i in range(xf.size):

@@ -219,7 +219,7 @@ def test_fused_conv2d_writes_its_output_over_its_residual(shape, o, kernel, stri
     arrays = _with_residual(shape, o, kernel, stride, padding)
     assert emit_conv.writes_over_residual(_fused_node(arrays, attrs)) == 3
     lines = check("fused_conv2d", arrays, attrs, weights=(1, 2), over_input=3)
-    assert "conv2d_packed" in lines[-1]
+    assert ("conv1x1_packed" if kernel == (1, 1) else "conv2d_packed") in lines[-1]
 
 
 @pytest.mark.usefixtures("any_winograd")
@@ -372,7 +372,7 @@ def test_conv_transpose2d_with_the_kernel_as_stride_runs_as_a_1x1_conv_and_an_in
     arrays = [rand(*shape), rand(c, og, *kernel, scale=0.3)] + ([rand(og)] if bias else [])
     attrs = {"stride": kernel, "padding": (0, 0, 0, 0), "output_padding": (0, 0), "dilation": (1, 1), "groups": 1}
     lines = check("conv_transpose2d", arrays, attrs, weights=(1, 2) if bias else (1,), rtol=1e-5, atol=1e-5)
-    assert "_taps = np.empty" in lines[0] and "conv2d_packed" in lines[1] and "interleave_taps" in lines[2], lines
+    assert "_taps = np.empty" in lines[0] and "conv1x1_packed" in lines[1] and "interleave_taps" in lines[2], lines
     lines = check("conv_transpose2d", arrays, attrs, weights=(), rtol=1e-5, atol=1e-5)
     assert "conv_conv_transpose2d" in lines[0], lines
 
@@ -549,6 +549,7 @@ PACKED_CONVS = [
     ((1, 64, 121, 119), 16, (3, 3), (2, 2), (1, 0, 2, 1), 1),  # several row tiles of phase planes, the last short
     ((1, 16, 150, 150), 8, (1, 1), (1, 1), (0, 0, 0, 0), 1),  # several pixel tiles of a 1x1 conv
     ((1, 64, 14, 14), 16, (1, 1), (1, 1), (0, 0, 0, 0), 1),  # pixels split between threads in half panels
+    ((1, 20, 9, 10), 12, (1, 1), (1, 1), (1, 0, 1, 2), 1),  # 1x1 padded: phase planes (conv2d_packed)
     ((2, 12, 10, 10), 18, (3, 3), (1, 1), (1, 1, 1, 1), 3),
     ((1, 130, 3, 3), 200, (3, 3), (1, 1), (1, 1, 1, 1), 1),  # many channel panels, 9 pixels
     ((1, 3, 47, 45), 16, (11, 11), (4, 4), (2, 2, 2, 2), 1),  # AlexNet's stem: 16 phase planes a channel
@@ -566,19 +567,21 @@ PACKED_CONVS = [
 @pytest.mark.parametrize("shape, o, kernel, stride, padding, groups", PACKED_CONVS)
 @pytest.mark.parametrize("act, residual", [("none", False), ("relu", True), ("silu", False)])
 def test_conv2d_on_packed_weights(shape, o, kernel, stride, padding, groups, act, residual):
-    """Float32 convs with constant weights run on the microkernel (conv2d_packed), and match."""
+    """Float32 convs with constant weights run on the microkernel, and match: 1x1 stride-1 unpadded convs
+    on conv1x1_packed (their input read in place), the others on conv2d_packed (phase planes)."""
     arrays = conv_arrays(*shape, o, kernel, groups)
     attrs = {**conv_attrs(kernel, stride, padding, (1, 1), groups), **epilogue_attrs(act)}
     if residual:
         (n, _, h, w), (t, left, b, r) = shape, padding
         arrays.append(rand(n, o, (h + t + b - kernel[0]) // stride[0] + 1, (w + left + r - kernel[1]) // stride[1] + 1))
     lines = check("fused_conv2d", arrays, attrs, weights=(1, 2), rtol=1e-4, atol=1e-4)
-    assert "conv2d_packed" in lines[0]
+    pointwise = kernel == (1, 1) and stride == (1, 1) and not any(padding)
+    assert ("conv1x1_packed" if pointwise else "conv2d_packed") in lines[0], lines
 
 
 @pytest.mark.parametrize("shape, o, stride, kernel_called", [
-    ((1, 24, 28, 27), 40, (2, 2), "conv2d_packed"),  # odd width: the last column is read
-    ((2, 16, 25, 27), 8, (2, 3), "conv2d_packed"),  # strides of their own per dim
+    ((1, 24, 28, 27), 40, (2, 2), "conv1x1_packed"),  # odd width: the last column is read
+    ((2, 16, 25, 27), 8, (2, 3), "conv1x1_packed"),  # strides of their own per dim
     # a 7 x 7 output: channels in the vectors on AVX-512 (uses_channel_vectors), pixel panels on AVX2
     ((1, 64, 14, 14), 96, (2, 2), "conv1x1_by_channels"),
 ])
@@ -593,7 +596,7 @@ def test_a_strided_1x1_conv_runs_on_its_input_subsampled_first(shape, o, stride,
     attrs = {**conv_attrs((1, 1), stride, (0, 0, 0, 0), (1, 1), 1), **epilogue_attrs("relu")}
     lines = check("fused_conv2d", arrays, attrs, weights=(1, 2), rtol=1e-4, atol=1e-4)
     if kernel_called == "conv1x1_by_channels" and target_vector_floats() != 16:
-        kernel_called = "conv2d_packed"
+        kernel_called = "conv1x1_packed"
     assert "_subsampled = np.empty" in lines[0] and "strided_copy" in lines[1], lines
     assert kernel_called in lines[2] and "y0_subsampled" in lines[2], lines
 
@@ -666,12 +669,13 @@ def test_packed_convs_with_each_machines_panels(width, tmp_path):
     vectors where it must), each in a fresh process (the other width's with a numba cache of its own;
     the kernels of the machine's own width are those of every other test, and share their cache): AVX-512's 6 x 32
     panels, two at a call (micro_gemm2), and AVX2's 6 x 16, one at a call, whose blocks of many
-    channel panels pack their pixels (_panels_by_pixels). conv2d_packed and Winograd on them match
+    channel panels pack their pixels (_panels_by_pixels). conv2d_packed (conv1x1_packed on the 1x1
+    convs too) and Winograd on them match
     float64 references, and split_pairs (stride-2 depthwise rows) splits a vector of pairs a step
     and the rest in one masked step."""
     script = f"""
 import numpy as np, torch
-from codegen.kernels.conv import conv2d_packed
+from codegen.kernels.conv import conv1x1_packed, conv2d_packed
 from codegen.kernels.microkernel import pack_weights, panel_width, panels_per_call
 from codegen.kernels.vectors import split_pairs
 from codegen.kernels.winograd import pack_transformed, winograd_conv2d
@@ -694,6 +698,10 @@ for n, c, o, h, w, k, s, p in [(1, 13, 20, 23, 17, 3, 2, 1), (2, 40, 7, 9, 9, 1,
     conv2d_packed(x, read_only(pack_weights(wt, 1)), zero_bias(o), out[:0], out, (k, k), (s, s), (p, p, p, p), (1, 1),
                   0, 0.0, 0.0, 0, 0.0, 0.0)
     assert np.abs(out - ref).max() < 1e-4, np.abs(out - ref).max()
+    if k == 1 and s == 1 and p == 0:  # the 1x1 convs' own kernel too, reading their input in place
+        out[:] = np.nan
+        conv1x1_packed(x, read_only(pack_weights(wt, 1)), zero_bias(o), out[:0], out, 0, 0.0, 0.0, 0, 0.0, 0.0)
+        assert np.abs(out - ref).max() < 1e-4, np.abs(out - ref).max()
     if k == 3 and s == 1:
         winograd_conv2d(x, read_only(pack_transformed(wt)), zero_bias(o), out[:0], out, p, p, 0, 0.0, 0.0, 0, 0.0, 0.0)
         assert np.abs(out - ref).max() < 1e-4, np.abs(out - ref).max()

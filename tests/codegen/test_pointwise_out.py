@@ -9,7 +9,7 @@ import numba
 import numpy as np
 import pytest
 
-from codegen.kernels.conv_packed import K_CHUNK, conv2d_packed
+from codegen.kernels.conv_packed import K_CHUNK, conv1x1_packed
 from codegen.kernels.epilogue import ACTIVATION_CODES
 from codegen.kernels.microkernel import micro_gemm_out, pack_weights, panel_width
 from tests.codegen.rules import read_only, zero_bias
@@ -38,9 +38,8 @@ def run(x, w, bias, residual, act, post, groups, out=None):
     out = np.full((n, w.shape[0], h, wd), np.nan, np.float32) if out is None else out
     res = out[:0] if residual is None else residual  # a forward's arguments: an empty view, read-only weights
     bias = read_only(bias) if bias is not None else zero_bias(w.shape[0])  # a forward's: zeros for none
-    conv2d_packed(x, read_only(pack_weights(w, groups)), bias, res, out,
-                  (1, 1), (1, 1), (0, 0, 0, 0), (1, 1),
-                  ACTIVATION_CODES[act], -0.5, 0.75, ACTIVATION_CODES[post], 0.0, 0.0)
+    conv1x1_packed(x, read_only(pack_weights(w, groups)), bias, res, out,
+                   ACTIVATION_CODES[act], -0.5, 0.75, ACTIVATION_CODES[post], 0.0, 0.0)
     return out
 
 
@@ -116,3 +115,12 @@ def test_micro_gemm_out_writes_its_block_alone_and_keeps_nan():
     np.testing.assert_allclose(block[:, :NR], expected, rtol=1e-5, atol=1e-6)
     assert np.isnan(block[:, 2]).all()
     assert (block[:, NR:] == 7.0).all() and (c[:3] == 7.0).all() and (c[3 + mr * ldc:] == 7.0).all()
+
+
+def test_conv1x1_packed_refuses_an_output_not_its_input_size():
+    """conv1x1_packed reads each output pixel's input at that pixel: an output of another size is
+    not its conv (the emit rule sends such convs to conv2d_packed), and raises rather than read past."""
+    x, w, bias, _ = operands(1, 8, 12, (6, 6), 1, seed=3)
+    out = np.zeros((1, 12, 5, 5), np.float32)
+    with pytest.raises(ValueError, match="not 1x1 at stride 1"):
+        conv1x1_packed(x, read_only(pack_weights(w, 1)), read_only(bias), out[:0], out, 0, 0.0, 0.0, 0, 0.0, 0.0)

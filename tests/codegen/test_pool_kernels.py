@@ -5,6 +5,17 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from codegen.kernels.pool import (
+    AVG_POOL_KERNELS,
+    BLOCKS,
+    INSIDE,
+    MAX_POOL_KERNELS,
+    ROWS,
+    ROWS_3X3S2,
+    SAME,
+    TWO_BY_TWO,
+    window_path,
+)
 from ir.op_registry import get_op
 from ir.types import TensorType
 from tests.codegen.rules import check_rule
@@ -13,7 +24,7 @@ RNG = np.random.default_rng(0)
 
 
 def check(op, x, attrs, jit=False, rtol=1e-5, atol=1e-6):
-    check_rule(op, [x], attrs, jit=jit, rtol=rtol, atol=atol)
+    return check_rule(op, [x], attrs, jit=jit, rtol=rtol, atol=atol)
 
 
 def rand(*shape, dtype=np.float32):
@@ -64,6 +75,46 @@ def test_max_pool(op, shape, kernel, stride, padding, ceil_mode, dilation):
     except ValueError:
         pytest.skip("window larger than the input")
     check(op, rand(*shape), attrs, rtol=0, atol=0)
+
+
+def _out_shape(op, shape, attrs):
+    return get_op(op).infer_types([TensorType(shape)], get_op(op).normalize_attrs(attrs))[0].shape
+
+
+def test_windows_take_every_path_of_the_window_kernels():
+    """Each way window pooling runs (window_path) is a kernel of its own, which the emit rule picks by the
+    shapes, so that a model compiles only the ways its pools take: WINDOWS (above, below) run each of
+    them, for max and average pools."""
+    for op, kernels in (("max_pool2d", MAX_POOL_KERNELS), ("avg_pool2d", AVG_POOL_KERNELS)):
+        taken = set()
+        for shape, kernel, stride, padding, ceil_mode in WINDOWS:
+            attrs = {"kernel": kernel, "stride": stride, "padding": padding, "ceil_mode": ceil_mode}
+            taken.add(window_path(shape, _out_shape(op, shape, attrs), kernel, stride, padding, (1, 1),
+                                  op == "max_pool2d"))
+        assert taken == set(kernels), (op, taken)
+
+
+@pytest.mark.parametrize("shape, kernel, stride, padding, ceil_mode, max_path, avg_path", [
+    ((1, 64, 112, 112), (3, 3), (2, 2), (1, 1, 1, 1), False, ROWS_3X3S2, ROWS),  # ResNet's stem
+    ((1, 64, 111, 111), (3, 3), (2, 2), (0, 0, 0, 0), False, ROWS_3X3S2, INSIDE),  # AlexNet's: rows of 55
+    ((1, 64, 27, 27), (3, 3), (2, 2), (0, 0, 0, 0), False, INSIDE, INSIDE),  # rows of 13
+    ((1, 16, 64, 64), (2, 2), (2, 2), (0, 0, 0, 0), False, TWO_BY_TWO, TWO_BY_TWO),  # UNet's
+    ((1, 16, 7, 7), (2, 2), (2, 2), (0, 0, 0, 0), True, ROWS, ROWS),  # ceil mode: a last window past the input
+    ((1, 4, 9, 9), (3, 3), (1, 2), (1, 1, 1, 1), False, BLOCKS, BLOCKS),  # stride 1 down the height
+    ((1, 256, 20, 20), (5, 5), (1, 1), (2, 2, 2, 2), False, SAME, SAME),  # YOLOv5's SPPF
+    ((1, 8, 20, 20), (3, 3), (1, 1), (1, 1, 1, 1), True, SAME, SAME),
+    ((1, 4, 13, 11), (2, 3), (3, 1), (0, 1, 0, 1), True, ROWS, ROWS),
+])
+def test_window_path_and_the_kernel_each_pool_calls(shape, kernel, stride, padding, ceil_mode, max_path, avg_path):
+    """The path of some well-known pools, and the kernel their emitted line calls (only that one)."""
+    attrs = {"kernel": kernel, "stride": stride, "padding": padding, "ceil_mode": ceil_mode}
+    for op, path, kernels in (("max_pool2d", max_path, MAX_POOL_KERNELS), ("avg_pool2d", avg_path, AVG_POOL_KERNELS)):
+        assert window_path(shape, _out_shape(op, shape, attrs), kernel, stride, padding, (1, 1),
+                           op == "max_pool2d") == path
+        if np.prod(shape) <= 1 << 16:
+            lines = check(op, rand(*shape), attrs, rtol=0 if op == "max_pool2d" else 1e-5)
+            called = [name for name, k in kernels.items() if f"_{k.py_func.__name__}(" in lines[0]]
+            assert called == [path], (lines[0], called)
 
 
 @pytest.mark.parametrize("op", ["max_pool2d", "max_pool2d_indices"])
