@@ -312,7 +312,7 @@ def test_kernel_caches_are_dropped_when_a_kernel_changes_not_an_emit_rule(tmp_pa
 
 def test_kernel_caches_under_numba_cache_dir_are_dropped_too(tmp_path, monkeypatch):
     """With NUMBA_CACHE_DIR set numba caches the kernels in a folder of its own: a change of one kernel
-    source drops the cached code there too (conv_depthwise inlines depthwise_rows.py's code and kept
+    source drops the cached code there too (depthwise.py's kernels inline depthwise_rows.py's code and kept
     the old one after an edit of that file alone), and each folder keeps its own stamp, so a folder
     last used at an older source starts over even when __pycache__'s stamp is current."""
     from numba.core import caching, config

@@ -23,6 +23,7 @@ from codegen.kernels.conv import (
     pad5,
 )
 from codegen.kernels.conv_channels import pack_channel_panels
+from codegen.kernels.depthwise import DEPTHWISE_KERNELS, depthwise_path
 from codegen.kernels.epilogue import ACTIVATION_CODES, ONE_PASS
 from codegen.kernels.gemm import PACKED_ROWS, transpose_padded
 from codegen.kernels.microkernel import MR, pack_weights
@@ -202,12 +203,18 @@ def uses_channel_taps(node: Node, vector_floats: int) -> bool:
             and (ow < CHANNEL_TAPS_MAX_ROW_FILL * wq or strided_batch) and plane_bytes <= CHANNEL_TAPS_MAX_PLANE_BYTES)
 
 
+def is_depthwise(node: Node) -> bool:
+    """Whether conv node is depthwise (groups == input channels, one input channel a group): it runs on
+    a kernel of depthwise.py, whatever its dtype and weights."""
+    groups = node.attrs["groups"]
+    return groups == node.inputs[0].shape[1] and node.inputs[1].shape[1] == 1 and groups > 1
+
+
 def uses_packed_weights(node: Node) -> bool:
     """Whether conv node runs on our microkernel with weights packed at compile time: float32
-    weights known at compile time, and not depthwise (which has a direct kernel of its own)."""
+    weights known at compile time, and not depthwise (which has direct kernels of its own)."""
     x, w = node.inputs[0], node.inputs[1]
-    depthwise = node.attrs["groups"] == x.shape[1] and w.shape[1] == 1 and node.attrs["groups"] > 1
-    return w.is_constant and w.dtype == x.dtype == "float32" and not depthwise
+    return w.is_constant and w.dtype == x.dtype == "float32" and not is_depthwise(node)
 
 
 def writes_over_residual(node: Node) -> int | None:
@@ -291,6 +298,13 @@ def _emit_conv2d(e: Emit) -> list[str]:
             return lines + [f"{e.call(conv1x1_packed)}({x}, {wp}, {bias}, {residual}, {e.outs[0]}, {act})"]
         return lines + [f"{e.call(conv2d_packed)}({x}, {wp}, {bias}, {residual}, {e.outs[0]}, "
                         f"{const_args(kernel, stride, padding, a['dilation'])}, {act})"]
+    if is_depthwise(e.node):
+        (n, c, h, w), (t, left, b, r) = e.node.inputs[0].shape, a["padding"]
+        x_shape = (n, c, h, w) if padding == tuple(a["padding"]) else (n, c, h + t + b, w + left + r)  # padded first
+        path = depthwise_path(e.node.inputs[0].dtype, x_shape, e.node.inputs[1].shape, e.node.outputs[0].shape,
+                              stride, padding, a["dilation"], target_vector_floats())
+        return lines + [f"{e.call(DEPTHWISE_KERNELS[path])}({x}, {e.weight(1)}, {bias}, {residual}, {e.outs[0]}, "
+                        f"{const_args(*stride, *padding[:2], *a['dilation'])}, {act})"]
     return lines + [f"{e.call(conv2d)}({x}, {e.weight(1)}, {bias}, {residual}, {e.outs[0]}, "
                     f"{const_args(a['stride'], padding, a['dilation'], a['groups'])}, {act})"]
 

@@ -4,8 +4,8 @@ conv2d is one of four kernels, each applying the epilogue of ir/ops/fused.py (bi
 activation, residual, post-activation) as it writes its output:
 - Winograd F(2x2, 3x3) (winograd.py) for 3x3 stride-1 convs with enough channels and
   pixels, chosen at compile time by the emit rule (`uses_winograd`);
-- depthwise (groups == input channels): a direct loop, parallel over (image, channel),
-  its inner loop running along an output row;
+- depthwise (groups == input channels): direct loops (depthwise.py), one kernel for each way
+  they run, chosen at compile time by the emit rule (`depthwise_path`);
 - float32 weights known at compile time (`conv2d_packed`): im2col + our own microkernel
   on weights packed once (conv_packed.py);
 - everything else (float64, weights computed by the model): im2col + OpenBLAS one
@@ -30,7 +30,6 @@ from codegen.kernels.conv_packed import (  # noqa: F401 - emitted from here
     conv2d_packed,
     is_pointwise,
 )
-from codegen.kernels.depthwise import conv_depthwise
 from codegen.kernels.tasks import run_tasks
 
 # conv padding_mode or pad mode -> kernel code
@@ -93,24 +92,15 @@ def _pad_row(r, x, out, before, crop, kept, mode, value):
 # -- conv2d ------------------------------------------------------------------------------------
 
 @numba.njit(**SEQ)
-def _conv_body(x, weight, bias, residual, out, sh, sw, pt, pl, dh, dw, groups,
-               act, alpha, beta, post, post_alpha, post_beta):
-    if groups == x.shape[1] and weight.shape[1] == 1 and groups > 1:
-        conv_depthwise(x, weight, bias, residual, out, sh, sw, pt, pl, dh, dw,
-                       act, alpha, beta, post, post_alpha, post_beta)
-    else:
-        conv_gemm(x, weight, bias, residual, out, sh, sw, pt, pl, dh, dw, groups,
-                  act, alpha, beta, post, post_alpha, post_beta)
-
-
-@numba.njit(**SEQ)
 def conv2d(x, weight, bias, residual, out, stride, padding, dilation, groups,
            act, alpha, beta, post, post_alpha, post_beta):
     """out = post(act(conv2d(x, weight) + bias) + residual); bias may be None, residual None or empty
-    for none. padding: (top, left, bottom, right) zeros (other modes are padded by the forward first)."""
+    for none. padding: (top, left, bottom, right) zeros (other modes are padded by the forward first).
+    im2col and BLAS, for the convs no other kernel takes (weights the model computes, float64 but for
+    depthwise convs, which run on depthwise.py's kernels whatever their weights)."""
     (sh, sw), (dh, dw) = stride, dilation
-    _conv_body(x, weight, bias, residual, out, sh, sw, padding[0], padding[1], dh, dw, groups,
-               act, alpha, beta, post, post_alpha, post_beta)
+    conv_gemm(x, weight, bias, residual, out, sh, sw, padding[0], padding[1], dh, dw, groups,
+              act, alpha, beta, post, post_alpha, post_beta)
 
 
 # -- conv_transpose2d ----------------------------------------------------------------------------

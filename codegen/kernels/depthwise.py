@@ -1,4 +1,6 @@
-"""Depthwise convolution (groups == input channels, MobileNet's 3x3 blocks): direct loops.
+"""Depthwise convolution (groups == input channels, MobileNet's 3x3 blocks): direct loops, in four
+ways (the channel blocks, the register rows, the flat path and the row blocks, below), each a kernel of
+its own (conv_depthwise_*), which the emit rule picks by the shapes (depthwise_path).
 
 Float32 convs with kernel height 3, 5 or 7, equal strides 1 or 2 and no row dilation take the
 register-row path of depthwise_rows.py (except 7 x 7 output planes with smaller kernels, below),
@@ -62,7 +64,7 @@ from numba.core import cgutils, types
 from numba.extending import intrinsic, overload
 
 from codegen.kernels.common import SEQ, blocks, num_threads, u
-from codegen.kernels.depthwise_rows import EPILOGUE_FLOATS, depthwise_rows
+from codegen.kernels.depthwise_rows import EPILOGUE_FLOATS, depthwise_rows, takes_register_rows
 from codegen.kernels.epilogue import ONE_PASS, epilogue_run, one_pass_bounds, residual_run
 from codegen.kernels.planes import gather_planes, plane_pitch, tap_offset
 from codegen.kernels.tasks import run_tasks
@@ -173,52 +175,35 @@ def _sum_taps(p, wf, k0, kh, kw, acc, n, sh, sw, dh, dw, hq, wq):
                 acc[u(q)] += wv * p[u(q + o)]
 
 
-@numba.njit(**SEQ)
-def conv_depthwise(x, weight, bias, residual, out, sh, sw, pt, pl, dh, dw,
-                   act, alpha, beta, post, post_alpha, post_beta):
-    """groups == C: output channel o reads input channel o // (O / C). See the module docstring."""
-    n_n, c_n, h, w = x.shape
-    o_n, _, kh, kw = weight.shape
-    oh, ow = out.shape[2], out.shape[3]
-    mult = o_n // c_n
-    xf, wf, of = x.reshape(-1), weight.reshape(-1), out.reshape(-1)
-    # phase plane pitch: every column an output reads, and every image column
-    wq = plane_pitch(ow, w, kw, sw, dw, pl)
-    reach = (kh - 1) * dh // sh  # phase rows the kernel reaches below an output row
-    n_b, rows = blocks(n_n * o_n, oh, MIN_ROWS)
-    rows = max(1, min(rows, SCRATCH_FLOATS // (wq * (sh * sw + 1)) - reach))
-    n_b = -(-oh // rows)
-    hq = rows + reach
-    # ReLU6 (clamp) and relu are a min/max as the rows are written; other epilogues run per row
-    typed = of.dtype.type
-    rf = residual_run(residual, out)
-    clamp = act <= ONE_PASS and post == 0 and rf.size == 0
-    bounds = one_pass_bounds(act, alpha, beta, 0)
-    vmin, vmax = typed(bounds[0]), typed(bounds[1])
+# -- the ways a depthwise conv runs: each a kernel of its own, which the emit rule picks by the shapes
+# (depthwise_path), so that a model compiles only the ways its convs take (one kernel branching at run
+# time compiled all four, and the generic conv2d around it im2col and BLAS too)
+
+CHANNEL_BLOCKS, REGISTER_ROWS, FLAT, ROW_BLOCKS = "channel_blocks", "register_rows", "flat", "row_blocks"
+
+
+def depthwise_path(dtype: str, x_shape, weight_shape, out_shape, stride, padding, dilation, lanes: int) -> str:
+    """How a depthwise conv (groups == C; padding (top, left, ...) zeros) of `dtype` runs where vectors
+    hold `lanes` floats (target_vector_floats()), in this order (see the module docstring):
+    CHANNEL_BLOCKS first where channel_blocks_first says so; float32 kernels the register rows take
+    (depthwise_rows.takes_register_rows); float32 small output planes whose rows are as long as a phase
+    plane's (FLAT, _plane_taps), up to FLAT_PIXELS for stride-1 "same" convs; the other small planes in
+    CHANNEL_BLOCKS where a vector of channels' padded planes fit in CHANNEL_BLOCK_FLOATS; else ROW_BLOCKS."""
+    (_, _, h, w), (_, _, kh, kw), (oh, ow) = x_shape, weight_shape, out_shape[2:]
+    (sh, sw), (dh, dw) = stride, dilation
     hp, wp = (oh - 1) * sh + (kh - 1) * dh + 1, (ow - 1) * sw + (kw - 1) * dw + 1  # the padded input the windows read
-    dims, window = (n_n, c_n, h, w, o_n, oh, ow, mult, kh, kw), (sh, sw, pt, pl, dh, dw)
-    acts, params = (act, post), (alpha, beta, post_alpha, post_beta)
-    # small output planes whose rows are as long as a phase plane's: the flat path (_plane_taps), up to
-    # FLAT_PIXELS for stride-1 "same" convs (read in place), otherwise where the channel blocks would run
+    if channel_blocks_first.py_func(lanes, hp, wp, oh, ow, sh * sw > 1):
+        return CHANNEL_BLOCKS
+    float32 = dtype == "float32"
+    if float32 and takes_register_rows.py_func(kh, kw, sh, sw, dh, ow, w, lanes):
+        return REGISTER_ROWS
     small = CHANNEL_BLOCK_PIXELS if kh * kw > 9 else CHANNEL_BLOCK_PIXELS_3X3
-    channel_blocks = hp * wp * vector_floats() <= CHANNEL_BLOCK_FLOATS
-    if channel_blocks_first(vector_floats(), hp, wp, oh, ow, sh * sw > 1):
-        _run_channel_blocks(n_n, xf, wf, of, rf, bias, dims, window, (hp, wp), acts, params)
-        return
-    if depthwise_rows(x, xf, wf, of, rf, bias, dims, window, clamp, vmin if clamp else -np.inf,
-                      vmax if clamp else np.inf, acts, params):
-        return
     same = sh == 1 and sw == 1 and oh == h and ow == w
-    if oh * ow <= (FLAT_PIXELS if same else small) and ow * sw >= w and _flat_path(
-            x, xf, wf, of, rf, bias, dims, window, clamp, vmin, vmax, acts, params):
-        return
-    if oh * ow <= small and channel_blocks:  # small planes: CB channels per task, vectorised across them
-        # (the rows of a 14 x 14 plane are too short for the loops below)
-        _run_channel_blocks(n_n, xf, wf, of, rf, bias, dims, window, (hp, wp), acts, params)
-        return
-    threads = num_threads()
-    run_tasks(_depthwise_share, threads,
-              (threads, xf, wf, of, rf, bias, dims, window, (n_b, rows, hq, wq), clamp, vmin, vmax, acts, params))
+    if float32 and oh * ow <= (FLAT_PIXELS if same else small) and ow * sw >= w:
+        return FLAT
+    if oh * ow <= small and hp * wp * lanes <= CHANNEL_BLOCK_FLOATS:
+        return CHANNEL_BLOCKS
+    return ROW_BLOCKS
 
 
 @numba.njit(**SEQ)
@@ -233,11 +218,81 @@ def channel_blocks_first(lanes, hp, wp, oh, ow, strided):
         STRIDED_BLOCK_PIXELS if strided else BLOCK_FIRST_PIXELS)
 
 
+@numba.njit(inline="always", **SEQ)
+def _operands(x, weight, residual, out, sh, sw, pt, pl, dh, dw, act, alpha, beta, post):
+    """What every depthwise kernel computes first: the arrays flat (the residual as residual_run's), the
+    dims and window tuples, and whether the epilogue is a clamp applied as the rows are written (ReLU6,
+    relu: no post-activation nor residual), with its bounds in the output's dtype."""
+    n_n, c_n, h, w = x.shape
+    o_n, _, kh, kw = weight.shape
+    oh, ow = out.shape[2], out.shape[3]
+    typed = out.dtype.type
+    rf = residual_run(residual, out)
+    bounds = one_pass_bounds(act, alpha, beta, 0)
+    return (x.reshape(-1), weight.reshape(-1), out.reshape(-1), rf, (n_n, c_n, h, w, o_n, oh, ow, o_n // c_n, kh, kw),
+            (sh, sw, pt, pl, dh, dw), act <= ONE_PASS and post == 0 and rf.size == 0, typed(bounds[0]),
+            typed(bounds[1]))
+
+
 @numba.njit(**SEQ)
-def _run_channel_blocks(n_n, xf, wf, of, rf, bias, dims, window, planes, acts, params):
-    """_channel_blocks' tasks on the threads."""
-    threads = min(num_threads(), n_n * -(-dims[4] // vector_floats()))
-    run_tasks(_channel_blocks, threads, (threads, xf, wf, of, rf, bias, dims, window, planes, acts, params))
+def conv_depthwise_channel_blocks(x, weight, bias, residual, out, sh, sw, pt, pl, dh, dw,
+                                  act, alpha, beta, post, post_alpha, post_beta):
+    """out = post(act(conv2d(x, weight, groups=C) + bias) + residual) in blocks of a vector of channels
+    (_channel_blocks); every depthwise kernel takes these arguments (bias may be None, residual empty for
+    none) and runs any depthwise conv its dtype allows, best those depthwise_path sends it."""
+    xf, wf, of, rf, dims, window, _, _, _ = _operands(x, weight, residual, out, sh, sw, pt, pl, dh, dw, act, alpha,
+                                                      beta, post)
+    _, _, _, _, o_n, oh, ow, _, kh, kw = dims
+    hp, wp = (oh - 1) * sh + (kh - 1) * dh + 1, (ow - 1) * sw + (kw - 1) * dw + 1
+    threads = min(num_threads(), x.shape[0] * -(-o_n // vector_floats()))
+    run_tasks(_channel_blocks, threads, (threads, xf, wf, of, rf, bias, dims, window, (hp, wp), (act, post),
+                                         (alpha, beta, post_alpha, post_beta)))
+
+
+@numba.njit(**SEQ)
+def conv_depthwise_register_rows(x, weight, bias, residual, out, sh, sw, pt, pl, dh, dw,
+                                 act, alpha, beta, post, post_alpha, post_beta):
+    """The register rows (depthwise_rows.py): float32 convs that takes_register_rows; others raise ValueError."""
+    xf, wf, of, rf, dims, window, clamp, vmin, vmax = _operands(x, weight, residual, out, sh, sw, pt, pl, dh, dw,
+                                                                act, alpha, beta, post)
+    if not depthwise_rows(x, xf, wf, of, rf, bias, dims, window, clamp, vmin if clamp else -np.inf,
+                          vmax if clamp else np.inf, (act, post), (alpha, beta, post_alpha, post_beta)):
+        raise ValueError("conv_depthwise_register_rows: no register rows for this conv")
+
+
+@numba.njit(**SEQ)
+def conv_depthwise_flat(x, weight, bias, residual, out, sh, sw, pt, pl, dh, dw,
+                        act, alpha, beta, post, post_alpha, post_beta):
+    """The flat path (_flat_share, _plane_taps): float32 convs whose output rows are at least as long as
+    the input's phase rows (ow * sw >= w); others raise ValueError."""
+    xf, wf, of, rf, dims, window, clamp, vmin, vmax = _operands(x, weight, residual, out, sh, sw, pt, pl, dh, dw,
+                                                                act, alpha, beta, post)
+    if not (out.shape[3] * sw >= x.shape[3] and _flat_path(x, xf, wf, of, rf, bias, dims, window, clamp, vmin, vmax,
+                                                           (act, post), (alpha, beta, post_alpha, post_beta))):
+        raise ValueError("conv_depthwise_flat: no flat path for this conv")
+
+
+@numba.njit(**SEQ)
+def conv_depthwise_row_blocks(x, weight, bias, residual, out, sh, sw, pt, pl, dh, dw,
+                              act, alpha, beta, post, post_alpha, post_beta):
+    """Blocks of output rows of one (image, channel) a task, from phase planes in scratch (_depthwise_share)."""
+    xf, wf, of, rf, dims, window, clamp, vmin, vmax = _operands(x, weight, residual, out, sh, sw, pt, pl, dh, dw,
+                                                                act, alpha, beta, post)
+    n_n, _, h, w, o_n, oh, ow, _, kh, kw = dims
+    # phase plane pitch: every column an output reads, and every image column
+    wq = plane_pitch(ow, w, kw, sw, dw, pl)
+    reach = (kh - 1) * dh // sh  # phase rows the kernel reaches below an output row
+    n_b, rows = blocks(n_n * o_n, oh, MIN_ROWS)
+    rows = max(1, min(rows, SCRATCH_FLOATS // (wq * (sh * sw + 1)) - reach))
+    n_b = -(-oh // rows)
+    threads = num_threads()
+    run_tasks(_depthwise_share, threads, (threads, xf, wf, of, rf, bias, dims, window, (n_b, rows, rows + reach, wq),
+                                          clamp, vmin, vmax, (act, post), (alpha, beta, post_alpha, post_beta)))
+
+
+# each path's kernel (emit/conv.py calls the one depthwise_path names)
+DEPTHWISE_KERNELS = {CHANNEL_BLOCKS: conv_depthwise_channel_blocks, REGISTER_ROWS: conv_depthwise_register_rows,
+                     FLAT: conv_depthwise_flat, ROW_BLOCKS: conv_depthwise_row_blocks}
 
 
 @numba.njit(**SEQ)

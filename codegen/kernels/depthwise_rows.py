@@ -1,6 +1,6 @@
 """Depthwise convolution with blocks of output rows in vector registers (float32, kernel heights
 3, 5 and 7, strides 1 or 2 the same along rows and columns, no row dilation): the path
-conv_depthwise takes first, for MobileNets', EfficientNets' and ConvNeXts' depthwise layers.
+depthwise_path takes first, for MobileNets', EfficientNets' and ConvNeXts' depthwise layers.
 
 A thread takes a share of the (image, channel) planes. A plane's output rows go in blocks of R
 rows (7, then 4, 2, 1 for the last ones), each row's sums in one vector register per vector of
@@ -46,8 +46,23 @@ COPY_BYTES = 1 << 20  # inputs larger than a core's L2 are read from copies of e
 EPILOGUE_FLOATS = 4096  # a non-clamp epilogue runs over this many outputs at once (16 KiB), in L1 (and the flat path's)
 
 
+@numba.njit(**SEQ)
+def takes_register_rows(kh, kw, sh, sw, dh, ow, w, lanes):
+    """Whether a float32 conv (kernel kh x kw, strides sh, sw, row dilation dh) with output rows of ow on
+    input rows of w has register rows where vectors hold `lanes` floats: kernel heights HEIGHTS, equal
+    strides STRIDES, no row dilation; not rows of up to half a vector with kernels under 7 x 7 (rows of 7
+    in 16 lanes: the flat path's vectors span rows), nor on AVX2 stride 2 on rows of AVX2_STRIDE2_WIDTH
+    or more (two masked loads and shuffles a tap vector: the row blocks' phase planes are faster, 144
+    channels from 56 x 56: 44 against 76 us)."""
+    if not ((kh == 3 or kh == 5 or kh == 7) and (sh == 1 or sh == 2) and sw == sh and dh == 1):
+        return False
+    if 2 * ow <= lanes and kh * kw < 49:
+        return False
+    return not (lanes < 16 and sw == 2 and w >= AVX2_STRIDE2_WIDTH)
+
+
 def depthwise_rows(x, xf, wf, of, rf, bias, dims, window, clamp, lo, hi, acts, params):
-    """Run conv_depthwise on this path and return True, or return False, doing nothing, for convs it has no
+    """Run a depthwise conv on this path and return True, or return False, doing nothing, for convs it has no
     code for: other than float32, kernel heights other than HEIGHTS, row strides other than STRIDES, row
     dilation. xf, wf, of, rf: the arrays flat; lo, hi: the clamp applied as the rows are written (the
     epilogue runs in place afterwards unless `clamp`)."""
@@ -62,12 +77,8 @@ def _depthwise_rows_impl(x, xf, wf, of, rf, bias, dims, window, clamp, lo, hi, a
         n_n, c_n, h, w, o_n, oh, ow, mult, kh, kw = dims
         sh, sw, pt, pl, dh, dw = window
         lanes = vector_floats()
-        if not ((kh == 3 or kh == 5 or kh == 7) and (sh == 1 or sh == 2) and sw == sh and dh == 1):
+        if not takes_register_rows(kh, kw, sh, sw, dh, ow, w, lanes):
             return False
-        if 2 * ow <= lanes and kh * kw < 49:  # rows of 7 in 16 lanes: the flat path's vectors span rows
-            return False
-        if lanes < 16 and sw == 2 and w >= AVX2_STRIDE2_WIDTH:  # AVX2 (two masked loads and shuffles a tap
-            return False  # vector): the row blocks' phase planes are faster (144 ch from 56 x 56: 44 against 76 us)
         nv = -(-ow // lanes)  # vectors of output columns per row
         offsets = np.empty(kw, np.int64)  # input column of tap column j for output column 0
         # lane k of the sw * lanes columns loaded for tap column j and vector v, at masks[(j * nv + v) * sw * lanes

@@ -20,18 +20,30 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from codegen.kernels.depthwise import CHANNEL_BLOCK_PIXELS, channel_blocks_first, conv_depthwise
+from codegen.kernels.depthwise import (
+    CHANNEL_BLOCK_PIXELS,
+    DEPTHWISE_KERNELS,
+    FLAT,
+    REGISTER_ROWS,
+    channel_blocks_first,
+    conv_depthwise_channel_blocks,
+    conv_depthwise_flat,
+    conv_depthwise_register_rows,
+    depthwise_path,
+)
 from codegen.kernels.epilogue import ACTIVATION_CODES
+from codegen.kernels.vectors import target_vector_floats
 from ir.op_registry import get_op
 from ir.types import TensorType
-from tests.codegen.rules import read_only, zero_bias
+from tests.codegen.rules import check_rule, read_only, zero_bias
 
 RNG = np.random.default_rng(0)
 
 
 def run_depthwise(shape, mult, kernel, stride, padding, dilation, dtype=np.float32, bias=True, residual=False,
-                  act=("clamp", 0.0, 6.0), post=("none", 0.0, 0.0)):
-    """Run conv_depthwise on random inputs; return (output, IR reference)."""
+                  act=("clamp", 0.0, 6.0), post=("none", 0.0, 0.0), run=None):
+    """Run the depthwise kernel depthwise_path picks on this machine (or `run`) on random inputs; return
+    (output, IR reference)."""
     n, c, h, w = shape
     x = RNG.normal(size=shape).astype(dtype)
     weight = (RNG.normal(size=(c * mult, 1, *kernel)) / kernel[0]).astype(dtype)
@@ -45,10 +57,12 @@ def run_depthwise(shape, mult, kernel, stride, padding, dilation, dtype=np.float
     out_type = op.infer_types(types, attrs)[0]
     res = RNG.normal(size=out_type.shape).astype(dtype) if residual else None
     out = np.full(out_type.shape, np.nan, dtype)
-    # the arguments' types as conv2d passes them in a forward: weights read-only, no residual an empty view
-    conv_depthwise(x, read_only(weight), b, out[:0] if res is None else res, out, *stride,
-                   padding[0], padding[1], *dilation,
-                   ACTIVATION_CODES[act[0]], act[1], act[2], ACTIVATION_CODES[post[0]], post[1], post[2])
+    if run is None:
+        run = DEPTHWISE_KERNELS[depthwise_path(x.dtype.name, x.shape, weight.shape, out.shape, stride, padding,
+                                               dilation, target_vector_floats())]
+    # the arguments' types as a forward passes them: weights read-only, no residual an empty view
+    run(x, read_only(weight), b, out[:0] if res is None else res, out, *stride, padding[0], padding[1], *dilation,
+        ACTIVATION_CODES[act[0]], act[1], act[2], ACTIVATION_CODES[post[0]], post[1], post[2])
     return out, op.compute(x, weight, b, res, **attrs)
 
 
@@ -88,6 +102,9 @@ GEOMETRIES = {
     "flat_s1_output_wider_than_input": ((1, 3, 5, 6), 1, (3, 3), (1, 1), (2, 2, 2, 2), (1, 1)),  # copied, pitch 8
     "flat_s3_multiplier_2": ((2, 4, 30, 30), 2, (5, 5), (3, 3), (2, 2, 2, 2), (1, 1)),  # one split per input plane
     "flat_s1x2_5x5": ((1, 4, 10, 20), 1, (5, 5), (1, 2), (2, 2, 2, 2), (1, 1)),
+    # on AVX2 the channel blocks come first on every plane the flat path takes, but for padded planes past
+    # 8192 pixels (here 136 x 136, of which a 16 x 16 output reads the taps inside the image only)
+    "flat_dilated_by_60": ((1, 3, 16, 16), 1, (3, 3), (1, 1), (60, 60, 60, 60), (60, 60)),
     # strided output planes up to STRIDED_BLOCK_PIXELS, others up to BLOCK_FIRST_PIXELS: channel blocks
     # first, each input row of a vector of channels transposed (inputs wider than a vector in chunks)
     "blocks_3x3_s2_7x7_and_a_tail": ((2, 40, 14, 14), 1, (3, 3), (2, 2), (1, 1, 1, 1), (1, 1)),
@@ -144,29 +161,54 @@ BLOCK_GEOMETRIES = {name: g for name, g in GEOMETRIES.items() if name.startswith
 @pytest.mark.parametrize("residual", [False, True])
 @pytest.mark.parametrize("geometry", BLOCK_GEOMETRIES.values(), ids=BLOCK_GEOMETRIES.keys())
 def test_channel_blocks_on_any_isa(geometry, residual):
-    """The channel blocks called directly, on every block geometry (whole and partial blocks of
-    channels and of columns), with and without a residual, whichever path conv_depthwise would take."""
-    from codegen.kernels.depthwise import _run_channel_blocks
+    """The channel blocks' kernel called directly, on every block geometry (whole and partial blocks of
+    channels and of columns), with and without a residual, whichever path depthwise_path would take."""
+    got, expected = run_depthwise(*geometry, residual=residual, act=("hardswish", 0.0, 0.0),
+                                  run=conv_depthwise_channel_blocks)
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
 
+
+def _path(geometry, lanes, dtype="float32"):
     (n, c, h, w), mult, kernel, stride, padding, dilation = geometry
+    oh = (h + padding[0] + padding[2] - dilation[0] * (kernel[0] - 1) - 1) // stride[0] + 1
+    ow = (w + padding[1] + padding[3] - dilation[1] * (kernel[1] - 1) - 1) // stride[1] + 1
+    return depthwise_path(dtype, (n, c, h, w), (c * mult, 1, *kernel), (n, c * mult, oh, ow), stride, padding,
+                          dilation, lanes)
+
+
+@pytest.mark.parametrize("lanes", [8, 16])
+def test_the_geometries_take_every_depthwise_kernel(lanes):
+    """Each way a depthwise conv runs is a kernel of its own, which the emit rule picks by the shapes
+    (depthwise_path), so that a model compiles only the ways its convs take: the geometries here (on
+    small planes and grown past them, _row_blocks) run each of them, where vectors hold 8 floats (AVX2)
+    and 16 (AVX-512); float64 takes the channel blocks and the row blocks only."""
+    geometries = [*GEOMETRIES.values(), *map(_row_blocks, GEOMETRIES.values())]
+    assert {_path(g, lanes) for g in geometries} == set(DEPTHWISE_KERNELS)
+    assert {_path(g, lanes, "float64") for g in geometries} == set(DEPTHWISE_KERNELS) - {REGISTER_ROWS, FLAT}
+
+
+def test_the_register_rows_and_the_flat_path_refuse_convs_they_have_no_code_for():
+    """A conv the register rows (or the flat path) has no code for raises, rather than run nothing: the
+    emit rule never sends one there (depthwise_path), and a direct caller learns it."""
+    with pytest.raises(ValueError, match="no register rows"):  # stride 3
+        run_depthwise(*GEOMETRIES["3x3_s3"], run=conv_depthwise_register_rows)
+    with pytest.raises(ValueError, match="no flat path"):  # float64
+        run_depthwise(*GEOMETRIES["3x3_s1_7x7"], dtype=np.float64, run=conv_depthwise_flat)
+
+
+@pytest.mark.parametrize("name", ["3x3_s1", "3x3_row_blocks_s1", "blocks_3x3_s2_7x7_and_a_tail", "3x3_s3"])
+def test_a_depthwise_conv_calls_the_kernel_of_its_path(name):
+    """Through the emit rule, whatever its weights (constant or computed by the model): the kernel
+    depthwise_path names for this machine, and no other."""
+    (n, c, h, w), mult, kernel, stride, padding, dilation = GEOMETRIES[name]
     x = RNG.normal(size=(n, c, h, w)).astype(np.float32)
     weight = (RNG.normal(size=(c * mult, 1, *kernel)) / kernel[0]).astype(np.float32)
-    b = RNG.normal(size=c * mult).astype(np.float32)
-    attrs = get_op("fused_conv2d").normalize_attrs(
-        {"stride": stride, "padding": padding, "dilation": dilation, "groups": c, "padding_mode": "zeros",
-         "activation": "hardswish", "post_activation": "none"})
-    types = [TensorType(a.shape, "float32") for a in (x, weight, b)]
-    oh, ow = get_op("fused_conv2d").infer_types(types, attrs)[0].shape[2:]
-    res = RNG.normal(size=(n, c * mult, oh, ow)).astype(np.float32) if residual else None
-    out = np.full((n, c * mult, oh, ow), np.nan, np.float32)
-    (kh, kw), (sh, sw), (dh, dw) = kernel, stride, dilation
-    planes = ((oh - 1) * sh + (kh - 1) * dh + 1, (ow - 1) * sw + (kw - 1) * dw + 1)
-    rf = (res if residual else np.empty(0, np.float32)).reshape(-1)
-    _run_channel_blocks(n, x.reshape(-1), read_only(weight).reshape(-1), out.reshape(-1), rf, read_only(b),
-                        (n, c, h, w, c * mult, oh, ow, mult, kh, kw), (sh, sw, padding[0], padding[1], dh, dw), planes,
-                        (ACTIVATION_CODES["hardswish"], 0), (0.0, 0.0, 0.0, 0.0))
-    expected = get_op("fused_conv2d").compute(x, weight, b, *([res] if residual else []), **attrs)
-    np.testing.assert_allclose(out, expected, rtol=1e-5, atol=1e-5)
+    attrs = {"stride": stride, "padding": padding, "dilation": dilation, "groups": c, "padding_mode": "zeros"}
+    path = _path(GEOMETRIES[name], target_vector_floats())
+    for weights in ((1,), ()):
+        lines = check_rule("conv2d", [x, weight], attrs, weights=weights, rtol=1e-5, atol=1e-5)
+        called = [p for p, k in DEPTHWISE_KERNELS.items() if f"_{k.py_func.__name__}(" in lines[-1]]
+        assert called == [path], lines
 
 
 @pytest.mark.parametrize("geometry", GEOMETRIES.values(), ids=GEOMETRIES.keys())
