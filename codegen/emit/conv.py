@@ -35,6 +35,9 @@ from ir.errors import CodegenUnsupportedError
 from ir.graph import Node, Value
 from ir.ops.conv import _pad_pairs
 
+# kernel, stride, padding and dilation of a 1x1 stride-1 unpadded conv: conv1x1_packed's
+POINTWISE = const_args((1, 1), (1, 1), (0, 0, 0, 0), (1, 1))
+
 
 def transpose_weight(weight: np.ndarray, groups: int) -> np.ndarray:
     """The weight (C, O/groups, KH, KW) of conv_transpose2d as (groups, O/groups*KH*KW, C/groups):
@@ -295,9 +298,10 @@ def _emit_conv2d(e: Emit) -> list[str]:
         wp = e.prepack(1, f"panels{groups}", lambda w: pack_weights(w, groups))
         kernel = e.node.inputs[1].shape[2:]
         if is_pointwise(kernel, stride, padding):
-            return lines + [f"{e.call(conv1x1_packed)}({x}, {wp}, {bias}, {residual}, {e.outs[0]}, {act})"]
+            return lines + [f"{e.call(conv1x1_packed)}({x}, {wp}, {bias}, {residual}, {e.outs[0]}, {POINTWISE}, {act}, "
+                            "None)"]
         return lines + [f"{e.call(conv2d_packed)}({x}, {wp}, {bias}, {residual}, {e.outs[0]}, "
-                        f"{const_args(kernel, stride, padding, a['dilation'])}, {act})"]
+                        f"{const_args(kernel, stride, padding, a['dilation'])}, {act}, None)"]
     if is_depthwise(e.node):
         (n, c, h, w), (t, left, b, r) = e.node.inputs[0].shape, a["padding"]
         x_shape = (n, c, h, w) if padding == tuple(a["padding"]) else (n, c, h + t + b, w + left + r)  # padded first
@@ -335,8 +339,8 @@ def _emit_affine_conv2d(e: Emit) -> list[str]:
         _, bias, *rest = conv_args
         residual = rest[0] if rest else no_residual(e.outs[0])
         wp = e.prepack(3, "panels1", lambda w: pack_weights(w, 1))
-        return [f"{e.call(conv1x1_packed_prologue)}({x}, {scale}, {shift}, {const(int(relu))}, {wp}, {bias}, "
-                f"{residual}, {e.outs[0]}, {epilogue_args(e.node.attrs)})"]
+        return [f"{e.call(conv1x1_packed_prologue)}({x}, {wp}, {bias}, {residual}, {e.outs[0]}, {POINTWISE}, "
+                f"{epilogue_args(e.node.attrs)}, ({scale}, {shift}, {const(int(relu))}))"]
     xv = e.node.inputs[0]
     (n, c), tmp = xv.shape[:2], f"{e.outs[0]}_prologue"
     rest3, lo = (n, c, math.prod(xv.shape[2:])), 0.0 if relu else -math.inf
@@ -374,7 +378,8 @@ def _conv_transpose_as_pointwise(e: Emit) -> list[str]:
     bias = e.prepack(2, "per_tap", lambda b: np.repeat(b, taps)) if len(e.args) > 2 else e.bias(2, o * taps)
     tmp = f"{e.outs[0]}_taps"
     return [f"{tmp} = np.empty({lit((n, o * taps, h, w))}, np.float32)",
-            f"{e.call(conv1x1_packed)}({e.args[0]}, {wp}, {bias}, {no_residual(tmp)}, {tmp}, {NO_EPILOGUE})",
+            f"{e.call(conv1x1_packed)}({e.args[0]}, {wp}, {bias}, {no_residual(tmp)}, {tmp}, {POINTWISE}, "
+            f"{NO_EPILOGUE}, None)",
             f"{e.call(interleave_taps)}({tmp}, {e.outs[0]}, {kh}, {kw})"]
 
 

@@ -89,48 +89,23 @@ def is_pointwise(kernel, stride, padding) -> bool:
     return tuple(kernel) == (1, 1) and tuple(stride) == (1, 1) and not any(padding)
 
 
-@numba.njit(**SEQ)
-def conv2d_packed(x, wp, bias, residual, out, kernel, stride, padding, dilation,
-                  act, alpha, beta, post, post_alpha, post_beta):
-    """out = post(act(conv2d(x, weight) + bias) + residual), wp = pack_weights(weight, groups);
-    bias may be None, residual None or empty for none; padding (top, left, bottom, right) zeros
-    (other modes are padded by the forward first: pad5). Any conv, its input gathered into phase
-    planes; the emit rule sends a 1x1 stride-1 unpadded conv (is_pointwise) to conv1x1_packed, which
-    reads its input in place. Two kernels, not one branching at run time: each compiles only its own
-    path (one kernel for both took 28 s of numba's time on a first use; a 2-core AVX2 EPYC)."""
-    none = np.empty(0, np.float32)
-    _conv2d_packed_planes(x, (none, none, 0), wp, bias, residual, out, kernel, stride, padding, dilation,
-                          act, alpha, beta, post, post_alpha, post_beta)
-
-
-@numba.njit(**SEQ)
-def conv1x1_packed(x, wp, bias, residual, out, act, alpha, beta, post, post_alpha, post_beta):
-    """conv2d_packed for a 1x1 stride-1 unpadded conv (is_pointwise): each tile's input read where it lies."""
-    none = np.empty(0, np.float32)
-    _conv2d_packed_pointwise(x, (none, none, 0), wp, bias, residual, out, (1, 1), (1, 1), (0, 0, 0, 0), (1, 1),
-                             act, alpha, beta, post, post_alpha, post_beta)
-
-
-@numba.njit(**SEQ)
-def conv1x1_packed_prologue(x, scale, shift, in_act, wp, bias, residual, out,
-                            act, alpha, beta, post, post_alpha, post_beta):
-    """out = post(act(conv1x1(in_act(x * scale + shift), weight) + bias) + residual) for a float32
-    1x1 stride-1 unpadded conv without groups: a pre-activation BatchNorm and ReLU (DenseNet's
-    norm1, relu1 before conv1) applied per input channel (scale, shift: C floats; in_act 1 for
-    ReLU, 0 for none) as each task copies its tile's input rows into its scratch, which the
-    microkernel then reads. The separate pass wrote the whole normalised input and the conv read
-    it back: a DenseNet-121 at batch 8 spent 10 ms of 147 in it."""
-    _conv2d_packed_pointwise(x, (scale, shift, in_act), wp, bias, residual, out, (1, 1), (1, 1), (0, 0, 0, 0),
-                             (1, 1), act, alpha, beta, post, post_alpha, post_beta)
-
-
 def _conv2d_packed_for(pointwise: bool, name: str):
-    """The body of conv2d_packed (pointwise: of conv1x1_packed and conv1x1_packed_prologue), named
-    `name`, with a prologue (scale, shift, in_act) on a 1x1 conv's input (empty scale: none)."""
-    task = _packed_task_for(pointwise, name.replace("_conv2d", "_task"))
+    """The kernel `name`: conv2d_packed (phase planes), or (pointwise) conv1x1_packed and
+    conv1x1_packed_prologue, which read a 1x1 conv's input in place. Each is the body itself, not a call
+    of it: numba compiles a callee's code again into each caller, which took 3 of conv2d_packed's 22.5 s."""
+    task = _packed_task_for(pointwise, f"_{name}_task")
 
-    def conv(x, prologue, wp, bias, residual, out, kernel, stride, padding, dilation,
-             act, alpha, beta, post, post_alpha, post_beta):
+    def conv(x, wp, bias, residual, out, kernel, stride, padding, dilation, act, alpha, beta, post, post_alpha,
+             post_beta, prologue):
+        """out = post(act(conv2d(x, weight) + bias) + residual), wp = pack_weights(weight, groups); bias may
+        be None, residual None or empty for none; padding (top, left, bottom, right) zeros (other modes are
+        padded by the forward first: pad5). prologue: None, or (conv1x1_packed_prologue's) (scale, shift,
+        in_act): x through in_act(x * scale + shift) per input channel first (in_act 1: ReLU, 0: none)."""
+        if prologue is None:  # (None's own type: numba compiles one branch)
+            none = np.empty(0, np.float32)
+            pro = (none, none, 0)
+        else:
+            pro = prologue
         (kh, kw), (sh, sw), (dh, dw), pt, pl = kernel, stride, dilation, padding[0], padding[1]
         n_n, c_n, h, w = x.shape
         groups, n_mb, k = wp.shape[0], wp.shape[1], wp.shape[2]
@@ -139,7 +114,7 @@ def _conv2d_packed_for(pointwise: bool, name: str):
         nr = panel_width()
         if pointwise and not (kh == 1 and kw == 1 and sh == 1 and sw == 1 and pt == 0 and pl == 0 and oh == h
                               and ow == w):
-            raise ValueError("conv1x1_packed: the conv is not 1x1 at stride 1, unpadded")
+            raise ValueError("a 1x1 kernel of conv_packed.py: the conv is not 1x1 at stride 1, unpadded")
         # a tile's bytes per pixel: of its input (the phase planes: about C * SH * SW floats a pixel), or
         # of its accumulator block, whichever is larger (few inputs and many outputs: an expansion)
         per_pixel = x.itemsize * max(k if pointwise else cg * sh * sw, og)
@@ -152,7 +127,7 @@ def _conv2d_packed_for(pointwise: bool, name: str):
         # tiles of 128 and 68 pixels ran slower)
         shared = n_n * groups < num_threads()
         if pointwise:  # a copied input (a prologue's) stays in L2 at most TILE_BYTES at a time
-            whole = 0 if shared and k > og else WHOLE_POINTWISE_BYTES if prologue[0].size == 0 else TILE_BYTES
+            whole = 0 if shared and k > og else WHOLE_POINTWISE_BYTES if pro[0].size == 0 else TILE_BYTES
         else:
             whole = SHARED_IMAGE_BYTES if shared else WHOLE_IMAGE_BYTES
         # fewer channel panels than the threads need blocks of: the images are cut between them instead
@@ -187,14 +162,14 @@ def _conv2d_packed_for(pointwise: bool, name: str):
         # of the epilogue's calls, one per output channel: 1600 atomic operations a call of a 16 -> 384 1x1
         # conv on 14 x 14 (26.6 -> 24.4 us on one thread; 576 -> 96 on 14 x 14 64 -> 61 us on two; Zen 5)
         pp, last = half_panels(tile if pointwise else tile // ow * wq), p_n - (n_p - 1) * tile
-        partial = pointwise and (half_panels(tile) > tile or half_panels(last) > last or prologue[0].size != 0)
+        partial = pointwise and (half_panels(tile) > tile or half_panels(last) > last or pro[0].size != 0)
         inputs = k * (pp + ROW_PAD) if partial else 0 if pointwise else cg * sh * sw * hq * wq + pp + wq
         accs = max(panels_per_call(), mbb) * MR * pp
         scratch = np.empty(min(num_threads(), n_n * groups * n_p * n_o) * (inputs + accs), x.dtype)
         run_tasks(task, n_n * groups * n_p * n_o,
                   (xf, wf, of, rf, bias, (c_n, h, w, o_n, oh, ow, groups, n_mb, k), (kh, kw, sh, sw, pt, pl, dh, dw),
                    (tile, n_p, n_o, mbb), (hq, wq), taps, (act, post), (alpha, beta, post_alpha, post_beta),
-                   scratch, (inputs, accs), prologue))
+                   scratch, (inputs, accs), pro))
 
     return compiled_as(conv, name)
 
@@ -300,8 +275,17 @@ def _packed_task_for(pointwise: bool, name: str):
     return compiled_as(task, name)
 
 
-_conv2d_packed_planes = _conv2d_packed_for(False, "_conv2d_packed_planes")
-_conv2d_packed_pointwise = _conv2d_packed_for(True, "_conv2d_packed_pointwise")
+# Any conv, its input gathered into phase planes; the emit rule sends a 1x1 stride-1 unpadded conv
+# (is_pointwise) to conv1x1_packed, which reads its input in place. Two kernels, not one branching at
+# run time: each compiles only its own path (one kernel for both took 28 s of numba's time on a first
+# use; a 2-core AVX2 EPYC).
+conv2d_packed = _conv2d_packed_for(False, "conv2d_packed")
+conv1x1_packed = _conv2d_packed_for(True, "conv1x1_packed")
+# conv1x1_packed with a prologue, for a float32 1x1 stride-1 unpadded conv without groups: a pre-activation
+# BatchNorm and ReLU (DenseNet's norm1, relu1 before conv1) applied per input channel as each task copies
+# its tile's input rows into its scratch, which the microkernel then reads. The separate pass wrote the
+# whole normalised input and the conv read it back: a DenseNet-121 at batch 8 spent 10 ms of 147 in it.
+conv1x1_packed_prologue = _conv2d_packed_for(True, "conv1x1_packed_prologue")
 
 
 @numba.njit(**SEQ)

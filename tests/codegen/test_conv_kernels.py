@@ -696,11 +696,12 @@ for n, c, o, h, w, k, s, p in [(1, 13, 20, 23, 17, 3, 2, 1), (2, 40, 7, 9, 9, 1,
     ref = torch.nn.functional.conv2d(torch.from_numpy(x).double(), torch.from_numpy(wt).double(), None, s, p).numpy()
     out = np.empty(ref.shape, np.float32)
     conv2d_packed(x, read_only(pack_weights(wt, 1)), zero_bias(o), out[:0], out, (k, k), (s, s), (p, p, p, p), (1, 1),
-                  0, 0.0, 0.0, 0, 0.0, 0.0)
+                  0, 0.0, 0.0, 0, 0.0, 0.0, None)
     assert np.abs(out - ref).max() < 1e-4, np.abs(out - ref).max()
     if k == 1 and s == 1 and p == 0:  # the 1x1 convs' own kernel too, reading their input in place
         out[:] = np.nan
-        conv1x1_packed(x, read_only(pack_weights(wt, 1)), zero_bias(o), out[:0], out, 0, 0.0, 0.0, 0, 0.0, 0.0)
+        conv1x1_packed(x, read_only(pack_weights(wt, 1)), zero_bias(o), out[:0], out, (1, 1), (1, 1), (0, 0, 0, 0),
+                       (1, 1), 0, 0.0, 0.0, 0, 0.0, 0.0, None)
         assert np.abs(out - ref).max() < 1e-4, np.abs(out - ref).max()
     if k == 3 and s == 1:
         winograd_conv2d(x, read_only(pack_transformed(wt)), zero_bias(o), out[:0], out, p, p, 0, 0.0, 0.0, 0, 0.0, 0.0)
@@ -729,7 +730,7 @@ def test_packed_conv_inside_another_parallel_loop_matches_float64():
     @numba.njit
     def one(t, xs, wp, bias, outs):
         conv2d_packed(xs[t], wp, bias, outs[t, :0], outs[t], (3, 3), (1, 1), (1, 1, 1, 1), (1, 1),
-                      0, 0.0, 0.0, 0, 0.0, 0.0)
+                      0, 0.0, 0.0, 0, 0.0, 0.0, None)
 
     @numba.njit
     def all_of(xs, wp, bias, outs):

@@ -38,8 +38,8 @@ def run(x, w, bias, residual, act, post, groups, out=None):
     out = np.full((n, w.shape[0], h, wd), np.nan, np.float32) if out is None else out
     res = out[:0] if residual is None else residual  # a forward's arguments: an empty view, read-only weights
     bias = read_only(bias) if bias is not None else zero_bias(w.shape[0])  # a forward's: zeros for none
-    conv1x1_packed(x, read_only(pack_weights(w, groups)), bias, res, out,
-                   ACTIVATION_CODES[act], -0.5, 0.75, ACTIVATION_CODES[post], 0.0, 0.0)
+    conv1x1_packed(x, read_only(pack_weights(w, groups)), bias, res, out, (1, 1), (1, 1), (0, 0, 0, 0), (1, 1),
+                   ACTIVATION_CODES[act], -0.5, 0.75, ACTIVATION_CODES[post], 0.0, 0.0, None)
     return out
 
 
@@ -117,10 +117,17 @@ def test_micro_gemm_out_writes_its_block_alone_and_keeps_nan():
     assert (block[:, NR:] == 7.0).all() and (c[:3] == 7.0).all() and (c[3 + mr * ldc:] == 7.0).all()
 
 
-def test_conv1x1_packed_refuses_an_output_not_its_input_size():
-    """conv1x1_packed reads each output pixel's input at that pixel: an output of another size is
-    not its conv (the emit rule sends such convs to conv2d_packed), and raises rather than read past."""
+@pytest.mark.parametrize("kernel, stride, padding, out_hw", [
+    ((1, 1), (1, 1), (0, 0, 0, 0), (5, 5)),  # an output not the input's size
+    ((1, 1), (2, 2), (0, 0, 0, 0), (3, 3)),  # strided
+    ((1, 1), (1, 1), (1, 1, 1, 1), (8, 8)),  # padded
+])
+def test_conv1x1_packed_refuses_a_conv_that_is_not_pointwise(kernel, stride, padding, out_hw):
+    """conv1x1_packed reads each output pixel's input at that pixel: a conv with a stride, padding or an
+    output of another size is not its conv (the emit rule sends those to conv2d_packed), and raises
+    rather than read past its input."""
     x, w, bias, _ = operands(1, 8, 12, (6, 6), 1, seed=3)
-    out = np.zeros((1, 12, 5, 5), np.float32)
+    out = np.zeros((1, 12, *out_hw), np.float32)
     with pytest.raises(ValueError, match="not 1x1 at stride 1"):
-        conv1x1_packed(x, read_only(pack_weights(w, 1)), read_only(bias), out[:0], out, 0, 0.0, 0.0, 0, 0.0, 0.0)
+        conv1x1_packed(x, read_only(pack_weights(w, 1)), read_only(bias), out[:0], out, kernel, stride, padding,
+                       (1, 1), 0, 0.0, 0.0, 0, 0.0, 0.0, None)
