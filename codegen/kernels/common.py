@@ -28,7 +28,10 @@ PARALLEL_MIN_ELEMENTS = 1 << 15  # elements: below this, running tasks on the th
 def compiled_as(fn, name: str, **options):
     """A factory's function `fn` jitted (SEQ, or `options`) under `name`: its closure constants (a flag
     that picks a path, say) are compiled in, the branches they rule out are not compiled at all, and
-    numba caches each named function apart."""
+    numba caches each named function apart. The closure should hold plain values (bools, ints), not
+    other jitted functions (call those by their global names): numba keys a closure's cache entries on a
+    pickle of its cells, and a jitted function pickles with an id of its own process, so every other
+    process would miss the cache and compile the function again."""
     fn.__name__ = fn.__qualname__ = name
     return numba.njit(**(options or SEQ))(fn)
 

@@ -93,7 +93,6 @@ def _conv2d_packed_for(pointwise: bool, name: str):
     """The kernel `name`: conv2d_packed (phase planes), or (pointwise) conv1x1_packed and
     conv1x1_packed_prologue, which read a 1x1 conv's input in place. Each is the body itself, not a call
     of it: numba compiles a callee's code again into each caller, which took 3 of conv2d_packed's 22.5 s."""
-    task = _packed_task_for(pointwise, f"_{name}_task")
 
     def conv(x, wp, bias, residual, out, kernel, stride, padding, dilation, act, alpha, beta, post, post_alpha,
              post_beta, prologue):
@@ -166,10 +165,13 @@ def _conv2d_packed_for(pointwise: bool, name: str):
         inputs = k * (pp + ROW_PAD) if partial else 0 if pointwise else cg * sh * sw * hq * wq + pp + wq
         accs = max(panels_per_call(), mbb) * MR * pp
         scratch = np.empty(min(num_threads(), n_n * groups * n_p * n_o) * (inputs + accs), x.dtype)
-        run_tasks(task, n_n * groups * n_p * n_o,
-                  (xf, wf, of, rf, bias, (c_n, h, w, o_n, oh, ow, groups, n_mb, k), (kh, kw, sh, sw, pt, pl, dh, dw),
-                   (tile, n_p, n_o, mbb), (hq, wq), taps, (act, post), (alpha, beta, post_alpha, post_beta),
-                   scratch, (inputs, accs), pro))
+        args = (xf, wf, of, rf, bias, (c_n, h, w, o_n, oh, ow, groups, n_mb, k), (kh, kw, sh, sw, pt, pl, dh, dw),
+                (tile, n_p, n_o, mbb), (hq, wq), taps, (act, post), (alpha, beta, post_alpha, post_beta), scratch,
+                (inputs, accs), pro)
+        if pointwise:  # (the tasks are module globals, not closure variables: common.compiled_as)
+            run_tasks(_pointwise_task, n_n * groups * n_p * n_o, args)
+        else:
+            run_tasks(_planes_task, n_n * groups * n_p * n_o, args)
 
     return compiled_as(conv, name)
 
@@ -275,6 +277,8 @@ def _packed_task_for(pointwise: bool, name: str):
     return compiled_as(task, name)
 
 
+_planes_task = _packed_task_for(False, "_planes_task")
+_pointwise_task = _packed_task_for(True, "_pointwise_task")
 # Any conv, its input gathered into phase planes; the emit rule sends a 1x1 stride-1 unpadded conv
 # (is_pointwise) to conv1x1_packed, which reads its input in place. Two kernels, not one branching at
 # run time: each compiles only its own path (one kernel for both took 28 s of numba's time on a first

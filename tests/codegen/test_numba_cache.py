@@ -71,3 +71,36 @@ def test_concurrent_processes_saving_signatures_of_one_function_keep_every_entry
         value, misses = json.loads(result.stdout.strip().splitlines()[-1])
         assert value == json.loads(out.strip().splitlines()[-1])
         assert misses == 0, f"{kind}: compiled again, its cache entry was lost"
+
+
+# the digest numba's cache keys a closure's entries on (numba.core.caching, _CacheImpl's index key), for each
+# public jitted function of the kernel library that has a closure
+CLOSURE_DIGESTS = '''
+import hashlib, importlib, json, pkgutil
+from numba.core.registry import CPUDispatcher
+from numba.core.serialize import dumps
+import codegen.kernels as library
+digests = {}
+for info in pkgutil.iter_modules(library.__path__):
+    module = importlib.import_module(f"codegen.kernels.{info.name}")
+    for name, obj in sorted(vars(module).items()):
+        if not name.startswith("_") and isinstance(obj, CPUDispatcher) and obj.py_func.__closure__ is not None:
+            cells = tuple(cell.cell_contents for cell in obj.py_func.__closure__)
+            digests[f"{info.name}.{name}"] = hashlib.sha256(dumps(cells)).hexdigest()
+print(json.dumps(digests))
+'''
+
+
+def test_the_kernels_made_by_factories_have_the_same_cache_key_in_every_process():
+    """numba keys a closure's cache entries on a pickle of its cells, and a jitted function pickles with an
+    id of its own process: conv2d_packed, made by a factory, once held its task function in its closure,
+    missed numba's cache in every fresh process and compiled again (about 20 s). Each public kernel of
+    codegen.kernels with a closure (conv2d_packed, conv1x1_packed, conv1x1_packed_prologue among them)
+    keys its cache entries the same in two processes."""
+    runs = [subprocess.run([sys.executable, "-c", CLOSURE_DIGESTS], capture_output=True, text=True, timeout=300,
+                           cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT))) for _ in range(2)]
+    assert all(r.returncode == 0 for r in runs), runs[0].stderr[-3000:]
+    first, second = (json.loads(r.stdout.strip().splitlines()[-1]) for r in runs)
+    assert {"conv_packed.conv2d_packed", "conv_packed.conv1x1_packed", "conv_packed.conv1x1_packed_prologue"} <= set(
+        first)
+    assert first == second
