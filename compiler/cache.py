@@ -92,10 +92,17 @@ def file_digest(path: Path) -> str:
     return h.hexdigest()
 
 
-def file_record(path: Path) -> dict:
-    """What load() checks a file of an entry against: its size, mtime and digest when written."""
+def file_identity(st: os.stat_result) -> tuple[int, int, int, int]:
+    """Which bytes a stat names, for digests computed during one build: device, inode, size, mtime."""
+    return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns
+
+
+def file_record(path: Path, known: dict[tuple, str] | None = None) -> dict:
+    """What load() checks a file of an entry against: its size, mtime and digest when written.
+    known: digests this build already computed, by file_identity (share() hashes the weights)."""
     st = path.stat()
-    return {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "digest": file_digest(path)}
+    digest = (known or {}).get(file_identity(st)) or file_digest(path)
+    return {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "digest": digest}
 
 
 def file_problem(path: Path, record: dict) -> str | None:
@@ -284,6 +291,9 @@ class ModelCache:
     def __init__(self, root: Path | None = None, max_bytes: int | None = None):
         self.root = Path(root) if root is not None else default_cache_dir()
         self.max_bytes = default_max_bytes() if max_bytes is None else max_bytes
+        # digests share() computed for the entry being built, by file_identity: its record reuses them
+        # rather than hash a weights file of 50-100 MB again
+        self._shared_digests: dict[tuple, str] = {}
 
     def entry_dir(self, key: str) -> Path:
         return self.root / "models" / key
@@ -345,17 +355,20 @@ class ModelCache:
             tmp = self.root / "models" / f".{key}{TMP_MARK}{os.getpid()}"
             shutil.rmtree(tmp, ignore_errors=True)
             tmp.mkdir(mode=0o700)
+            self._shared_digests = {}
             try:
                 start = time.perf_counter()
                 meta = build(tmp)
                 meta["key"] = key
                 meta["build_seconds"] = time.perf_counter() - start
-                meta["files"] = {p.name: file_record(p) for p in sorted(tmp.iterdir()) if p.is_file()}
+                meta["files"] = {p.name: file_record(p, self._shared_digests)
+                                 for p in sorted(tmp.iterdir()) if p.is_file()}
                 (tmp / "meta.json").write_text(json.dumps(meta, indent=1))  # written last: marks completeness
                 final = self.entry_dir(key)
                 shutil.rmtree(final, ignore_errors=True)
                 os.rename(tmp, final)
             finally:
+                self._shared_digests = {}
                 shutil.rmtree(tmp, ignore_errors=True)
         try:
             self.evict(keep=key)
@@ -381,6 +394,7 @@ class ModelCache:
                 publishing = store / f".{shared.name}.{os.getpid()}"
                 os.link(path, publishing)
                 os.replace(publishing, shared)
+            self._shared_digests[file_identity(path.stat())] = digest
         except OSError as exc:
             link.unlink(missing_ok=True)
             log.debug("cannot share %s through %s: %s", path.name, store, exc)

@@ -205,6 +205,23 @@ def test_large_entry_files_are_checked_by_stat_and_hashed_when_their_mtime_moved
     np.testing.assert_allclose(m(X), EXPECTED, rtol=1e-6)
 
 
+def test_building_an_entry_hashes_its_weights_once_and_records_their_digest(model, tmp_path, monkeypatch):
+    """share() hashes a weights file to name its copy in weights/; the entry's record reuses that digest
+    (a second hash of 50-100 MB cost a tenth of a second a compile). Both ways share() goes: publishing
+    the first copy, and linking the entry to a copy another entry published."""
+    cache = tmp_path / "cache"
+    digested = _digested(monkeypatch)
+    for options in ({}, {"threads": 1}):  # a second entry with the same weights links to the first's copy
+        digested.clear()
+        entry = compiler.compile(model, cache_dir=cache, **options).cache_info.path
+        weights = next(entry.glob("weights_*.npy"))
+        hashed = [name for name in digested if name.startswith("weights_")]
+        assert hashed == [weights.name], hashed
+        record = json.loads((entry / "meta.json").read_text())["files"][weights.name]
+        assert record["digest"] == compiler.cache.file_digest(weights)
+    assert weights.stat().st_nlink == 3  # weights/ and both entries
+
+
 def test_bin_digest_is_memoised_until_the_file_changes(model, tmp_path, monkeypatch):
     monkeypatch.setattr(compiler.cache, "BIG_FILE", 1)
     monkeypatch.setattr(compiler.cache, "RACY_SECONDS", -1.0)  # the test's files are seconds old at most

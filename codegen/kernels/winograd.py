@@ -46,8 +46,12 @@ _G = np.array([[1.0, 0.0, 0.0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0.0, 0.0, 1.
 
 def weight_transform(weight: np.ndarray) -> np.ndarray:
     """U (16, O, C) with U[4i + j, o, c] = (G g G^T)[i, j] for g = weight[o, c] (3x3)."""
-    u_ = np.einsum("ia,ocab,jb->ijoc", _G, weight.astype(np.float64), _G, optimize=True)
-    return np.ascontiguousarray(u_.reshape(16, weight.shape[0], weight.shape[1]), dtype=weight.dtype)
+    # two BLAS products over every (o, c) at once, in float64 (einsum took 3-5x as long: 0.1-0.2 s for
+    # a 256 -> 256 conv, a tenth of ResNet-18's cold compile)
+    g = np.moveaxis(weight.astype(np.float64), (2, 3), (0, 1))  # (3, 3, O, C): g[a, b]
+    t = np.tensordot(_G, g, axes=(1, 0))  # (4, 3, O, C): (G g)[i, b]
+    u = np.tensordot(_G, t, axes=(1, 1))  # (4, 4, O, C): (G g G^T)[i, j] at [j, i]
+    return u.transpose(1, 0, 2, 3).reshape(16, weight.shape[0], weight.shape[1]).astype(weight.dtype)
 
 
 def pack_transformed(weight: np.ndarray) -> np.ndarray:
