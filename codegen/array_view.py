@@ -52,7 +52,8 @@ def view(typingctx, buffer, offset, dtype, shape):
         for i, (d, st) in enumerate(zip(dims, strides)):
             value = builder.insert_value(value, d, [5, i])
             value = builder.insert_value(value, st, [6, i])
-        context.nrt.incref(builder, result, value)  # a new reference to the buffer's memory
+        if context.enable_nrt:  # a forward compiled without reference counting has none to take
+            context.nrt.incref(builder, result, value)  # a new reference to the buffer's memory
         return value
 
     return result(buffer, offset, dtype, shape), codegen
@@ -93,7 +94,8 @@ def reshaped(typingctx, array, shape):
         for i, (d, st) in enumerate(zip(dims, strides)):
             value = builder.insert_value(value, d, [5, i])
             value = builder.insert_value(value, st, [6, i])
-        context.nrt.incref(builder, result, value)  # a new reference to the array's memory
+        if context.enable_nrt:
+            context.nrt.incref(builder, result, value)  # a new reference to the array's memory
         return value
 
     return result(array, shape), codegen
@@ -111,7 +113,8 @@ def emptied(typingctx, array):
         zero = context.get_constant(types.intp, 0)
         value = builder.insert_value(args[0], zero, 2)  # nitems
         value = builder.insert_value(value, zero, [5, 0])  # shape[0]
-        context.nrt.incref(builder, array, value)  # a new reference to the array's memory
+        if context.enable_nrt:
+            context.nrt.incref(builder, array, value)  # a new reference to the array's memory
         return value
 
     return array(array), codegen

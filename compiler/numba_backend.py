@@ -71,15 +71,36 @@ def write_atomic(path: Path, data: str | bytes) -> None:
 
 
 def argument_types(graph: Graph, weights: list[np.ndarray]) -> tuple:
-    """numba's types of the forward's inputs (contiguous, of the declared shapes), weights, arena and stop flags."""
+    """numba's types of the forward's inputs (contiguous, of the declared shapes), weights, outputs, arena
+    and stop flags."""
     return tuple(numba.typeof(a) for a in sample_arguments(graph, weights, 0))
+
+
+def compile_forward(function, signature: tuple) -> None:
+    """Compile (or load from numba's cache) a generated forward. The emitter compiles a forward without
+    reference counting where none of its lines allocates (codegen/emitter.py, _ALLOCATES); should numba
+    meet an allocation that rule missed, the forward compiles again with it rather than fail."""
+    try:
+        function.compile(signature)
+    except numba.core.errors.NumbaRuntimeError as exc:
+        if "NRT required but not enabled" not in str(exc) or function.targetoptions.get("_nrt", True):
+            raise
+        log.warning("numba backend: %s allocates, though the emitter judged it did not; compiling it with "
+                    "reference counting", function.__name__)
+        function.targetoptions["_nrt"] = True
+        function.compile(signature)
+
+
+def new_outputs(graph: Graph) -> list[np.ndarray]:
+    """Fresh arrays for the graph's outputs, which the forward fills (codegen/emitter.py)."""
+    return [np.empty(v.shape, v.dtype) for v in graph.outputs]
 
 
 def sample_arguments(graph: Graph, weights: list[np.ndarray], arena_bytes: int) -> tuple:
     """Arguments of the forward's types: empty inputs of the declared shapes (pages never touched), the
-    weights, an arena of arena_bytes, the stop flags (compiler/run_control.py)."""
-    return (*[np.empty(v.shape, v.dtype) for v in graph.inputs], *weights, np.empty(arena_bytes, np.uint8),
-            np.zeros(2, np.int64))
+    weights, empty outputs, an arena of arena_bytes, the stop flags (compiler/run_control.py)."""
+    return (*[np.empty(v.shape, v.dtype) for v in graph.inputs], *weights, *new_outputs(graph),
+            np.empty(arena_bytes, np.uint8), np.zeros(2, np.int64))
 
 
 def aligned_bytes(nbytes: int) -> np.ndarray:
@@ -169,7 +190,7 @@ class NumbaModel(CompiledModel):
             with opt_level(FORWARD_OPT_LEVEL), warnings.catch_warnings():  # a cache hit loads, whatever the level
                 # interpreted nodes hold the GIL while their reference runs, as they must
                 warnings.filterwarnings("ignore", ".*Code running in object mode won't allow parallel execution")
-                self._forward.compile(signature)  # compile (or load) now, not at first call
+                compile_forward(self._forward, signature)  # compile (or load) now, not at first call
         self._forward.disable_compile()  # inputs are checked and converted: a new signature would be a bug
         self.jit_seconds = time.perf_counter() - start
         if interpreted:
@@ -213,7 +234,8 @@ class NumbaModel(CompiledModel):
                 share(directory / f"weights_{dtype}.npy")
         constants = {c.name: [dtype, offset, list(c.shape)] for c, (dtype, offset) in generated.weights.slots.items()}
         return {"graph": graph.name, "weight_dtypes": list(generated.weights.arrays), "constants": constants,
-                "memory_plan": generated.plan.summary(), "interpreted": generated.interpreted}
+                "memory_plan": generated.plan.summary(), "interpreted": generated.interpreted,
+                "arena_bytes": generated.plan.arena_bytes}
 
     @classmethod
     def load_entry(cls, directory: Path, meta: dict, info: CacheInfo) -> NumbaModel:
@@ -225,7 +247,8 @@ class NumbaModel(CompiledModel):
             weights[name] = packs[dtype][offset:offset + size].reshape(shape)
         graph = parse_graph((directory / "graph.ir").read_text(), weights)
         module, kernels, source = load_modules(directory, _entry_module(directory))
-        plan = plan_forward_memory(graph)  # the plan the forward was generated with: its arena's size
+        plan = plan_forward_memory(graph)  # the plan the forward was generated with
+        plan.arena_bytes = meta["arena_bytes"]  # and the nodes' scratch arrays after its buffers (emitter.py)
         return cls(graph, module, kernels, [np.asarray(p) for p in packs.values()], source, plan,
                    meta["interpreted"], info)
 
@@ -283,11 +306,12 @@ class NumbaModel(CompiledModel):
         if self.threads is not None:  # numba's thread count is per calling thread: set it for this one
             codegen.runtime.set_threads(self.threads)
         arena = self.arenas.take()
+        outputs = new_outputs(self.graph)
         try:
             if self._profiled:
-                result = self._run_profiled(arrays, arena, control.flags)
+                self._run_profiled(arrays, outputs, arena, control.flags)
             else:
-                result = self._forward(*arrays, *self._weights, arena, control.flags, self._kernels)
+                self._forward(*arrays, *self._weights, *outputs, arena, control.flags, self._kernels)
         except RuntimeError as exc:
             if exc.args != (STOPPED,):
                 raise
@@ -295,7 +319,7 @@ class NumbaModel(CompiledModel):
             raise control.error(control.stop_reason(), self.graph.nodes[control.flags[1]].name) from None
         finally:
             self.arenas.give_back(arena)
-        return list(result) if isinstance(result, tuple) else [result]
+        return outputs
 
     def _node_by_node(self, arrays: list[np.ndarray], control: RunControl) -> list[np.ndarray]:
         """A run that hands every node's outputs to on_node_output, which the forward cannot call back to
@@ -309,16 +333,19 @@ class NumbaModel(CompiledModel):
         self.last_step_stats = self._debug_runner.last_step_stats
         return outs
 
-    def _run_profiled(self, arrays: list[np.ndarray], arena: np.ndarray, flags: np.ndarray):
+    def _run_profiled(self, arrays: list[np.ndarray], outputs: list[np.ndarray], arena: np.ndarray,
+                      flags: np.ndarray) -> None:
         """The timed forward (a clock reading after every node), its step stats in last_step_stats: one row,
         the calling thread's (each kernel's parallel loop runs on numba's threads inside its span)."""
         times = np.zeros(len(self.graph.nodes) + 1)
-        result = self._module.forward_profiled(*arrays, *self._weights, arena, flags, times, self._kernels)
+        arguments = (*arrays, *self._weights, *outputs, arena, flags, times, self._kernels)
+        if not self._module.forward_profiled.overloads:
+            compile_forward(self._module.forward_profiled, tuple(numba.typeof(a) for a in arguments))
+        self._module.forward_profiled(*arguments)
         thread = threading.current_thread().name
         self.last_step_stats = [NodeStat(n.name, n.op, float(times[i]), float(times[i + 1]), thread,
                                          tuple(v.shape for v in n.outputs), sum(v.type.nbytes for v in n.outputs))
                                 for i, n in enumerate(self.graph.nodes)]
-        return result
 
 
 _WARNED: set[str] = set()

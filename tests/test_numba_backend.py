@@ -298,3 +298,84 @@ def test_concats_at_batch_above_one_copy_every_input_in_one_call(tmp_path):
     k = rng.integers(-50, 50, graph.inputs[2].shape)
     for got, want in zip(m(x, big, k), Interpreter(parse_graph(text))(x, big, k)):
         np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+
+
+def _njit_options(m: NumbaModel) -> str:
+    """The options of the model's forward's @numba.njit."""
+    return re.search(r"@numba\.njit\((.*)\)\ndef forward\(", m.source).group(1)
+
+
+def test_a_forward_that_allocates_nothing_compiles_without_reference_counting(tmp_path):
+    """Its arrays are all views of the caller's (inputs, weights, outputs, arena, a node's scratch after
+    the plan's buffers), so numba leaves out the reference counting, a fifth to a quarter of the forward's
+    compile time. A reduction over a middle dim gathers its input into scratch first (emit/reduce.py):
+    that scratch lives in the arena, past every buffer of the plan, and two calls give the interpreter's
+    result into fresh outputs."""
+    from compiler.interpreter import Interpreter
+    from ir import parse_graph
+
+    graph = parse_graph("""graph g(%x: f32[2,3,4,5]) {
+  %e: f32[2,3,4,5] = exp(%x) @e
+  %s: f32[2,4] = reduce_sum(%e) {dims=[1, 3]} @s
+  %out0: f32[2,4] = tanh(%s) @t
+  return %out0, %e
+}""")
+    m = NumbaModel.build(graph, tmp_path)
+    assert "_nrt=False" in _njit_options(m)
+    assert re.search(r"_gathered = view\(arena, \d+, np\.float32, \(120,\)\)", m.source)
+    plan_only = m.memory_plan.buffers and max(b.offset + b.nbytes for b in m.memory_plan.buffers)
+    assert m.memory_plan.arena_bytes >= plan_only + 120 * 4
+    rng = np.random.default_rng(0)
+    x1, x2 = (rng.normal(size=(2, 3, 4, 5)).astype(np.float32) for _ in range(2))
+    first, second = m(x1), m(x2)
+    for got, x in ((first, x1), (second, x2)):
+        for g, w in zip(got, Interpreter(graph)(x)):
+            np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)
+    assert not np.shares_memory(first[0], second[0]) and not np.shares_memory(first[1], second[1])
+
+
+@pytest.mark.parametrize("returns", ["%x", "%v", "%t, %t"])
+def test_outputs_that_are_inputs_views_or_repeated_are_copied_into_fresh_arrays(returns, tmp_path):
+    """The forward fills arrays the caller passes. An output the graph does not compute into a buffer of
+    its own (an input, a view of another value, a value returned twice) is copied into its array at the
+    end, never aliased to the caller's input or the arena; such a forward keeps reference counting."""
+    from ir import parse_graph
+
+    graph = parse_graph(f"""graph g(%x: f32[2,6]) {{
+  %t: f32[2,6] = tanh(%x) @t
+  %v: f32[3,4] = reshape(%t) {{shape=[3, 4]}} @v
+  %out0: f32[2,6] = exp(%t) @e
+  return %out0, {returns}
+}}""")
+    m = NumbaModel.build(graph, tmp_path)
+    assert "_nrt=False" not in _njit_options(m) and "[...] = " in m.source
+    x = np.random.default_rng(1).normal(size=(2, 6)).astype(np.float32)
+    got = m(x)
+    t = np.tanh(x)
+    want = {"%x": [x], "%v": [t.reshape(3, 4)], "%t, %t": [t, t]}[returns]
+    np.testing.assert_allclose(got[0], np.exp(t), rtol=1e-5)
+    for g, w in zip(got[1:], want):
+        np.testing.assert_allclose(g, w, rtol=1e-5)
+        assert not np.shares_memory(g, x) and not any(np.shares_memory(g, a) for a in m.arenas._free)
+    if returns == "%t, %t":
+        assert not np.shares_memory(got[1], got[2])
+
+
+def test_a_forward_the_emitter_misjudged_compiles_with_reference_counting(tmp_path, monkeypatch, caplog):
+    """Should a line allocate where the emitter's rule (_ALLOCATES) saw none, as converting int32 indices
+    to int64 for the take kernel does, numba refuses the forward without reference counting, and it
+    compiles again with it, saying so, instead of failing."""
+    import codegen.emitter
+    from ir import parse_graph
+
+    monkeypatch.setattr(codegen.emitter, "_ALLOCATES", re.compile(r"(?!)"))  # sees no allocation anywhere
+    graph = parse_graph("""graph g(%x: f32[5,3], %i: i32[4]) {
+  %out0: f32[4,3] = index(%x, %i) {axes=[0]} @take
+  return %out0
+}""")
+    with caplog.at_level("WARNING", logger="compiler.numba_backend"):
+        m = NumbaModel.build(graph, tmp_path)
+    assert "_nrt=False" in _njit_options(m) and ".astype(np.int64)" in m.source
+    assert "forward allocates, though the emitter judged it did not" in caplog.text
+    x, i = np.arange(15, dtype=np.float32).reshape(5, 3), np.array([4, 0, 2, 2], np.int32)
+    np.testing.assert_array_equal(m(x, i), x[i])

@@ -26,6 +26,32 @@ import numpy as np
 
 from ir.graph import Node
 
+SCRATCH_ALIGN = 64  # bytes: each scratch array starts on a cache line, as the memory plan's buffers do
+
+
+@dataclass
+class ScratchSpace:
+    """The bytes after the memory plan's buffers in the forward's arena that hold one node's scratch arrays
+    (a conv's padded or subsampled input, say) while its lines run: every node's start again at `start`,
+    so `end`, the arena's size with them, grows by the largest node's only."""
+
+    start: int
+    end: int = 0
+    cursor: int = 0
+
+    def __post_init__(self) -> None:
+        self.start = -(-self.start // SCRATCH_ALIGN) * SCRATCH_ALIGN
+        self.end = self.cursor = self.start
+
+    def begin_node(self) -> None:
+        self.cursor = self.start
+
+    def take(self, nbytes: int) -> int:
+        offset = self.cursor
+        self.cursor += -(-max(nbytes, 1) // SCRATCH_ALIGN) * SCRATCH_ALIGN
+        self.end = max(self.end, self.cursor)
+        return offset
+
 
 @dataclass
 class Emit:
@@ -38,6 +64,16 @@ class Emit:
     in_place: frozenset[int] = frozenset()  # inputs the memory plan already put inside output 0 (concat)
     offsets: dict[Any, int] = field(default_factory=dict)  # byte offset in `arena` of each value placed there
     arena_bytes: int = 0
+    scratch_space: ScratchSpace | None = None  # where scratch() places arrays; None: each its own np.empty
+
+    def scratch(self, name: str, shape: tuple[int, ...], dtype: str) -> str:
+        """The line binding `name` to a scratch array of `shape` and `dtype`, for this node's lines only: in
+        the arena after the memory plan's buffers where the forward has one (then it allocates nothing
+        and compiles without reference counting: codegen/emitter.py), else np.empty."""
+        if self.scratch_space is None:
+            return f"{name} = np.empty({lit(tuple(shape))}, np.{dtype})"
+        offset = self.scratch_space.take(math.prod(shape) * np.dtype(dtype).itemsize)
+        return f"{name} = view(arena, {offset}, np.{dtype}, {lit(tuple(shape))})"
 
     def constant(self, tag: str, data: np.ndarray) -> str:
         """The name of `data`, made at compile time (a kernel's plan, say) and passed to the forward

@@ -249,7 +249,7 @@ def _zero_padded_input(e: Emit) -> tuple[list[str], str, tuple[int, ...]]:
     pt, pl, pb, pr = padding
     n, c, h, w = e.node.inputs[0].type.shape
     padded = f"{e.outs[0]}_padded"
-    lines = [f"{padded} = np.empty({lit((n, c, h + pt + pb, w + pl + pr))}, np.{e.node.inputs[0].type.dtype})",
+    lines = [e.scratch(padded, (n, c, h + pt + pb, w + pl + pr), e.node.inputs[0].type.dtype),
              f"{e.call(pad5)}({e.args[0]}.reshape({lit((1, n, c, h, w))}), "
             f"{padded}.reshape({lit((1, n, c, h + pt + pb, w + pl + pr))}), {lit((0, 0, pt, pl))}, "
             f"{lit((0, 0, 0, 0))}, {lit((n, c, h, w))}, {PAD_CODES[a['padding_mode']]}, 0.0)"]
@@ -262,7 +262,7 @@ def _subsampled_input(e: Emit) -> tuple[list[str], str]:
     (n, c, h, w), (sh, sw) = e.node.inputs[0].type.shape, e.node.attrs["stride"]
     shape = (n, c, *e.node.outputs[0].type.shape[2:])
     out = f"{e.outs[0]}_subsampled"
-    return [f"{out} = np.empty({lit(shape)}, np.{e.node.inputs[0].type.dtype})",
+    return [e.scratch(out, shape, e.node.inputs[0].type.dtype),
             copy_call(e, e.args[0], out, shape, (c * h * w, h * w, sh * w, sw), contiguous_strides(shape))], out
 
 
@@ -344,12 +344,12 @@ def _emit_affine_conv2d(e: Emit) -> list[str]:
     xv = e.node.inputs[0]
     (n, c), tmp = xv.shape[:2], f"{e.outs[0]}_prologue"
     rest3, lo = (n, c, math.prod(xv.shape[2:])), 0.0 if relu else -math.inf
-    lines = [f"{tmp} = np.empty({lit(xv.shape)}, np.{xv.dtype})",
+    lines = [e.scratch(tmp, xv.shape, xv.dtype),
              f"{e.call(channel_affine)}({x}.reshape({lit(rest3)}), {scale}, {shift}, {lit(lo)}, "
              f"{tmp}.reshape({lit(rest3)}))"]
     conv = _as_fused_conv(e.node, Value(tmp, xv.type))
     inner = Emit(conv, [tmp, *conv_args], e.outs, e.imports, e.definitions, e.prepacked, e.in_place, e.offsets,
-                 e.arena_bytes)
+                 e.arena_bytes, e.scratch_space)
     return lines + _emit_conv2d(inner)
 
 
@@ -377,7 +377,7 @@ def _conv_transpose_as_pointwise(e: Emit) -> list[str]:
         np.ascontiguousarray(wt.transpose(1, 2, 3, 0)).reshape(o * taps, c, 1, 1), 1))
     bias = e.prepack(2, "per_tap", lambda b: np.repeat(b, taps)) if len(e.args) > 2 else e.bias(2, o * taps)
     tmp = f"{e.outs[0]}_taps"
-    return [f"{tmp} = np.empty({lit((n, o * taps, h, w))}, np.float32)",
+    return [e.scratch(tmp, (n, o * taps, h, w), "float32"),
             f"{e.call(conv1x1_packed)}({e.args[0]}, {wp}, {bias}, {no_residual(tmp)}, {tmp}, {POINTWISE}, "
             f"{NO_EPILOGUE}, None)",
             f"{e.call(interleave_taps)}({tmp}, {e.outs[0]}, {kh}, {kw})"]

@@ -46,7 +46,7 @@ def _view(e: Emit, axes) -> tuple[list[str], str, tuple[int, int, int]]:
     loop = [shape[p] for p in perm]
     scratch = f"{e.outs[0]}_gathered"
     kept = math.prod(shape[i] for i in range(len(shape)) if i not in axes)
-    lines = [f"{scratch} = np.empty({math.prod(shape)}, np.{e.node.inputs[0].dtype})",
+    lines = [e.scratch(scratch, (math.prod(shape),), e.node.inputs[0].dtype),
              copy_call(e, e.args[0], scratch, loop, [strides[p] for p in perm], contiguous_strides(loop))]
     return lines, scratch, (kept, math.prod(shape) // kept, 1)
 

@@ -52,7 +52,8 @@ def frozen(typingctx, array):
     result = array.copy(readonly=True)
 
     def codegen(context, builder, signature, args):
-        context.nrt.incref(builder, array, args[0])  # a new reference to the array's memory
+        if context.enable_nrt:  # a forward compiled without reference counting has none to take
+            context.nrt.incref(builder, array, args[0])  # a new reference to the array's memory
         return args[0]
 
     return result(array), codegen
