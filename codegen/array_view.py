@@ -18,7 +18,7 @@ import numpy as np
 from numba.core import cgutils, types
 from numba.extending import intrinsic
 
-from codegen.kernels.common import frozen
+from codegen.kernels.common import frozen, new_reference
 
 
 @intrinsic
@@ -52,8 +52,7 @@ def view(typingctx, buffer, offset, dtype, shape):
         for i, (d, st) in enumerate(zip(dims, strides)):
             value = builder.insert_value(value, d, [5, i])
             value = builder.insert_value(value, st, [6, i])
-        if context.enable_nrt:  # a forward compiled without reference counting has none to take
-            context.nrt.incref(builder, result, value)  # a new reference to the buffer's memory
+        new_reference(context, builder, result, value)
         return value
 
     return result(buffer, offset, dtype, shape), codegen
@@ -94,8 +93,7 @@ def reshaped(typingctx, array, shape):
         for i, (d, st) in enumerate(zip(dims, strides)):
             value = builder.insert_value(value, d, [5, i])
             value = builder.insert_value(value, st, [6, i])
-        if context.enable_nrt:
-            context.nrt.incref(builder, result, value)  # a new reference to the array's memory
+        new_reference(context, builder, result, value)
         return value
 
     return result(array, shape), codegen
@@ -113,8 +111,7 @@ def emptied(typingctx, array):
         zero = context.get_constant(types.intp, 0)
         value = builder.insert_value(args[0], zero, 2)  # nitems
         value = builder.insert_value(value, zero, [5, 0])  # shape[0]
-        if context.enable_nrt:
-            context.nrt.incref(builder, array, value)  # a new reference to the array's memory
+        new_reference(context, builder, array, value)
         return value
 
     return array(array), codegen

@@ -42,6 +42,13 @@ def u(i):
     return numba.uint64(i)
 
 
+def new_reference(context, builder, typ, value) -> None:
+    """An intrinsic's new reference to the memory of `value` (an array), none where the function compiles
+    without reference counting (a generated forward that allocates nothing: codegen/emitter.py)."""
+    if context.enable_nrt:
+        context.nrt.incref(builder, typ, value)
+
+
 @intrinsic
 def frozen(typingctx, array):
     """`array` itself, typed read-only. A kernel that passes an array it computed (an LSTM's summed
@@ -52,8 +59,7 @@ def frozen(typingctx, array):
     result = array.copy(readonly=True)
 
     def codegen(context, builder, signature, args):
-        if context.enable_nrt:  # a forward compiled without reference counting has none to take
-            context.nrt.incref(builder, array, args[0])  # a new reference to the array's memory
+        new_reference(context, builder, array, args[0])
         return args[0]
 
     return result(array), codegen
