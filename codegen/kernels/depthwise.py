@@ -120,6 +120,13 @@ AVX2_BLOCK_FIRST = 16
 # steps, alternating processes): MobileNetV2 at batch 1, depthwise steps 2.85-3.32 -> 1.97-2.61 ms (144 stride 2
 # from 56 x 56: 0.22-0.26 -> 0.12 ms); EfficientNet-B0's 144 5x5 stride 2 from 56 x 56 0.29-0.37 -> 0.18-0.26 ms
 AVX2_LARGE_BLOCK_FLOATS = 1 << 16
+# Past those planes, stride-1 convs take the row blocks on AVX2, not the register rows (whose other taker
+# there is stride 2 on rows narrower than AVX2_STRIDE2_WIDTH): register rows -> row blocks, one layer alone,
+# 2 threads, alternating, min / median us, Zen 3 EPYC: 32 channels 3x3 on 112 x 112 250 / 298 -> 223 / 279,
+# batch 2 518 / 557 -> 388 / 428; 96 3x3 on 96 x 96 558 / 595 -> 460 / 482; 16 3x3 on 224 x 224 435 / 590 ->
+# 392 / 426; 64 5x5 on 128 x 128 2006 / 2248 -> 1023 / 1159; 144 5x5 on 112 x 112 3201 / 3437 -> 1742 / 2349.
+# In MobileNetV2 (profile steps, alternating processes) its 32-channel 112 x 112 layer: batch 1 0.33-0.37 ->
+# 0.29 ms, batch 8 2.6-3.0 -> 2.4-2.6 ms.
 AVX2_STRIDED_BLOCK_FLOATS = 1 << 17
 PLANE_UNROLL = 4  # vectors of output pixels _plane_taps sums at once, in independent registers
 FLAT_PIXELS = 256  # stride-1 "same" convs up to 16 x 16 read their taps straight from the input (_plane_taps)
@@ -186,8 +193,9 @@ def depthwise_path(dtype: str, x_shape, weight_shape, out_shape, stride, padding
     """How a depthwise conv (groups == C; padding (top, left, ...) zeros) of `dtype` runs where vectors
     hold `lanes` floats (target_vector_floats()), in this order (see the module docstring):
     CHANNEL_BLOCKS first where channel_blocks_first says so; float32 kernels the register rows take
-    (depthwise_rows.takes_register_rows); float32 small output planes whose rows are as long as a phase
-    plane's (FLAT, _plane_taps), up to FLAT_PIXELS for stride-1 "same" convs; the other small planes in
+    (depthwise_rows.takes_register_rows), but for stride 1 on AVX2 (see AVX2_LARGE_BLOCK_FLOATS); float32
+    small output planes whose rows are as long as a phase plane's (FLAT, _plane_taps), up to FLAT_PIXELS for
+    stride-1 "same" convs; the other small planes in
     CHANNEL_BLOCKS where a vector of channels' padded planes fit in CHANNEL_BLOCK_FLOATS; else ROW_BLOCKS."""
     (_, _, h, w), (_, _, kh, kw), (oh, ow) = x_shape, weight_shape, out_shape[2:]
     (sh, sw), (dh, dw) = stride, dilation
@@ -195,7 +203,8 @@ def depthwise_path(dtype: str, x_shape, weight_shape, out_shape, stride, padding
     if channel_blocks_first.py_func(lanes, hp, wp, oh, ow, sh * sw > 1):
         return CHANNEL_BLOCKS
     float32 = dtype == "float32"
-    if float32 and takes_register_rows.py_func(kh, kw, sh, sw, dh, ow, w, lanes):
+    if float32 and takes_register_rows.py_func(kh, kw, sh, sw, dh, ow, w, lanes) and not (
+            lanes < AVX2_BLOCK_FIRST and sh == 1 and sw == 1):  # see AVX2_LARGE_BLOCK_FLOATS
         return REGISTER_ROWS
     small = CHANNEL_BLOCK_PIXELS if kh * kw > 9 else CHANNEL_BLOCK_PIXELS_3X3
     same = sh == 1 and sw == 1 and oh == h and ow == w

@@ -25,12 +25,14 @@ from codegen.kernels.depthwise import (
     DEPTHWISE_KERNELS,
     FLAT,
     REGISTER_ROWS,
+    ROW_BLOCKS,
     channel_blocks_first,
     conv_depthwise_channel_blocks,
     conv_depthwise_flat,
     conv_depthwise_register_rows,
     depthwise_path,
 )
+from codegen.kernels.depthwise_rows import takes_register_rows
 from codegen.kernels.epilogue import ACTIVATION_CODES
 from codegen.kernels.vectors import target_vector_floats
 from ir.op_registry import get_op
@@ -168,6 +170,31 @@ def test_channel_blocks_on_any_isa(geometry, residual):
     np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
 
 
+def _tall(geometry):
+    """The geometry on planes 2000 rows high: past the channel blocks' planes on AVX2, its rows as narrow."""
+    (n, c, h, w), mult, kernel, stride, padding, dilation = geometry
+    return (1, 1, 2000, w), mult, kernel, stride, padding, dilation
+
+
+def _has_register_rows(geometry) -> bool:
+    """Whether the register rows have code for the geometry on this machine's vectors."""
+    (n, c, h, w), mult, kernel, stride, padding, dilation = geometry
+    ow = (w + padding[1] + padding[3] - dilation[1] * (kernel[1] - 1) - 1) // stride[1] + 1
+    return takes_register_rows.py_func(*kernel, *stride, dilation[0], ow, w, target_vector_floats())
+
+
+REGISTER_ROW_GEOMETRIES = {name: g for name, g in zip(GEOMETRIES, map(_row_blocks, GEOMETRIES.values()))
+                           if _has_register_rows(g)}
+
+
+@pytest.mark.parametrize("geometry", REGISTER_ROW_GEOMETRIES.values(), ids=REGISTER_ROW_GEOMETRIES.keys())
+def test_register_rows_on_any_isa(geometry):
+    """The register rows' kernel called directly on the geometries it has code for, grown past the small
+    planes, whichever path depthwise_path would take (on AVX2 the row blocks take stride 1)."""
+    got, expected = run_depthwise(*geometry, run=conv_depthwise_register_rows)
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
+
+
 def _path(geometry, lanes, dtype="float32"):
     (n, c, h, w), mult, kernel, stride, padding, dilation = geometry
     oh = (h + padding[0] + padding[2] - dilation[0] * (kernel[0] - 1) - 1) // stride[0] + 1
@@ -183,7 +210,13 @@ def test_the_geometries_take_every_depthwise_kernel(lanes):
     small planes and grown past them, _row_blocks) run each of them, where vectors hold 8 floats (AVX2)
     and 16 (AVX-512); float64 takes the channel blocks and the row blocks only."""
     geometries = [*GEOMETRIES.values(), *map(_row_blocks, GEOMETRIES.values())]
-    assert {_path(g, lanes) for g in geometries} == set(DEPTHWISE_KERNELS)
+    paths = {_path(g, lanes) for g in geometries}
+    # on AVX2 the register rows take only stride 2 on narrow rows, which come first to the channel blocks
+    # unless the planes are very tall (_tall): stride 1 takes the row blocks there (AVX2_LARGE_BLOCK_FLOATS)
+    assert paths == set(DEPTHWISE_KERNELS) - ({REGISTER_ROWS} if lanes == 8 else set())
+    if lanes == 8:
+        assert {_path(_tall(g), lanes) for g in geometries if g[3] == (2, 2)} >= {REGISTER_ROWS, ROW_BLOCKS}
+        assert REGISTER_ROWS not in {_path(_tall(g), lanes) for g in geometries if g[3] == (1, 1)}
     assert {_path(g, lanes, "float64") for g in geometries} == set(DEPTHWISE_KERNELS) - {REGISTER_ROWS, FLAT}
 
 
