@@ -195,8 +195,8 @@ def depthwise_path(dtype: str, x_shape, weight_shape, out_shape, stride, padding
     CHANNEL_BLOCKS first where channel_blocks_first says so; float32 kernels the register rows take
     (depthwise_rows.takes_register_rows), but for stride 1 on AVX2 (see AVX2_LARGE_BLOCK_FLOATS); float32
     small output planes whose rows are as long as a phase plane's (FLAT, _plane_taps), up to FLAT_PIXELS for
-    stride-1 "same" convs; the other small planes in
-    CHANNEL_BLOCKS where a vector of channels' padded planes fit in CHANNEL_BLOCK_FLOATS; else ROW_BLOCKS."""
+    stride-1 "same" convs; the other small planes in CHANNEL_BLOCKS where a vector of channels' padded planes
+    fit in CHANNEL_BLOCK_FLOATS; else ROW_BLOCKS."""
     (_, _, h, w), (_, _, kh, kw), (oh, ow) = x_shape, weight_shape, out_shape[2:]
     (sh, sw), (dh, dw) = stride, dilation
     hp, wp = (oh - 1) * sh + (kh - 1) * dh + 1, (ow - 1) * sw + (kw - 1) * dw + 1  # the padded input the windows read

@@ -133,6 +133,13 @@ GEOMETRIES = {
 }
 
 
+def _out_size(geometry) -> tuple[int, int]:
+    """The output plane (oh, ow) of a geometry."""
+    (n, c, h, w), mult, kernel, stride, padding, dilation = geometry
+    return ((h + padding[0] + padding[2] - dilation[0] * (kernel[0] - 1) - 1) // stride[0] + 1,
+            (w + padding[1] + padding[3] - dilation[1] * (kernel[1] - 1) - 1) // stride[1] + 1)
+
+
 def _row_blocks(geometry):
     """The geometry on planes large enough for the register rows or the row-block path (more than
     CHANNEL_BLOCK_PIXELS output pixels, and padded input planes too large for the channel blocks to come
@@ -140,8 +147,7 @@ def _row_blocks(geometry):
     channels vectorised."""
     (n, c, h, w), mult, kernel, stride, padding, dilation = geometry
     while True:
-        oh = (h + padding[0] + padding[2] - dilation[0] * (kernel[0] - 1) - 1) // stride[0] + 1
-        ow = (w + padding[1] + padding[3] - dilation[1] * (kernel[1] - 1) - 1) // stride[1] + 1
+        oh, ow = _out_size(((n, c, h, w), mult, kernel, stride, padding, dilation))
         hp = (oh - 1) * stride[0] + (kernel[0] - 1) * dilation[0] + 1
         wp = (ow - 1) * stride[1] + (kernel[1] - 1) * dilation[1] + 1
         strided = stride != (1, 1)
@@ -179,8 +185,8 @@ def _tall(geometry):
 def _has_register_rows(geometry) -> bool:
     """Whether the register rows have code for the geometry on this machine's vectors."""
     (n, c, h, w), mult, kernel, stride, padding, dilation = geometry
-    ow = (w + padding[1] + padding[3] - dilation[1] * (kernel[1] - 1) - 1) // stride[1] + 1
-    return takes_register_rows.py_func(*kernel, *stride, dilation[0], ow, w, target_vector_floats())
+    return takes_register_rows.py_func(*kernel, *stride, dilation[0], _out_size(geometry)[1], w,
+                                      target_vector_floats())
 
 
 REGISTER_ROW_GEOMETRIES = {name: g for name, g in zip(GEOMETRIES, map(_row_blocks, GEOMETRIES.values()))
@@ -197,8 +203,7 @@ def test_register_rows_on_any_isa(geometry):
 
 def _path(geometry, lanes, dtype="float32"):
     (n, c, h, w), mult, kernel, stride, padding, dilation = geometry
-    oh = (h + padding[0] + padding[2] - dilation[0] * (kernel[0] - 1) - 1) // stride[0] + 1
-    ow = (w + padding[1] + padding[3] - dilation[1] * (kernel[1] - 1) - 1) // stride[1] + 1
+    oh, ow = _out_size(geometry)
     return depthwise_path(dtype, (n, c, h, w), (c * mult, 1, *kernel), (n, c * mult, oh, ow), stride, padding,
                           dilation, lanes)
 
