@@ -162,7 +162,10 @@ def generate_module(graph: Graph, comment: str = "", profile: bool = False) -> G
     plan.arena_bytes = scratch.end  # the nodes' scratch arrays after the plan's buffers
     weights = WeightPack.build(list(graph.constants.values()), prepacked)
     weight_args = [f"w_{dtype}" for dtype in weights.arrays]
-    head = weights.views(names)
+    # a constant no line reads (a weight its rule replaced by a prepacked layout) stays in the pack, which
+    # cache entries rebuild the graph from, but gets no view: each costs the forward's compile time
+    used = {word for line in body + copies for word in _WORD.findall(line)}
+    head = [line for line in weights.views(names) if line.split(" = ", 1)[0] in used]
     body = head + body + copies
     timed = head + timed + copies
     # no line allocates (nor boxes arrays for Python): numba may compile the forward without its
@@ -193,6 +196,8 @@ def generate_module(graph: Graph, comment: str = "", profile: bool = False) -> G
 # before each node (but views), the forward asks whether its caller wants it to stop (cancel, deadline):
 # codegen/kernels/control.py, a call rather than an `if`, which would cost the forward's compile dearly
 _STOP_CHECK = "control_check_stop"
+
+_WORD = re.compile(r"\w+")
 
 
 def name_graph_values(graph: Graph, names: ValueNames) -> list[str]:

@@ -10,6 +10,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from compiler.gc_pause import collector_paused
 from compiler.interpreter import Interpreter
 from compiler.lowering import DynamicInputError, check_supported, declared_inputs, declared_outputs, lower_model
 from compiler.model import CompiledModel, DynamicShapeModel, TensorSpec
@@ -139,6 +140,12 @@ class Recipe:
     def build(self, outputs: Sequence[str] | None, feeds: Sequence[str] | None,
               input_shapes: dict[str, tuple[int, ...]], dump_ir: str | os.PathLike | None = None,
               on_step: Callable[[str], None] | None = None) -> CompiledModel:
+        with collector_paused():  # compiler/gc_pause.py: a fifth of a compile's time otherwise
+            return self._build(outputs, feeds, input_shapes, dump_ir, on_step)
+
+    def _build(self, outputs: Sequence[str] | None, feeds: Sequence[str] | None,
+               input_shapes: dict[str, tuple[int, ...]], dump_ir: str | os.PathLike | None,
+               on_step: Callable[[str], None] | None) -> CompiledModel:
         def graph() -> Graph:
             lowered = load_graph(self.param, input_shapes)
             return optimize(lowered, outputs, fuse=self.fuse and self.backend != "interpreter", dump_ir=dump_ir,

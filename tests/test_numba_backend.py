@@ -123,6 +123,61 @@ def test_the_forward_binds_its_kernels_instead_of_linking_their_code(tmp_path):
     np.testing.assert_allclose(m(x), reference, rtol=1e-4, atol=1e-5)
 
 
+def test_constants_replaced_by_prepacked_weights_get_no_view_but_stay_in_the_graph(tmp_path):
+    """A conv weight its rule prepacked (panels) is read by no line of the forward: no view of it there
+    (each view costs compile time), but the cache entry keeps it, and the graph loaded from the entry
+    has every constant with its bytes."""
+    built = compiler.compile(SHIPPED, cache_dir=tmp_path)
+    names = {c.name: c for c in built.graph.constants.values()}
+    for name in ("convbn2d_0.weight", "convbn2d_3.weight"):
+        assert names[name].shape[2:] == (3, 3)
+        view_of = f"c_{name.replace('.', '_')}"
+        assert not re.search(rf"\b{view_of} = view\(", built.source), name
+        assert re.search(rf"\b{view_of}__\w+ = view\(", built.source), name  # its prepacked layout
+    assert re.search(r"\bc_fc_weight = view\(", built.source)  # read as it is: kept
+    loaded = compiler.compile(SHIPPED, cache_dir=tmp_path)
+    assert loaded.cache_info.hit
+    assert {c.name: c.shape for c in loaded.graph.constants.values()} == {n: c.shape for n, c in names.items()}
+    for c in loaded.graph.constants.values():
+        np.testing.assert_array_equal(c.data, names[c.name].data)
+    x = np.random.default_rng(0).normal(size=loaded.inputs[0].shape).astype(np.float32)
+    reference = compiler.compile(SHIPPED, backend="interpreter")(x)
+    np.testing.assert_allclose(loaded(x), reference, rtol=1e-4, atol=1e-5)
+
+
+def test_a_compile_pauses_the_cyclic_collector_and_restores_it(tmp_path):
+    """compiler/gc_pause.py: the collector is off while the model compiles (each step sees it off) and
+    back on afterwards; one that the caller had turned off stays off."""
+    import gc
+
+    seen = []
+    assert gc.isenabled()
+    compiler.compile(SHIPPED, cache_dir=tmp_path, on_step=lambda step: seen.append(gc.isenabled()))
+    assert seen and not any(seen) and gc.isenabled()
+    gc.disable()
+    try:
+        compiler.compile(SHIPPED, cache=False, on_step=lambda step: seen.append(gc.isenabled()))
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
+
+
+def test_overlapping_compiles_restore_the_collector_when_the_last_ends():
+    """Compiles in several threads overlap: the first to end must not turn the collector back on under
+    the others."""
+    import gc
+
+    from compiler.gc_pause import collector_paused
+
+    first, second = collector_paused(), collector_paused()
+    first.__enter__()
+    second.__enter__()
+    first.__exit__(None, None, None)  # ends before the second
+    assert not gc.isenabled()
+    second.__exit__(None, None, None)
+    assert gc.isenabled()
+
+
 @pytest.mark.parametrize("text, node, reason", [
     ("""graph g(%a: f32[2,1,2,1,2,1,2,3,4], %b: f32[1,2,1,2,1,2,1,4,5]) {
   %m: f32[2,2,2,2,2,2,2,3,5] = matmul(%a, %b) @deep_matmul
