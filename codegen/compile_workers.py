@@ -23,6 +23,7 @@ per usable core, at most MAX_PROCESSES.
 
 from __future__ import annotations
 
+import gc
 import importlib
 import logging
 import os
@@ -92,6 +93,7 @@ def compile_jobs(jobs: Sequence[Job], compile_here: Callable[[Job], None]) -> No
     def compile_timed(job: Job) -> None:
         start = time.perf_counter()
         compile_here(job)
+        gc.collect(0)  # the kernel's garbage, which the paused collector (compiler/gc_pause.py) leaves
         log.info("compiled %s in %.1f s", job.label, time.perf_counter() - start)
 
     if workers == 0:
@@ -199,6 +201,7 @@ def _serve() -> None:
     """A worker: compile each job read from stdin; answer None, or what went wrong, on stdout."""
     requests, replies = sys.stdin.buffer, os.fdopen(os.dup(sys.stdout.fileno()), "wb")
     os.dup2(sys.stderr.fileno(), sys.stdout.fileno())  # anything printed goes to stderr, not into the replies
+    gc.disable()  # as in a compile (compiler/gc_pause.py): each job's garbage is collected once, after it
     while True:
         try:
             job = pickle.load(requests)
@@ -211,6 +214,7 @@ def _serve() -> None:
             problem = f"{type(exc).__name__}: {exc}"
         pickle.dump(problem, replies)
         replies.flush()
+        gc.collect(0)  # while the main process sends the next job
 
 
 if __name__ == "__main__":
