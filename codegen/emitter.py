@@ -25,6 +25,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import BinaryIO
 
 import numpy as np
 
@@ -44,36 +45,61 @@ class WeightPack:
     """Constants packed into one flat array per dtype; each constant is a view at an offset.
 
     Besides the graph's constants it holds those the emit rules prepacked (weights in the
-    layout a kernel wants), which have a name but no Value."""
+    layout a kernel wants), which have a name but no Value. build() only places them: `arrays`
+    fills the packs in memory when first asked for, write_npy() streams one into a file instead
+    (a cache entry's weights: ResNet-18's are 99 MB, which a copy in memory would double)."""
 
-    arrays: dict[str, np.ndarray] = field(default_factory=dict)  # dtype name -> flat array
+    sizes: dict[str, int] = field(default_factory=dict)  # dtype name -> elements of its packed array
     slots: dict[Value, tuple[str, int]] = field(default_factory=dict)  # constant -> (dtype, offset)
     prepacked: dict[str, tuple[str, int, tuple]] = field(default_factory=dict)  # name -> (dtype, offset, shape)
+    contents: list[tuple[str, int, np.ndarray]] = field(default_factory=list)  # (dtype, offset, data) of each
+    _arrays: dict[str, np.ndarray] | None = None
 
     @staticmethod
     def build(constants: list[Value], prepacked: dict[str, np.ndarray] | None = None) -> WeightPack:
         pack = WeightPack()
-        sizes: dict[str, int] = {}
 
-        def place(dtype: str, size: int) -> int:
-            start = sizes.get(dtype, 0)
-            sizes[dtype] = start + -(-max(size, 1) // WEIGHT_ALIGN) * WEIGHT_ALIGN
+        def place(dtype: str, data: np.ndarray) -> int:
+            start = pack.sizes.get(dtype, 0)
+            pack.sizes[dtype] = start + -(-max(data.size, 1) // WEIGHT_ALIGN) * WEIGHT_ALIGN
+            pack.contents.append((dtype, start, data))
             return start
 
         for c in constants:
-            pack.slots[c] = (c.dtype, place(c.dtype, c.type.size))
-        extra = prepacked or {}
-        for name, array in extra.items():
-            pack.prepacked[name] = (array.dtype.name, place(array.dtype.name, array.size), array.shape)
-        for dtype, size in sizes.items():
-            pack.arrays[dtype] = np.zeros(size, dtype)
-        for c, (dtype, start) in pack.slots.items():
-            pack.arrays[dtype][start:start + c.type.size] = c.data.reshape(-1)
-        for name, (dtype, start, _) in pack.prepacked.items():
-            pack.arrays[dtype][start:start + extra[name].size] = extra[name].reshape(-1)
-        for array in pack.arrays.values():
-            array.flags.writeable = False
+            pack.slots[c] = (c.dtype, place(c.dtype, c.data))
+        for name, array in (prepacked or {}).items():
+            pack.prepacked[name] = (array.dtype.name, place(array.dtype.name, array), array.shape)
         return pack
+
+    @property
+    def dtypes(self) -> list[str]:
+        """The dtypes of the packed arrays, in the order the forward takes them."""
+        return list(self.sizes)
+
+    @property
+    def arrays(self) -> dict[str, np.ndarray]:
+        """dtype name -> its packed array (read-only), filled on first use."""
+        if self._arrays is None:
+            arrays = {dtype: np.zeros(size, dtype) for dtype, size in self.sizes.items()}
+            for dtype, start, data in self.contents:
+                arrays[dtype][start:start + data.size] = data.reshape(-1)
+            for array in arrays.values():
+                array.flags.writeable = False
+            self._arrays = arrays
+        return self._arrays
+
+    def write_npy(self, dtype: str, file: BinaryIO) -> None:
+        """Write the packed array of `dtype` to `file` as a .npy file (np.load reads what np.save of
+        `arrays[dtype]` would have written), one constant after the other."""
+        size = self.sizes[dtype]
+        np.lib.format.write_array_header_1_0(file, {"descr": np.lib.format.dtype_to_descr(np.dtype(dtype)),
+                                                     "fortran_order": False, "shape": (size,)})
+        itemsize, written = np.dtype(dtype).itemsize, 0
+        for kind, start, data in sorted((c for c in self.contents if c[0] == dtype), key=lambda c: c[1]):
+            file.write(bytes((start - written) * itemsize))  # the alignment gap before it: zeros
+            file.write(memoryview(np.ascontiguousarray(data, dtype=kind).reshape(-1)).cast("B"))
+            written = start + data.size
+        file.write(bytes((size - written) * itemsize))
 
     def places(self, names: Callable[[Value, str], str]) -> list[tuple[str, str, int, tuple[int, ...]]]:
         """(name, dtype, byte offset in the dtype's packed array, shape) of each constant and prepacked array."""
@@ -161,7 +187,7 @@ def generate_module(graph: Graph, comment: str = "", profile: bool = False) -> G
         add_prepacked(prepacked, code.emit, names)
     plan.arena_bytes = scratch.end  # the nodes' scratch arrays after the plan's buffers
     weights = WeightPack.build(list(graph.constants.values()), prepacked)
-    weight_args = [f"w_{dtype}" for dtype in weights.arrays]
+    weight_args = [f"w_{dtype}" for dtype in weights.dtypes]
     # a constant no line reads (a weight its rule replaced by a prepacked layout) stays in the pack, which
     # cache entries rebuild the graph from, but gets no view: each costs the forward's compile time
     used = {word for line in body + copies for word in _WORD.findall(line)}

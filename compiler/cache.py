@@ -51,6 +51,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 log = logging.getLogger(__name__)
 
@@ -84,12 +85,36 @@ class CacheInfo:
     reason: str = ""  # why the cache was not used, if it was not
 
 
+def _new_digest():
+    return hashlib.blake2b(digest_size=20)
+
+
 def file_digest(path: Path) -> str:
-    h = hashlib.blake2b(digest_size=20)
+    h = _new_digest()
     with open(path, "rb") as f:
         for chunk in iter(lambda: f.read(1 << 22), b""):
             h.update(chunk)
     return h.hexdigest()
+
+
+class _DigestingFile:
+    """A binary file being written whose bytes are hashed as they go out, as file_digest() reads them."""
+
+    def __init__(self, file: BinaryIO):
+        self.file, self.digest = file, _new_digest()
+
+    def write(self, data) -> int:
+        self.digest.update(data)
+        return self.file.write(data)
+
+
+def write_digested(path: Path, write: Callable[[BinaryIO], None]) -> str:
+    """Write `path` with write(file); return its file_digest(), computed on the way out rather than by
+    reading the file again (a cache entry's weights: 50-100 MB)."""
+    with open(path, "wb") as f:
+        digesting = _DigestingFile(f)
+        write(digesting)
+    return digesting.digest.hexdigest()
 
 
 def file_identity(st: os.stat_result) -> tuple[int, int, int, int]:
@@ -99,7 +124,7 @@ def file_identity(st: os.stat_result) -> tuple[int, int, int, int]:
 
 def file_record(path: Path, known: dict[tuple, str] | None = None) -> dict:
     """What load() checks a file of an entry against: its size, mtime and digest when written.
-    known: digests this build already computed, by file_identity (share() hashes the weights)."""
+    known: digests this build already computed, by file_identity (the weights, hashed as written: write_digested, share())."""
     st = path.stat()
     digest = (known or {}).get(file_identity(st)) or file_digest(path)
     return {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "digest": digest}
@@ -376,13 +401,13 @@ class ModelCache:
             log.debug("cache eviction in %s failed: %s", self.root, exc)
         return meta, False
 
-    def share(self, path: Path) -> None:
+    def share(self, path: Path, digest: str | None = None) -> None:
         """Make `path` (a file of an entry being built) a hard link to the copy of its bytes in weights/,
         putting it there first if no entry has a sound one (a copy whose bytes no longer match its name,
         edited through another entry's link, is replaced); where the file system has no hard links, the
-        entry keeps its own copy."""
+        entry keeps its own copy. digest: its file_digest(), when the writer computed it (write_digested)."""
         store = self.root / "weights"
-        digest = file_digest(path)
+        digest = digest or file_digest(path)
         shared = store / f"{digest}{path.suffix}"
         link = path.with_name(f".{path.name}.link")
         try:

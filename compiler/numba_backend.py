@@ -17,6 +17,7 @@ code generation and type inference altogether.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib.util
 import logging
@@ -40,7 +41,7 @@ from codegen.kernels.control import STOPPED
 from codegen.linker import BoundKernels, bind, link
 from codegen.memory_plan import ALIGN, MemoryPlan
 from codegen.opt_level import FORWARD_OPT_LEVEL, opt_level
-from compiler.cache import CacheInfo, ModelCache, cache_key
+from compiler.cache import CacheInfo, ModelCache, cache_key, write_digested
 from compiler.model import CompiledModel
 from compiler.run_control import UNCONTROLLED, RunControl
 from compiler.step_stats import NodeStat
@@ -223,20 +224,22 @@ class NumbaModel(CompiledModel):
 
     @classmethod
     def write_entry(cls, graph: Graph, directory: Path, name: str,
-                    share: Callable[[Path], None] | None = None) -> dict:
+                    share: Callable[[Path, str], None] | None = None) -> dict:
         """Write a cache entry for `graph` into `directory`; return its meta. name: see write_modules.
-        share(path): store a weights file once for every entry (ModelCache.share)."""
+        share(path, digest): store a weights file once for every entry (ModelCache.share)."""
         generated = generate_module(graph, comment=graph.name)
-        weights = list(generated.weights.arrays.values())
-        write_modules(generated, directory, name, sample_arguments(graph, weights, generated.plan.arena_bytes),
+        packs = []  # the weights written straight from the constants (no copy of them all in memory), mapped
+        for dtype in generated.weights.dtypes:
+            path = directory / f"weights_{dtype}.npy"
+            digest = write_digested(path, functools.partial(generated.weights.write_npy, dtype))
+            if share is not None:
+                share(path, digest)
+            packs.append(np.asarray(np.load(path, mmap_mode="r")))
+        write_modules(generated, directory, name, sample_arguments(graph, packs, generated.plan.arena_bytes),
                       profile=False)
         (directory / "graph.ir").write_text(print_graph(graph))
-        for dtype, array in generated.weights.arrays.items():
-            np.save(directory / f"weights_{dtype}.npy", array)
-            if share is not None:
-                share(directory / f"weights_{dtype}.npy")
         constants = {c.name: [dtype, offset, list(c.shape)] for c, (dtype, offset) in generated.weights.slots.items()}
-        return {"graph": graph.name, "weight_dtypes": list(generated.weights.arrays), "constants": constants,
+        return {"graph": graph.name, "weight_dtypes": generated.weights.dtypes, "constants": constants,
                 "memory_plan": generated.plan.summary(), "interpreted": generated.interpreted,
                 "arena_bytes": generated.plan.arena_bytes}
 

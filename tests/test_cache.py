@@ -205,21 +205,50 @@ def test_large_entry_files_are_checked_by_stat_and_hashed_when_their_mtime_moved
     np.testing.assert_allclose(m(X), EXPECTED, rtol=1e-6)
 
 
-def test_building_an_entry_hashes_its_weights_once_and_records_their_digest(model, tmp_path, monkeypatch):
-    """share() hashes a weights file to name its copy in weights/; the entry's record reuses that digest
-    (a second hash of 50-100 MB cost a tenth of a second a compile). Both ways share() goes: publishing
-    the first copy, and linking the entry to a copy another entry published."""
+def test_building_an_entry_hashes_its_weights_as_it_writes_them(model, tmp_path, monkeypatch):
+    """The weights file is hashed as it is written (write_digested), to name its copy in weights/, and
+    the entry's record reuses that digest: reading 50-100 MB back to hash them cost a tenth of a second
+    a compile. Both ways share() goes: publishing the first copy, and linking the entry to a copy
+    another entry published (whose soundness it checks by hashing that copy)."""
     cache = tmp_path / "cache"
     digested = _digested(monkeypatch)
     for options in ({}, {"threads": 1}):  # a second entry with the same weights links to the first's copy
         digested.clear()
         entry = compiler.compile(model, cache_dir=cache, **options).cache_info.path
         weights = next(entry.glob("weights_*.npy"))
-        hashed = [name for name in digested if name.startswith("weights_")]
-        assert hashed == [weights.name], hashed
+        assert not [name for name in digested if name.startswith("weights_")], digested
         record = json.loads((entry / "meta.json").read_text())["files"][weights.name]
         assert record["digest"] == compiler.cache.file_digest(weights)
+        assert (cache / "weights" / f"{record['digest']}.npy").samefile(weights)
     assert weights.stat().st_nlink == 3  # weights/ and both entries
+
+
+def test_a_weights_file_written_as_it_streams_is_what_np_save_writes(tmp_path):
+    """WeightPack.write_npy streams the constants into the file without the packed array in memory: the
+    same bytes as np.save of the packed array (alignment gaps zeroed, several dtypes, an empty constant,
+    a prepacked array, a constant of another dtype than its data), and write_digested's digest is
+    file_digest's."""
+    from codegen.emitter import WeightPack
+
+    class Constant:  # what WeightPack reads of a Value
+        def __init__(self, data, dtype=None):
+            self.data, self.dtype = data, dtype or data.dtype.name
+
+    rng = np.random.default_rng(0)
+    constants = [Constant(rng.standard_normal(5).astype(np.float32)), Constant(np.arange(3, dtype=np.int64)),
+                 Constant(np.zeros(0, np.float32)), Constant(rng.standard_normal((7, 9)).astype(np.float32)),
+                 Constant(np.arange(4.0), "float32")]
+    pack = WeightPack.build(constants, {"w__panels": rng.standard_normal((2, 17)).astype(np.float32)})
+    assert pack.dtypes == ["float32", "int64"]
+    for dtype in pack.dtypes:
+        streamed, saved = tmp_path / f"streamed_{dtype}.npy", tmp_path / f"saved_{dtype}.npy"
+        digest = compiler.cache.write_digested(streamed, lambda f: pack.write_npy(dtype, f))
+        np.save(saved, pack.arrays[dtype])
+        assert streamed.read_bytes() == saved.read_bytes()
+        assert digest == compiler.cache.file_digest(streamed)
+    packed = pack.arrays["float32"]
+    np.testing.assert_array_equal(packed[pack.slots[constants[3]][1]:][:63], constants[3].data.reshape(-1))
+    np.testing.assert_array_equal(packed[pack.slots[constants[4]][1]:][:4], [0, 1, 2, 3])
 
 
 def test_bin_digest_is_memoised_until_the_file_changes(model, tmp_path, monkeypatch):
