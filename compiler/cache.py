@@ -124,7 +124,8 @@ def file_identity(st: os.stat_result) -> tuple[int, int, int, int]:
 
 def file_record(path: Path, known: dict[tuple, str] | None = None) -> dict:
     """What load() checks a file of an entry against: its size, mtime and digest when written.
-    known: digests this build already computed, by file_identity (the weights, hashed as written: write_digested, share())."""
+    known: digests this build already computed, by file_identity (the weights, hashed as they were written:
+    write_digested, share())."""
     st = path.stat()
     digest = (known or {}).get(file_identity(st)) or file_digest(path)
     return {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "digest": digest}

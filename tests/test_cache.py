@@ -3,6 +3,7 @@ the kernel library's numba cache is dropped; what the key covers."""
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -242,7 +243,7 @@ def test_a_weights_file_written_as_it_streams_is_what_np_save_writes(tmp_path):
     assert pack.dtypes == ["float32", "int64"]
     for dtype in pack.dtypes:
         streamed, saved = tmp_path / f"streamed_{dtype}.npy", tmp_path / f"saved_{dtype}.npy"
-        digest = compiler.cache.write_digested(streamed, lambda f: pack.write_npy(dtype, f))
+        digest = compiler.cache.write_digested(streamed, functools.partial(pack.write_npy, dtype))
         np.save(saved, pack.arrays[dtype])
         assert streamed.read_bytes() == saved.read_bytes()
         assert digest == compiler.cache.file_digest(streamed)
