@@ -73,3 +73,16 @@ def test_ir_errors_imports_nothing_of_ours():
             imported.append("." * node.level + (node.module or ""))
     ours = [name for name in imported if name.startswith(".") or name.split(".")[0] in OURS]
     assert ours == [], f"ir/errors.py imports {ours}"
+
+
+def test_importing_the_package_loads_neither_numba_nor_scipy_special():
+    """`import compiler` (and every op family's reference) stays light: numba comes with the numba backend,
+    scipy.special with the first reference that needs it (erf, expit, gammaln). It cost ~0.3 s of every
+    import of the package, before any model was asked for."""
+    script = ("import sys, compiler, ir.op_registry\nir.op_registry.all_ops()\n"
+              "print([m for m in ('numba', 'scipy.special') if m in sys.modules])")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().splitlines()[-1] == "[]"

@@ -16,10 +16,9 @@ from __future__ import annotations
 import functools
 
 import numpy as np
-from scipy import special
 
 from ir.op_registry import FLOAT, STR, ScalarForm, Trait, register
-from ir.ops.common import broadcast_shapes
+from ir.ops.common import broadcast_shapes, scipy_special
 from ir.types import TensorType
 
 _EW = [Trait.ELEMENTWISE]
@@ -100,12 +99,12 @@ def clamp(x, min, max):  # noqa: A002 - torch's names
 
 @_activation("sigmoid", "fast_sigmoid({0})", epilogue=True)
 def sigmoid(x):
-    return _like(special.expit(x), x)
+    return _like(scipy_special().expit(x), x)
 
 
 @_activation("silu", "fast_silu({0})", epilogue=True)
 def silu(x):
-    return _like(_floor(x) * special.expit(x), x)
+    return _like(_floor(x) * scipy_special().expit(x), x)
 
 
 @_activation("logsigmoid", "(-np.logaddexp({T}(0.0), -{0}))")
@@ -124,7 +123,7 @@ def gelu(x, approximate):
     if approximate == "tanh":
         y = 0.5 * x64 * (1 + np.tanh(np.sqrt(2 / np.pi) * (x64 + 0.044715 * x64**3)))
     else:
-        y = 0.5 * x64 * (1 + special.erf(x64 / np.sqrt(2)))
+        y = 0.5 * x64 * (1 + scipy_special().erf(x64 / np.sqrt(2)))
     return _like(y, x)
 
 

@@ -1,4 +1,4 @@
-"""Shape helpers shared by the op families."""
+"""Shape helpers shared by the op families, and scipy.special for the references that need it."""
 
 from __future__ import annotations
 
@@ -52,3 +52,11 @@ def conv_out_size(size: int, kernel: int, stride: int, pad_begin: int, pad_end: 
     if ceil_mode and (out - 1) * stride >= size + pad_begin:
         out -= 1
     return out
+
+
+def scipy_special():
+    """scipy.special, imported when a reference first needs it (erf, expit, gammaln): importing it costs
+    ~0.3 s (its array-API layer pulls in numpy.f2py and more), which `import compiler` paid for every user."""
+    from scipy import special
+
+    return special

@@ -20,10 +20,9 @@ import enum
 from collections.abc import Callable, Iterable
 
 import numpy as np
-from scipy import special
 
 from ir.op_registry import STR, Trait, register
-from ir.ops.common import broadcast_shapes
+from ir.ops.common import broadcast_shapes, scipy_special
 from ir.types import TensorType
 
 _EW = [Trait.ELEMENTWISE]
@@ -197,9 +196,10 @@ _UNARY: dict[str, tuple[Callable, Kind, str]] = {
     "asinh": (np.arcsinh, Kind.FLOAT, "np.arcsinh({0})"),
     "acosh": (np.arccosh, Kind.FLOAT, "np.arccosh({0})"),
     "atanh": (np.arctanh, Kind.FLOAT, "np.arctanh({0})"),
-    "erf": (special.erf, Kind.FLOAT, "fast_erf({0})"),
-    "erfc": (special.erfc, Kind.FLOAT, "math.erfc({0})"),
-    "lgamma": (special.gammaln, Kind.FLOAT, "math.lgamma({0})"),  # log |gamma(x)|, inf at 0, -1, ...
+    "erf": (lambda x: scipy_special().erf(x), Kind.FLOAT, "fast_erf({0})"),
+    "erfc": (lambda x: scipy_special().erfc(x), Kind.FLOAT, "math.erfc({0})"),
+    # log |gamma(x)|, inf at 0, -1, ...
+    "lgamma": (lambda x: scipy_special().gammaln(x), Kind.FLOAT, "math.lgamma({0})"),
     "isnan": (np.isnan, Kind.COMPARE, "np.isnan({0})"),
     "signbit": (np.signbit, Kind.COMPARE, "np.signbit({0})"),
     "bitwise_not": (np.invert, Kind.BITWISE, "(~{0})"),
