@@ -95,7 +95,9 @@ class WeightPack:
         np.lib.format.write_array_header_1_0(file, {"descr": np.lib.format.dtype_to_descr(np.dtype(dtype)),
                                                      "fortran_order": False, "shape": (size,)})
         itemsize, written = np.dtype(dtype).itemsize, 0
-        for kind, start, data in sorted((c for c in self.contents if c[0] == dtype), key=lambda c: c[1]):
+        for kind, start, data in self.contents:  # build() placed each dtype's at rising offsets
+            if kind != dtype:
+                continue
             file.write(bytes((start - written) * itemsize))  # the alignment gap before it: zeros
             file.write(memoryview(np.ascontiguousarray(data, dtype=kind).reshape(-1)).cast("B"))
             written = start + data.size
