@@ -61,6 +61,7 @@ from numba.extending import NativeValue, intrinsic, lower_builtin, models, regis
 from codegen.array_view import IN_NUMPY, INTRINSICS
 from codegen.compile_workers import Job, compile_jobs
 from codegen.interpreted import run_reference, skipped_when_linking
+from codegen.numba_cache import load_cached
 from ir.errors import LinkError
 
 log = logging.getLogger(__name__)
@@ -210,9 +211,9 @@ def bind(module: ModuleType, table: list[KernelRef]) -> BoundKernels:
 def _jit_address(dispatcher: Dispatcher, signature: Signature) -> int:
     """Address of the compiled function (numba's calling convention) of `dispatcher` for `signature`."""
     args = tuple(signature.args)
-    if args not in dispatcher.overloads:
-        # by the argument types, as a call from jitted code compiles it: numba's cache keys an entry
-        # on what compile() was given, so a Signature here would miss the entry typing saved, and add one
+    # by the argument types, as a call from jitted code compiles it: numba's cache keys an entry on what
+    # compile() was given, so a Signature here would miss the entry typing saved, and add one
+    if not load_cached(dispatcher, args):
         dispatcher.compile(args)
     result = dispatcher.overloads[args]
     if result.signature.return_type != signature.return_type:

@@ -37,6 +37,8 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import glob
+import importlib.util
 import os
 import sys
 
@@ -96,18 +98,41 @@ def _reuse_large_allocations() -> None:
 _reuse_large_allocations()
 
 
+def scipy_blas_library() -> str | None:
+    """The OpenBLAS library file that scipy's wheel bundles (scipy.libs/ beside the package), found without
+    importing scipy; None where scipy is not installed that way (a build on the system's BLAS, conda)."""
+    spec = importlib.util.find_spec("scipy")
+    if spec is None or spec.origin is None:
+        return None
+    libs = glob.glob(os.path.join(os.path.dirname(os.path.dirname(spec.origin)), "scipy.libs", "lib*openblas*.so*"))
+    return libs[0] if len(libs) == 1 else None
+
+
 def _single_threaded_blas() -> None:
-    """Run the OpenBLAS that numba's np.dot calls (scipy's) on one thread; numpy's own is left alone."""
-    import scipy.linalg.cython_blas  # noqa: F401 - loads the library numba calls
+    """Run the OpenBLAS that numba's np.dot calls (scipy's) on one thread; numpy's own is left alone.
+
+    numba's np.dot reaches it through scipy.linalg.cython_blas, which it imports at the first call. That
+    import costs 0.3 s (scipy.linalg and its array-API layer), most models never multiply through BLAS,
+    and the thread count must be set before the first call. So where scipy's wheel bundles its OpenBLAS,
+    the library alone is loaded here and set to one thread: scipy's own import later finds it loaded
+    (by its soname) and shares it."""
+    library = None if "scipy.linalg.cython_blas" in sys.modules else scipy_blas_library()
+    if library is None:
+        import scipy.linalg.cython_blas  # loads the library numba calls
+
+        scipy_dir = os.path.dirname(os.path.dirname(scipy.linalg.cython_blas.__file__))
+    else:
+        _loaded.append(ctypes.CDLL(library))
+        scipy_dir = os.path.dirname(library)
     import threadpoolctl
 
-    scipy_dir = os.path.dirname(os.path.dirname(scipy.linalg.cython_blas.__file__))
     controller = threadpoolctl.ThreadpoolController().select(user_api="blas")
     ours = [lib for lib in controller.lib_controllers if lib.filepath.startswith(scipy_dir)]
     for lib in ours or controller.lib_controllers:  # a scipy built on the system BLAS shares it
         lib.set_num_threads(1)
 
 
+_loaded: list[ctypes.CDLL] = []  # scipy's OpenBLAS, held loaded
 _single_threaded_blas()
 
 

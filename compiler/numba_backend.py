@@ -40,6 +40,7 @@ from codegen.emitter import GeneratedModule, generate_module, plan_forward_memor
 from codegen.kernels.control import STOPPED
 from codegen.linker import BoundKernels, bind, link
 from codegen.memory_plan import ALIGN, MemoryPlan
+from codegen.numba_cache import load_cached
 from codegen.opt_level import FORWARD_OPT_LEVEL, opt_level
 from compiler.cache import CacheInfo, ModelCache, cache_key, write_digested
 from compiler.model import CompiledModel
@@ -81,6 +82,8 @@ def compile_forward(function, signature: tuple) -> None:
     """Compile (or load from numba's cache) a generated forward. The emitter compiles a forward without
     reference counting where none of its lines allocates (codegen/emitter.py, _ALLOCATES); should numba
     meet an allocation that rule missed, the forward compiles again with it rather than fail."""
+    if load_cached(function, signature):
+        return
     try:
         function.compile(signature)
     except numba.core.errors.NumbaRuntimeError as exc:

@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import codegen.runtime
 import compiler
 import compiler.cache
 
@@ -106,9 +107,15 @@ SHIPPED = Path(compiler.__file__).parent / "data" / "tiny_cnn.pnnx.param"  # con
 RUN_SHIPPED = """
 import json, sys
 import numpy as np, compiler
+from numba.core.base import BaseContext
+refreshes = []  # numba's typing and lowering registries refreshed: only compiling needs them
+_refresh = BaseContext.refresh
+BaseContext.refresh = lambda self: (refreshes.append(1), _refresh(self))[1]
 m = compiler.compile(sys.argv[1], cache_dir=sys.argv[2])
 x = np.random.default_rng(0).normal(size=m.inputs[0].shape).astype(np.float32)
-print(json.dumps({"hit": m.cache_info.hit, "y": m(x).tolist()}))
+y = m(x)
+print(json.dumps({"hit": m.cache_info.hit, "y": y.tolist(), "refreshes": len(refreshes),
+                  "scipy.linalg": "scipy.linalg" in sys.modules}))
 """
 
 
@@ -126,6 +133,9 @@ def test_a_fresh_process_loads_the_forward_and_its_kernels_without_compiling(tmp
     assert "[cache] data loaded from" in out.stdout
     saved = [line for line in out.stdout.splitlines() if "saved to" in line]
     assert not saved, saved  # numba compiled nothing: the forward and its kernels came from its cache
+    assert result["refreshes"] == 0  # and loaded them without numba's registries (numba_cache.load_cached)
+    if codegen.runtime.scipy_blas_library() is not None:  # scipy's BLAS set up without importing scipy.linalg
+        assert result["scipy.linalg"] is False
 
 
 def test_concurrent_compiles_all_succeed_and_leave_one_entry(model, tmp_path):

@@ -104,3 +104,42 @@ def test_the_kernels_made_by_factories_have_the_same_cache_key_in_every_process(
     assert {"conv_packed.conv2d_packed", "conv_packed.conv1x1_packed", "conv_packed.conv1x1_packed_prologue"} <= set(
         first)
     assert first == second
+
+
+# a fresh process: load_cached() of a signature an earlier process saved, of one never saved, of a function
+# without cache=True; then a compile, which must refresh numba's registries itself
+LOAD_CACHED = '''
+import json, sys
+import numba
+import numpy as np
+from numba.core import types
+from numba.core.base import BaseContext
+from codegen.numba_cache import load_cached
+refreshes = []
+_refresh = BaseContext.refresh
+BaseContext.refresh = lambda self: (refreshes.append(1), _refresh(self))[1]
+sys.path.insert(0, sys.argv[1])
+import kernel_mod
+loaded = load_cached(kernel_mod.twice, (types.float64,))
+after_load = len(refreshes)
+value = kernel_mod.twice(1.5)
+missing = load_cached(kernel_mod.twice, (types.int32,))
+uncached = load_cached(numba.njit(lambda x: x + 1), (types.float64,))
+total = numba.njit(lambda a: np.sum(np.sort(a)))(np.arange(4.0))  # needs the registries load_cached skipped
+print(json.dumps([loaded, after_load, value, missing, uncached, total, len(kernel_mod.twice.stats.cache_misses)]))
+'''
+
+
+def test_load_cached_loads_machine_code_without_refreshing_numbas_registries(tmp_path):
+    (tmp_path / "kernel_mod.py").write_text(KERNEL)
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    saved = subprocess.run([sys.executable, "-c", COMPILE_ONE, str(tmp_path), "float"], env=env,
+                           capture_output=True, text=True, timeout=300)
+    assert saved.returncode == 0, saved.stderr
+    done = subprocess.run([sys.executable, "-c", LOAD_CACHED, str(tmp_path)], env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    loaded, after_load, value, missing, uncached, total, misses = json.loads(done.stdout.strip().splitlines()[-1])
+    assert loaded is True and after_load == 0 and value == 3.0 and misses == 0
+    assert missing is False and uncached is False  # not in the cache: the caller compiles
+    assert total == 6.0
