@@ -98,6 +98,9 @@ def _reuse_large_allocations() -> None:
 _reuse_large_allocations()
 
 
+_loaded: list[ctypes.CDLL] = []  # scipy's OpenBLAS, when _single_threaded_blas loads it itself: held loaded
+
+
 def scipy_blas_library() -> str | None:
     """The OpenBLAS library file that scipy's wheel bundles (scipy.libs/ beside the package), found without
     importing scipy; None where scipy is not installed that way (a build on the system's BLAS, conda)."""
@@ -132,7 +135,6 @@ def _single_threaded_blas() -> None:
         lib.set_num_threads(1)
 
 
-_loaded: list[ctypes.CDLL] = []  # scipy's OpenBLAS, held loaded
 _single_threaded_blas()
 
 
