@@ -254,6 +254,68 @@ def _transpose_codegen(context, builder, signature, args):
     return context.get_dummy_value()
 
 
+@intrinsic
+def transpose_out(typingctx, src, s0, s_stride, dst, d0, d_stride, bias, b0, lo, hi, top, res):
+    """dst[d0 + c * d_stride + r] = max(min(max(src[s0 + r * s_stride + c] + bias[b0 + c], lo), hi)
+    + res[d0 + c * d_stride + r], top) for r, c < n = vector_floats(): a whole n x n block of sums
+    (a row a pixel, its channels side by side) into channel-major output through the one-pass
+    epilogue, in registers: the bias vector added to each row and the clamp applied before the
+    transpose (transpose_vector's shuffles), the residual and `top` to each column after. bias and
+    res may be None; float32. NaN stays NaN (each compare-and-select keeps v). conv_channels'
+    _channels_out took a strided scalar read per output before."""
+    if not (_is_flat(src) and _is_flat(dst) and src.dtype == dst.dtype == types.float32
+            and (isinstance(bias, types.NoneType) or (_is_flat(bias) and bias.dtype == types.float32))
+            and (isinstance(res, types.NoneType) or (_is_flat(res) and res.dtype == types.float32))):
+        return None
+    return types.void(src, s0, s_stride, dst, d0, d_stride, bias, b0, lo, hi, top, res), _transpose_out_codegen
+
+
+def _transpose_out_codegen(context, builder, signature, args):
+    n = vector_width(context)
+    f32, i32, i64 = ir.FloatType(), ir.IntType(32), ir.IntType(64)
+    vec = ir.VectorType(f32, n)
+    s0_, ss_, d0_, ds_, b0_ = (context.cast(builder, args[i], signature.args[i], types.int64) for i in (1, 2, 4, 5, 7))
+    src_ptr, dst_ptr = (cgutils.create_struct_proxy(signature.args[i])(context, builder, value=args[i]).data
+                        for i in (0, 3))
+    has_bias, has_res = (not isinstance(signature.args[i], types.NoneType) for i in (6, 11))
+
+    def splat(i):  # argument i as float32 in every lane
+        value = context.cast(builder, args[i], signature.args[i], types.float32)
+        lane0 = builder.insert_element(ir.Constant(vec, ir.Undefined), value, ir.Constant(i32, 0))
+        return builder.shuffle_vector(lane0, ir.Constant(vec, ir.Undefined), ir.Constant(ir.VectorType(i32, n), [0] * n))
+
+    def vector_at(ptr, index):
+        return builder.bitcast(builder.gep(ptr, [index]), vec.as_pointer())
+
+    def clamp_below(v, bound):  # max(v, bound), v's NaN kept
+        return builder.select(builder.fcmp_ordered("<", v, bound), bound, v)
+
+    lo, hi, top = splat(8), splat(9), splat(10)
+    bias = None
+    if has_bias:
+        bias_ptr = cgutils.create_struct_proxy(signature.args[6])(context, builder, value=args[6]).data
+        bias = builder.load(vector_at(bias_ptr, b0_), align=4)
+    rows = []
+    for r in range(n):
+        v = builder.load(vector_at(src_ptr, builder.add(s0_, builder.mul(ir.Constant(i64, r), ss_))), align=4)
+        v = builder.fadd(v, bias) if has_bias else v
+        v = clamp_below(v, lo)
+        rows.append(builder.select(builder.fcmp_ordered(">", v, hi), hi, v))
+    low = ir.Constant(ir.VectorType(i32, n), [j for k in range(n // 2) for j in (k, n + k)])
+    high = ir.Constant(ir.VectorType(i32, n), [j for k in range(n // 2, n) for j in (k, n + k)])
+    for _ in range(n.bit_length() - 1):  # log2(n) rounds: row c then holds column c (transpose_vector)
+        rows = [builder.shuffle_vector(rows[i // 2], rows[i // 2 + n // 2], high if i % 2 else low) for i in range(n)]
+    res_ptr = (cgutils.create_struct_proxy(signature.args[11])(context, builder, value=args[11]).data
+               if has_res else None)
+    for c in range(n):
+        at = builder.add(d0_, builder.mul(ir.Constant(i64, c), ds_))
+        v = rows[c]
+        if has_res:
+            v = builder.fadd(v, builder.load(vector_at(res_ptr, at), align=4))
+        builder.store(clamp_below(v, top), vector_at(dst_ptr, at), align=4)
+    return context.get_dummy_value()
+
+
 def _vector_types(context, dtype):
     """(width, vector type, mask type, element alignment, intrinsic suffix) for float32 or float64 runs:
     the loads and stores of a run start at any element, not at a vector's alignment."""

@@ -671,11 +671,14 @@ def test_packed_convs_with_each_machines_panels(width, tmp_path):
     panels, two at a call (micro_gemm2), and AVX2's 6 x 16, one at a call, whose blocks of many
     channel panels pack their pixels (_panels_by_pixels). conv2d_packed (conv1x1_packed on the 1x1
     convs too) and Winograd on them match
-    float64 references, and split_pairs (stride-2 depthwise rows) splits a vector of pairs a step
+    float64 references, so do conv2d_by_channels and conv1x1_by_channels (their blocks of sums out through
+    transpose_out: 16 x 16 or 8 x 8 blocks) with a bias, ReLU and a residual, and split_pairs (stride-2 depthwise rows) splits a vector of pairs a step
     and the rest in one masked step."""
     script = f"""
 import numpy as np, torch
 from codegen.kernels.conv import conv1x1_packed, conv2d_packed
+from codegen.kernels.conv_channels import conv1x1_by_channels, conv2d_by_channels, pack_channel_panels
+from codegen.kernels.gemm import transpose_padded
 from codegen.kernels.microkernel import pack_weights, panel_width, panels_per_call
 from codegen.kernels.vectors import split_pairs
 from codegen.kernels.winograd import pack_transformed, winograd_conv2d
@@ -706,6 +709,17 @@ for n, c, o, h, w, k, s, p in [(1, 13, 20, 23, 17, 3, 2, 1), (2, 40, 7, 9, 9, 1,
     if k == 3 and s == 1:
         winograd_conv2d(x, read_only(pack_transformed(wt)), zero_bias(o), out[:0], out, p, p, 0, 0.0, 0.0, 0, 0.0, 0.0)
         assert np.abs(out - ref).max() < 1e-4, np.abs(out - ref).max()
+    bias = rng.standard_normal(o).astype(np.float32)
+    res = rng.standard_normal(ref.shape).astype(np.float32)
+    ref_act = np.maximum(ref + bias[:, None, None].astype(np.float64), 0.0) + res
+    out[:] = np.nan
+    conv2d_by_channels(x, read_only(pack_channel_panels(wt)), bias, res, out, (k, k), (s, s), (p, p, p, p), (1, 1),
+                       1, 0.0, 0.0, 0, 0.0, 0.0)
+    assert np.abs(out - ref_act).max() < 1e-4, np.abs(out - ref_act).max()
+    if k == 1 and s == 1 and p == 0:
+        out[:] = np.nan
+        conv1x1_by_channels(x, read_only(transpose_padded(wt.reshape(o, c))), bias, res, out, 1, 0.0, 0.0, 0, 0.0, 0.0)
+        assert np.abs(out - ref_act).max() < 1e-4, np.abs(out - ref_act).max()
 print("ok")
 """
     env = {**os.environ, "PNNX_JIT_VECTOR_WIDTH": str(width)}

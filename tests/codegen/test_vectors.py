@@ -2,7 +2,8 @@
 count (whole vectors and a masked last one) and any offsets, writing nothing past the pairs; copy_run and
 clamp_run against numpy's slices and clip, at every length around the vector width, writing
 nothing outside the run; run_max against numpy's max, NaN included, at every length around its
-unrolled step."""
+unrolled step; transpose_out (a block of sums out through the one-pass epilogue) against the same
+arithmetic in float64, elementwise, with and without bias and residual."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from codegen.kernels.vectors import (
     run_max,
     split_pairs,
     target_vector_floats,
+    transpose_out,
     transpose_vector,
     vector_floats,
 )
@@ -134,3 +136,41 @@ def test_transpose_vector_writes_the_block_transposed_and_nothing_else(dtype, ro
         for c in range(cols):
             expected[11 + c * 21 + r] = src[3 + r * 37 + c]
     np.testing.assert_array_equal(dst, expected)
+
+
+@numba.njit(cache=True)
+def _transpose_out(src, s0, s_stride, dst, d0, d_stride, bias, b0, lo, hi, top, res):
+    transpose_out(src, s0, s_stride, dst, d0, d_stride, bias, b0, lo, hi, top, res)
+
+
+@pytest.mark.parametrize("with_bias", [True, False])
+@pytest.mark.parametrize("with_res", [True, False])
+@pytest.mark.parametrize("lo, hi, top", [(-np.inf, np.inf, -np.inf), (0.0, np.inf, -np.inf), (0.0, 6.0, -np.inf),
+                                          (-np.inf, np.inf, 0.0), (-0.5, 0.25, 0.1)])
+def test_transpose_out_is_the_one_pass_epilogue_of_the_block_transposed(with_bias, with_res, lo, hi, top):
+    """dst[d0 + c * d_stride + r] = max(min(max(src[s0 + r * s_stride + c] + bias[b0 + c], lo), hi)
+    + res[same], top) for a whole n x n block; NaN sums stay NaN, nothing outside the block is written,
+    and the residual may be the output itself (an output written over its residual)."""
+    n = target_vector_floats()
+    rng = np.random.default_rng(n)
+    src = rng.standard_normal(5 + 23 * n + n).astype(np.float32)
+    src[5 + 23 * 2 + 1] = np.nan  # pixel 2, channel 1
+    bias = rng.standard_normal(n + 7).astype(np.float32)
+    dst = np.full(9 + 31 * n + n, -7.0, np.float32)
+    res = rng.standard_normal(dst.size).astype(np.float32)
+    block = src[5:5 + 23 * n].reshape(n, 23)[:, :n].astype(np.float64) + (bias[3:3 + n] if with_bias else 0.0)
+    v = np.minimum(np.maximum(block, lo), hi).T  # [channel, pixel]
+    positions = 9 + np.arange(n)[:, None] * 31 + np.arange(n)[None, :]
+    if with_res:
+        v = v + res[positions]
+    expected = np.full(dst.size, -7.0)
+    expected[positions] = np.maximum(v, top)
+    expected[9 + 31 + 2] = np.nan  # the NaN sum, whatever lo, hi and top
+    _transpose_out(src, 5, 23, dst, 9, 31, bias if with_bias else None, 3, lo, hi, top, res if with_res else None)
+    np.testing.assert_allclose(dst, expected, rtol=1e-6, atol=1e-6)
+    if with_res:  # the residual the output itself: each element read just before it is written over
+        aliased = res.copy()
+        _transpose_out(src, 5, 23, aliased, 9, 31, bias if with_bias else None, 3, lo, hi, top, aliased)
+        expected_aliased = res.astype(np.float64)
+        expected_aliased[positions] = expected[positions]
+        np.testing.assert_allclose(aliased, expected_aliased, rtol=1e-6, atol=1e-6)
