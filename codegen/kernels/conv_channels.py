@@ -117,7 +117,8 @@ def conv2d_by_channels(x, wt, bias, residual, out, kernel, stride, padding, dila
     pack_channel_panels(weight, panel, groups) (groups: as many as the panels' reduction steps make);
     bias may be None, residual None or empty for none; padding
     (top, left, bottom, right) zeros. Tasks: (block of images, block of channel panels, block of
-    pixel groups), shared out evenly; each gathers its images' phase planes whole, so this is for
+    pixel groups), shared out evenly (below PARALLEL_MIN_MACS multiply-adds, one task in the calling
+    thread); each gathers its images' phase planes whole, so this is for
     small images (a few hundred KB of planes: they stay in L2).
 
     The pixels of a block of images are one run of MR-pixel groups (pix: where each pixel's window
@@ -136,9 +137,14 @@ def conv2d_by_channels(x, wt, bias, residual, out, kernel, stride, padding, dila
     hq = oh + (kh - 1) * dh // sh
     size = sh * sw * hq * wq  # one channel's planes
     taps = tap_table(c_n // groups, kh, kw, sh, sw, dh, dw, hq, wq)  # where a group's reduction steps read
+    # below PARALLEL_MIN_MACS one task in the calling thread: a split of one image gathers its planes in
+    # each task, and with the wake-up that cost more than the halved products saved (after a 48 -> 48 conv
+    # on 7 x 7, workers spinning as in a forward: 16 -> 16 3x3 on 7 x 7 9.8 -> 8.3 us, 8 -> 16 7.4 -> 6.1;
+    # 24 -> 24, 254k, level; Zen 3 EPYC, AVX2, 2 threads)
+    serial = n_n * p_n * o_n * k < PARALLEL_MIN_MACS
     # blocks of images whose planes fit IMAGE_BLOCK_BYTES, as many blocks as share out evenly
     n_b = max(1, min(n_n, -(-(c_n * size * x.itemsize * n_n) // IMAGE_BLOCK_BYTES)))
-    while n_b % num_threads() != 0 and n_b < n_n:
+    while not serial and n_b % num_threads() != 0 and n_b < n_n:
         n_b += 1
     nb = -(-n_n // n_b)
     n_b = -(-n_n // nb)
@@ -148,20 +154,25 @@ def conv2d_by_channels(x, wt, bias, residual, out, kernel, stride, padding, dila
         m, pq = min(q, nb * p_n - 1) // p_n, min(q, nb * p_n - 1) % p_n
         pix[q] = m * c_n * size + pq // ow * wq + pq % ow
     panels = groups * -(-(o_n // groups) // tw)
-    n_c, cpt = blocks(n_b, panels, 1)
+    n_c, cpt = (1, panels) if serial else blocks(n_b, panels, 1)
     if panels % n_c != 0:  # blocks of unequal panels (3 as 2 and 1 kept a thread idle a third of the time)
         n_c, cpt = 1, panels
     # too few images and panels for the threads (DenseNet's 128 -> 32 channels): blocks of pixel groups
-    n_g, gpt = blocks(n_b * n_c, rows // MR, MIN_GROUPS)
+    n_g, gpt = (1, rows // MR) if serial else blocks(n_b * n_c, rows // MR, MIN_GROUPS)
     kc = -(-k // -(-k // PACKED_K_CHUNK))  # reduction chunks of equal length (144 steps: 72 and 72, not 128 and 16)
     ldc = tw + ACC_PAD
     planes, accs = nb * c_n * size, gpt * MR * ldc
-    scratch = np.empty(min(num_threads(), n_b * n_c * n_g) * (planes + accs), np.float32)
-    run_tasks(_taps_task, n_b * n_c * n_g,
-              (x.reshape(-1), wt.reshape(-1), bias, residual_run(residual, out), out.reshape(-1),
-               (n_n, c_n, h, w, o_n, p_n, k, wt.shape[2], groups), (sh, sw, pt, pl, hq, wq), taps, pix,
-               (nb, n_c, cpt, n_g, gpt, ldc, kc),
-               (act, post), (alpha, beta, post_alpha, post_beta), scratch, (planes, accs)))
+    tasks = n_b * n_c * n_g
+    scratch = np.empty((1 if serial else min(num_threads(), tasks)) * (planes + accs), np.float32)
+    data = (x.reshape(-1), wt.reshape(-1), bias, residual_run(residual, out), out.reshape(-1),
+            (n_n, c_n, h, w, o_n, p_n, k, wt.shape[2], groups), (sh, sw, pt, pl, hq, wq), taps, pix,
+            (nb, n_c, cpt, n_g, gpt, ldc, kc), (act, post), (alpha, beta, post_alpha, post_beta), scratch,
+            (planes, accs))
+    if serial:
+        for t in range(tasks):
+            _taps_task(t, *data)
+    else:
+        run_tasks(_taps_task, tasks, data)
 
 
 @numba.njit(**SEQ)
