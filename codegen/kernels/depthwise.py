@@ -72,7 +72,7 @@ from codegen.kernels.vectors import (
     clamp_run,
     copy_run,
     fma_sums,
-    lane_mask,
+    store_lanes,
     transpose_vector,
     vector_floats,
     vector_loop,
@@ -591,9 +591,6 @@ def _plane_taps(typingctx, xf, x0, offsets, masks, wf, w0, of, o0, pixels, bias,
                                              f"llvm.fma.v{width}f32")
         load_t = ir.FunctionType(vec, [vec.as_pointer(), i32, mask_t, vec])
         load = cgutils.get_or_insert_function(builder.module, load_t, f"llvm.masked.load.v{width}f32.p0")
-        store = cgutils.get_or_insert_function(
-            builder.module, ir.FunctionType(ir.VoidType(), [vec, vec.as_pointer(), i32, mask_t]),
-            f"llvm.masked.store.v{width}f32.p0")
         zero = ir.Constant(vec, [0.0] * width)
 
         def group(v, _):  # PLANE_UNROLL vectors of output pixels from vector v on, summed at once
@@ -618,8 +615,7 @@ def _plane_taps(typingctx, xf, x0, offsets, masks, wf, w0, of, o0, pixels, bias,
                 start = builder.mul(builder.add(v, ir.Constant(i64, k)), ir.Constant(i64, width))
                 out_at = builder.bitcast(builder.gep(o_ptr, [builder.add(o0_, start)]), vec.as_pointer())
                 # every lane but past the plane's end: none in the vectors past it, which round up the group
-                inside = lane_mask(builder, builder.sub(pixels_, start), width)
-                builder.call(store, [r, out_at, ir.Constant(i32, 4), inside])
+                store_lanes(builder, r, out_at, builder.sub(pixels_, start), 4)
             return []
 
         vector_loop(builder, "vectors", vectors, PLANE_UNROLL, [], group)

@@ -35,7 +35,7 @@ from numba.extending import intrinsic, overload
 from codegen.kernels.common import SEQ, num_threads
 from codegen.kernels.epilogue import epilogue_run
 from codegen.kernels.tasks import run_tasks
-from codegen.kernels.vectors import copy_run, lane_mask, vector_floats, vector_loop, vector_width
+from codegen.kernels.vectors import copy_run, store_first, vector_floats, vector_loop, vector_width
 
 ROWS = (7, 4, 2, 1)  # output rows in registers at once: 7 sums, a kernel column's weights, an input vector;
 # a plane's rows go in blocks of 7 (ImageNet nets' planes are 7 * 2^k high), then at most one of 4, 2 and 1
@@ -155,7 +155,7 @@ def _row_block(typingctx, src, s0, h, pitch, offsets, masks, wf, w0, of, o0, ow,
     * src[s0 + (iy0 + y * sh + i) * pitch + x * sh + offsets[j]] over the input rows 0 <= iy0 + y * sh + i < h
     and the columns inside the image (masks[(j * nv + v) * sh * W + k] < 0: the k-th of the sh * W columns
     loaded for vector v lies inside; kw = offsets.size, nv = masks.size // (kw * sh * W)), then
-    min(max(sum + bias, lo), hi) (NaN kept), stored for x < ow (a masked store for a last partial vector
+    min(max(sum + bias, lo), hi) (NaN kept), stored for x < ow (vectors.store_first for a last partial vector
     only). At stride 2 a tap's 2W columns are loaded at once and their even lanes
     kept (one shuffle). kh, sh and rows pick the variant (HEIGHTS x STRIDES x ROWS); others do nothing."""
     if not (all(_flat_array(a, types.float32) for a in (src, wf, of))
@@ -168,7 +168,7 @@ def _row_block(typingctx, src, s0, h, pitch, offsets, masks, wf, w0, of, o0, ow,
         s0_, h_, pitch_, w0_, o0_, ow_, iy0_, kh_, sh_, rows_ = (
             context.cast(builder, args[i], signature.args[i], types.int64) for i in (1, 2, 3, 7, 9, 10, 11, 12, 13, 14))
         width = vector_width(context)
-        vec, mask_t = ir.VectorType(f32, width), ir.VectorType(ir.IntType(1), width)
+        vec = ir.VectorType(f32, width)
         src_ptr, off_ptr, m_ptr, w_ptr, o_ptr = (cgutils.create_struct_proxy(signature.args[i])(
             context, builder, value=args[i]).data for i in (0, 4, 5, 6, 8))
         kw = cgutils.create_struct_proxy(signature.args[4])(context, builder, value=args[4]).nitems
@@ -184,9 +184,6 @@ def _row_block(typingctx, src, s0, h, pitch, offsets, masks, wf, w0, of, o0, ow,
                            for i in (15, 16, 17))
         fma = cgutils.get_or_insert_function(builder.module, ir.FunctionType(vec, [vec, vec, vec]),
                                              f"llvm.fma.v{width}f32")
-        store = cgutils.get_or_insert_function(
-            builder.module, ir.FunctionType(ir.VoidType(), [vec, vec.as_pointer(), i32, mask_t]),
-            f"llvm.masked.store.v{width}f32.p0")
         zero = ir.Constant(vec, [0.0] * width)
 
         def variant(height, stride, count):  # the block's code for kernel height, stride, rows
@@ -248,9 +245,8 @@ def _row_block(typingctx, src, s0, h, pitch, offsets, masks, wf, w0, of, o0, ow,
                         for y, r in enumerate(values):
                             builder.store(r, row_at(y, x0), align=4)
                     with part:
-                        inside = lane_mask(builder, left, width)
                         for y, r in enumerate(values):
-                            builder.call(store, [r, row_at(y, x0), ir.Constant(i32, 4), inside])
+                            store_first(builder, r, row_at(y, x0), left, 4)
                 return []
 
             vector_loop(builder, "columns", nv, 1, [], column)

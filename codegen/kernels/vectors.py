@@ -1,6 +1,7 @@
 """Vector building blocks that kernels share, written in LLVM IR where numba's loops fall short:
 the machine's vector width, splitting a row into its even and odd elements, and copying (or
-clamping) short runs in whole vectors and one masked vector.
+clamping) short runs in whole vectors and one partial vector, and storing the first lanes of a
+vector (store_first: plain stores of 4 + 2 + 1 lanes on AVX2, whose masked stores AMD's Zen microcodes).
 
 The width is the one of the code being generated (8 floats for AVX2, 16 where AVX-512F is
 enabled), read from numba's target features when a kernel is compiled, so a kernel always agrees
@@ -111,12 +112,68 @@ def lane_mask(builder, count, width: int):
     return builder.icmp_signed("<", ir.Constant(ir.VectorType(i64, width), list(range(width))), limit)
 
 
+def store_first(builder, value, pointer, count, align: int) -> None:
+    """LLVM IR storing the first `count` lanes (an i64, 0 <= count < the vector's lanes) of vector `value`
+    at `pointer` (to its element type), nothing past them: a masked store where AVX-512 makes it one
+    instruction, else plain stores of half, a quarter, ... of the lanes, as count's bits say (7 of 8:
+    4 + 2 + 1). AVX2's vmaskmovps store is microcoded on AMD's Zen: split_pairs on rows of 7 pairs
+    took 12.4 ns a row, on rows of 8 (whole vectors) 1.7 (Zen 3 EPYC)."""
+    vec = value.type
+    width = vec.count
+    i32, i64 = ir.IntType(32), ir.IntType(64)
+    if width > 8:
+        mask_t = ir.VectorType(ir.IntType(1), width)
+        store = cgutils.get_or_insert_function(
+            builder.module, ir.FunctionType(ir.VoidType(), [vec, vec.as_pointer(), i32, mask_t]),
+            f"llvm.masked.store.v{width}{'f32' if vec.element == ir.FloatType() else 'f64'}.p0")
+        builder.call(store, [value, builder.bitcast(pointer, vec.as_pointer()), ir.Constant(i32, align),
+                             lane_mask(builder, count, width)])
+        return
+    element_ptr = builder.bitcast(pointer, vec.element.as_pointer())
+    size = width // 2
+    while size >= 1:
+        entry = builder.block
+        with builder.if_then(builder.icmp_unsigned("!=", builder.and_(count, ir.Constant(i64, size)),
+                                                   ir.Constant(i64, 0))):
+            if size == 1:
+                builder.store(builder.extract_element(value, ir.Constant(i32, 0)), element_ptr, align=align)
+            else:
+                part_t = ir.VectorType(vec.element, size)
+                part = builder.shuffle_vector(value, ir.Constant(vec, ir.Undefined),
+                                              ir.Constant(ir.VectorType(i32, size), list(range(size))))
+                builder.store(part, builder.bitcast(element_ptr, part_t.as_pointer()), align=align)
+            shifted = builder.shuffle_vector(value, ir.Constant(vec, ir.Undefined), ir.Constant(
+                ir.VectorType(i32, width), [min(size + i, width - 1) for i in range(width)]))
+            moved = builder.gep(element_ptr, [ir.Constant(i64, size)])
+            then = builder.block
+        value_phi = builder.phi(vec)
+        value_phi.add_incoming(shifted, then)
+        value_phi.add_incoming(value, entry)
+        ptr_phi = builder.phi(element_ptr.type)
+        ptr_phi.add_incoming(moved, then)
+        ptr_phi.add_incoming(element_ptr, entry)
+        value, element_ptr = value_phi, ptr_phi
+        size //= 2
+
+
+def store_lanes(builder, value, pointer, count, align: int) -> None:
+    """LLVM IR storing the first min(count, lanes) lanes of vector `value` at `pointer` (count an i64,
+    none if count <= 0): a plain store for a whole vector, else store_first."""
+    i64, width = ir.IntType(64), value.type.count
+    with builder.if_else(builder.icmp_signed(">=", count, ir.Constant(i64, width)), likely=True) as (whole, part):
+        with whole:
+            builder.store(value, builder.bitcast(pointer, value.type.as_pointer()), align=align)
+        with part:
+            with builder.if_then(builder.icmp_signed(">", count, ir.Constant(i64, 0))):
+                store_first(builder, value, pointer, count, align)
+
+
 @intrinsic
 def split_pairs(typingctx, src, s, n, even, e, odd, o):
     """even[e + k] = src[s + 2k] and odd[o + k] = src[s + 2k + 1] for k < n; returns n.
 
     One load of 2W elements and two shuffles per W pairs, the last n % W pairs in one masked
-    load and two masked stores. numba's loop over k (two strided loads and two stores per pair)
+    load and two partial stores (store_first). numba's loop over k (two strided loads and two stores per pair)
     stays scalar: a stride-2 depthwise conv spent 4x longer splitting its input rows this way
     than summing its taps, and still 1.7x with the pairs past the whole vectors left scalar."""
     if not (all(_is_flat(a) for a in (src, even, odd)) and src.dtype == even.dtype == odd.dtype
@@ -139,19 +196,16 @@ def split_pairs(typingctx, src, s, n, even, e, odd, o):
         suffix = "f32" if signature.args[0].dtype == types.float32 else "f64"
         i32, bits = ir.IntType(32), ir.IntType(1)
 
-        def split(k, both, mask=None):  # the even and the odd lanes of a pair vector to their rows
+        def split(k, both, count=None):  # the even and the odd lanes of a pair vector to their rows (count: the first)
             for ptr, start, first in ((even_ptr, e_, 0), (odd_ptr, o_, 1)):
                 lanes = builder.shuffle_vector(both, ir.Constant(pair, ir.Undefined),
                                                ir.Constant(ir.VectorType(i32, width),
                                                            [first + 2 * i for i in range(width)]))
                 target = builder.bitcast(builder.gep(ptr, [builder.add(start, k)]), vec.as_pointer())
-                if mask is None:
+                if count is None:
                     builder.store(lanes, target, align=align)
                 else:
-                    store = cgutils.get_or_insert_function(
-                        builder.module, ir.FunctionType(ir.VoidType(), [vec, vec.as_pointer(), i32, mask.type]),
-                        f"llvm.masked.store.v{width}{suffix}.p0")
-                    builder.call(store, [lanes, target, ir.Constant(i32, align), mask])
+                    store_first(builder, lanes, target, count, align)
 
         def source(k):
             return builder.bitcast(builder.gep(src_ptr, [builder.add(s_, builder.add(k, k))]), pair.as_pointer())
@@ -172,7 +226,7 @@ def split_pairs(typingctx, src, s, n, even, e, odd, o):
         both = builder.call(load, [source(whole), ir.Constant(i32, align), lane_mask(builder, builder.add(left, left),
                                                                                      2 * width),
                                    ir.Constant(pair, ir.Undefined)])
-        split(whole, both, lane_mask(builder, left, width))
+        split(whole, both, left)
         builder.branch(done)
         builder.position_at_end(done)
         return n_
@@ -187,10 +241,11 @@ def transpose_vector(typingctx, src, s0, s_stride, rows, cols, dst, d0, d_stride
     registers, nothing read or written outside it. Each row is one load, the transpose log2(n) rounds of
     n two-vector shuffles (row 2i and 2i + 1 of a round interleave the low and the high halves of rows i
     and i + n/2 of the last: after log2(n), row c holds column c), each column one store. A whole block
-    (rows == cols == n) takes plain loads and stores; a partial one masked loads and stores, rows past
-    `rows` reading nothing. A scalar copy of one element per instruction made the channels-minor
-    depthwise path slower than the one it was for; 16-lane blocks on AVX2 (two registers a row, shuffles
-    across their halves, two masked stores a column, microcoded on AMD's Zen) cost more than the rest."""
+    (rows == cols == n) takes plain loads and stores; a partial one masked loads and partial stores
+    (store_lanes), rows past `rows` reading nothing. A scalar copy of one element per instruction made
+    the channels-minor depthwise path slower than the one it was for; 16-lane blocks on AVX2 (two
+    registers a row, shuffles across their halves, two masked stores a column, microcoded on AMD's Zen)
+    cost more than the rest."""
     if not (all(_is_flat(a) for a in (src, dst)) and src.dtype == dst.dtype
             and src.dtype in (types.float32, types.float64)):
         return None
@@ -212,9 +267,6 @@ def _transpose_codegen(context, builder, signature, args):
     load = cgutils.get_or_insert_function(
         builder.module, ir.FunctionType(vec, [vec.as_pointer(), i32, mask_t, vec]),
         f"llvm.masked.load.v{n}{suffix}.p0")
-    store = cgutils.get_or_insert_function(
-        builder.module, ir.FunctionType(ir.VoidType(), [vec, vec.as_pointer(), i32, mask_t]),
-        f"llvm.masked.store.v{n}{suffix}.p0")
     zero, none = ir.Constant(vec, [0.0] * n), ir.Constant(mask_t, [0] * n)
     low = ir.Constant(ir.VectorType(i32, n), [j for k in range(n // 2) for j in (k, n + k)])
     high = ir.Constant(ir.VectorType(i32, n), [j for k in range(n // 2, n) for j in (k, n + k)])
@@ -242,15 +294,15 @@ def _transpose_codegen(context, builder, signature, args):
             for c in range(n):
                 builder.store(block[c], column_at(c), align=align.constant)
         with part:
-            col_lanes, row_lanes = lane_mask(builder, cols_, n), lane_mask(builder, rows_, n)
+            col_lanes = lane_mask(builder, cols_, n)
             block = []
             for r in range(n):  # rows past `rows` load nothing: zeros
                 mask = builder.select(builder.icmp_signed("<", ir.Constant(i64, r), rows_), col_lanes, none)
                 block.append(builder.call(load, [row_at(r), align, mask, zero]))
             block = transposed(block)
-            for c in range(n):  # columns past `cols` store nothing
-                mask = builder.select(builder.icmp_signed("<", ir.Constant(i64, c), cols_), row_lanes, none)
-                builder.call(store, [block[c], column_at(c), align, mask])
+            for c in range(n):  # columns past `cols` store nothing; each column's first `rows` lanes
+                with builder.if_then(builder.icmp_signed("<", ir.Constant(i64, c), cols_)):
+                    store_lanes(builder, block[c], column_at(c), rows_, align.constant)
     return context.get_dummy_value()
 
 
@@ -282,7 +334,8 @@ def _transpose_out_codegen(context, builder, signature, args):
     def splat(i):  # argument i as float32 in every lane
         value = context.cast(builder, args[i], signature.args[i], types.float32)
         lane0 = builder.insert_element(ir.Constant(vec, ir.Undefined), value, ir.Constant(i32, 0))
-        return builder.shuffle_vector(lane0, ir.Constant(vec, ir.Undefined), ir.Constant(ir.VectorType(i32, n), [0] * n))
+        return builder.shuffle_vector(lane0, ir.Constant(vec, ir.Undefined),
+                                      ir.Constant(ir.VectorType(i32, n), [0] * n))
 
     def vector_at(ptr, index):
         return builder.bitcast(builder.gep(ptr, [index]), vec.as_pointer())
@@ -326,7 +379,8 @@ def _vector_types(context, dtype):
 
 
 def _run_codegen(clamp: bool):
-    """LLVM IR of copy_run (clamp False) or clamp_run: whole vectors, then one masked vector."""
+    """LLVM IR of copy_run (clamp False) or clamp_run: whole vectors, then one masked load and a partial
+    store (store_first)."""
     def codegen(context, builder, signature, args):
         dst_, d_, src_, s_, n_ = args[:5]
         d_, s_, n_ = (context.cast(builder, v, signature.args[i], types.int64) for v, i in ((d_, 1), (s_, 3), (n_, 4)))
@@ -369,11 +423,9 @@ def _run_codegen(clamp: bool):
         ptr_t = vec.as_pointer()
         load = cgutils.get_or_insert_function(builder.module, ir.FunctionType(vec, [ptr_t, i32, mask_t, vec]),
                                               f"llvm.masked.load.{suffix}.p0")
-        store = cgutils.get_or_insert_function(
-            builder.module, ir.FunctionType(ir.VoidType(), [vec, ptr_t, i32, mask_t]), f"llvm.masked.store.{suffix}.p0")
         value = builder.call(load, [at(src_ptr, s_, whole), ir.Constant(i32, align), mask,
                                     ir.Constant(vec, ir.Undefined)])
-        builder.call(store, [apply(value), at(dst_ptr, d_, whole), ir.Constant(i32, align), mask])
+        store_first(builder, apply(value), at(dst_ptr, d_, whole), left, align)
         builder.branch(done)
         builder.position_at_end(done)
         return context.get_dummy_value()
@@ -387,7 +439,7 @@ def _same_float_runs(dst, src) -> bool:
 
 @intrinsic
 def copy_run(typingctx, dst, d, src, s, n):
-    """dst[d:d + n] = src[s:s + n] in vectors, the last n % W elements in one masked vector: rows
+    """dst[d:d + n] = src[s:s + n] in vectors, the last n % W elements in one partial vector: rows
     of 7 to 60 floats (a conv's output rows) cost a vector step or a few, not n scalar ones (LLVM
     vectorises numba's loop 4 vectors at a time and leaves shorter runs scalar). dst may be src
     with d <= s (a compaction: each vector is loaded before anything at or past it is stored)."""

@@ -670,10 +670,10 @@ def test_packed_convs_with_each_machines_panels(width, tmp_path):
     the kernels of the machine's own width are those of every other test, and share their cache): AVX-512's 6 x 32
     panels, two at a call (micro_gemm2), and AVX2's 6 x 16, one at a call, whose blocks of many
     channel panels pack their pixels (_panels_by_pixels). conv2d_packed (conv1x1_packed on the 1x1
-    convs too) and Winograd on them match
-    float64 references, so do conv2d_by_channels and conv1x1_by_channels (their blocks of sums out through
-    transpose_out: 16 x 16 or 8 x 8 blocks) with a bias, ReLU and a residual, and split_pairs (stride-2 depthwise rows) splits a vector of pairs a step
-    and the rest in one masked step."""
+    convs too) and Winograd on them match float64 references, so do conv2d_by_channels and
+    conv1x1_by_channels (their blocks of sums out through transpose_out: 16 x 16 or 8 x 8 blocks) with a
+    bias, ReLU and a residual, and split_pairs (stride-2 depthwise rows) splits a vector of pairs a step
+    and the rest in one masked load and a partial store (masked at 16 lanes, 4 + 2 + 1 at 8)."""
     script = f"""
 import numpy as np, torch
 from codegen.kernels.conv import conv1x1_packed, conv2d_packed
