@@ -313,10 +313,11 @@ def transpose_out(typingctx, src, s0, s_stride, dst, d0, d_stride, bias, b0, lo,
     (a row a pixel, its channels side by side) into channel-major output through the one-pass
     epilogue, in registers: the bias vector added to each row and the clamp applied before the
     transpose (transpose_vector's shuffles), the residual and `top` to each column after. bias and
-    res may be None; float32. NaN stays NaN (each compare-and-select keeps v). conv_channels'
+    res may be None; float32 (a float64 bias, which micro_gemm_out takes too, rounded to float32 first,
+    as the scalar loop before did). NaN stays NaN (each compare-and-select keeps v). conv_channels'
     _channels_out took a strided scalar read per output before."""
     if not (_is_flat(src) and _is_flat(dst) and src.dtype == dst.dtype == types.float32
-            and (isinstance(bias, types.NoneType) or (_is_flat(bias) and bias.dtype == types.float32))
+            and (isinstance(bias, types.NoneType) or (_is_flat(bias) and bias.dtype in (types.float32, types.float64)))
             and (isinstance(res, types.NoneType) or (_is_flat(res) and res.dtype == types.float32))):
         return None
     return types.void(src, s0, s_stride, dst, d0, d_stride, bias, b0, lo, hi, top, res), _transpose_out_codegen
@@ -347,7 +348,12 @@ def _transpose_out_codegen(context, builder, signature, args):
     bias = None
     if has_bias:
         bias_ptr = cgutils.create_struct_proxy(signature.args[6])(context, builder, value=args[6]).data
-        bias = builder.load(vector_at(bias_ptr, b0_), align=4)
+        if signature.args[6].dtype == types.float64:  # a float64 bias, as micro_gemm_out takes: rounded to float32
+            wide = ir.VectorType(ir.DoubleType(), n)
+            bias = builder.fptrunc(builder.load(builder.bitcast(builder.gep(bias_ptr, [b0_]), wide.as_pointer()),
+                                                align=8), vec)
+        else:
+            bias = builder.load(vector_at(bias_ptr, b0_), align=4)
     rows = []
     for r in range(n):
         v = builder.load(vector_at(src_ptr, builder.add(s0_, builder.mul(ir.Constant(i64, r), ss_))), align=4)

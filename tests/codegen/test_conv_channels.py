@@ -73,11 +73,14 @@ def test_conv2d_by_channels_after_a_padding_mode(mode):
     assert "pad5" in lines[1] and "conv2d_by_channels(" in lines[2], lines
 
 
-@pytest.mark.parametrize("n, o, act, post, over", [(1, 40, "relu", "relu", True), (2, 130, "clamp", "none", True),
-                                                   (1, 24, "none", "relu", True), (1, 64, "silu", "none", False)])
-def test_conv2d_by_channels_with_a_residual_matches_float64(n, o, act, post, over):
+@pytest.mark.parametrize("n, o, act, post, over, bias_dtype", [
+    (1, 40, "relu", "relu", True, np.float32), (2, 130, "clamp", "none", True, np.float32),
+    (1, 24, "none", "relu", True, np.float32), (1, 64, "silu", "none", False, np.float32),
+    (2, 40, "relu", "none", False, np.float64)])
+def test_conv2d_by_channels_with_a_residual_matches_float64(n, o, act, post, over, bias_dtype):
     """Called directly, against a float64 convolution; over: its output the residual's own array (the
-    memory plan's choice when writes_over_residual allows it: after a one-pass activation)."""
+    memory plan's choice when writes_over_residual allows it: after a one-pass activation); a float64
+    bias (as a hand-made model may carry) is taken too."""
     import torch
 
     import codegen.runtime  # noqa: F401 - numba's target before the kernels compile
@@ -90,8 +93,8 @@ def test_conv2d_by_channels_with_a_residual_matches_float64(n, o, act, post, ove
     res = rand(n, o, h, w)
     alpha, beta = (-0.5, 0.75) if act == "clamp" else (0.0, 0.0)
     out = res.copy() if over else np.full(res.shape, np.nan, np.float32)
-    conv2d_by_channels(x, read_only(pack_channel_panels(weight)), read_only(b), out if over else res, out,
-                       (3, 3), (1, 1), (1, 1, 1, 1), (1, 1),
+    conv2d_by_channels(x, read_only(pack_channel_panels(weight)), read_only(b.astype(bias_dtype)),
+                       out if over else res, out, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1),
                        ACTIVATION_CODES[act], alpha, beta, ACTIVATION_CODES[post], 0.0, 0.0)
     ref = torch.nn.functional.conv2d(torch.from_numpy(x).double(), torch.from_numpy(weight).double(),
                                      torch.from_numpy(b).double(), padding=1).numpy()

@@ -143,22 +143,24 @@ def _transpose_out(src, s0, s_stride, dst, d0, d_stride, bias, b0, lo, hi, top, 
     transpose_out(src, s0, s_stride, dst, d0, d_stride, bias, b0, lo, hi, top, res)
 
 
-@pytest.mark.parametrize("with_bias", [True, False])
+@pytest.mark.parametrize("with_bias", [True, False, "float64"])
 @pytest.mark.parametrize("with_res", [True, False])
 @pytest.mark.parametrize("lo, hi, top", [(-np.inf, np.inf, -np.inf), (0.0, np.inf, -np.inf), (0.0, 6.0, -np.inf),
                                           (-np.inf, np.inf, 0.0), (-0.5, 0.25, 0.1)])
 def test_transpose_out_is_the_one_pass_epilogue_of_the_block_transposed(with_bias, with_res, lo, hi, top):
     """dst[d0 + c * d_stride + r] = max(min(max(src[s0 + r * s_stride + c] + bias[b0 + c], lo), hi)
-    + res[same], top) for a whole n x n block; NaN sums stay NaN, nothing outside the block is written,
-    and the residual may be the output itself (an output written over its residual)."""
+    + res[same], top) for a whole n x n block (a float64 bias rounded to float32); NaN sums stay NaN,
+    nothing outside the block is written, and the residual may be the output itself (an output written
+    over its residual)."""
     n = target_vector_floats()
     rng = np.random.default_rng(n)
     src = rng.standard_normal(5 + 23 * n + n).astype(np.float32)
     src[5 + 23 * 2 + 1] = np.nan  # pixel 2, channel 1
-    bias = rng.standard_normal(n + 7).astype(np.float32)
+    bias = rng.standard_normal(n + 7).astype(np.float64 if with_bias == "float64" else np.float32)
     dst = np.full(9 + 31 * n + n, -7.0, np.float32)
     res = rng.standard_normal(dst.size).astype(np.float32)
-    block = src[5:5 + 23 * n].reshape(n, 23)[:, :n].astype(np.float64) + (bias[3:3 + n] if with_bias else 0.0)
+    added = bias[3:3 + n].astype(np.float32) if with_bias else np.float32(0)  # a float64 bias: rounded first
+    block = (src[5:5 + 23 * n].reshape(n, 23)[:, :n] + added).astype(np.float64)
     v = np.minimum(np.maximum(block, lo), hi).T  # [channel, pixel]
     positions = 9 + np.arange(n)[:, None] * 31 + np.arange(n)[None, :]
     if with_res:
