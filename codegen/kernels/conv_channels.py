@@ -42,7 +42,8 @@ from codegen.kernels.tasks import run_tasks
 from codegen.kernels.vectors import transpose_out, vector_floats
 
 # floats between the rows of a block of sums past its channels (one cache line): _channels_out reads
-# down a column, and rows a multiple of 2 KiB apart would all fall into two sets of the L1 cache
+# n rows at once (transpose_out) and the rest down a column, and rows a multiple of 2 KiB apart would
+# all fall into two sets of the L1 cache
 ACC_PAD = 16
 IMAGE_BLOCK_BYTES = 1 << 19  # a task's images' phase planes, at most (or one image's): half of a core's L2
 MIN_GROUPS = 4  # pixel groups (of MR) per task, at least, when an image's pixels are split between tasks
