@@ -234,6 +234,18 @@ def split_pairs(typingctx, src, s, n, even, e, odd, o):
     return sig, codegen
 
 
+def transpose_rows(builder, rows):
+    """LLVM IR transposing n vectors of n lanes in registers (n a power of two): log2(n) rounds of n
+    two-vector shuffles, row 2i and 2i + 1 of a round interleaving the low and the high halves of
+    rows i and i + n/2 of the last; after log2(n) rounds, row c holds column c."""
+    n, i32 = len(rows), ir.IntType(32)
+    low = ir.Constant(ir.VectorType(i32, n), [j for k in range(n // 2) for j in (k, n + k)])
+    high = ir.Constant(ir.VectorType(i32, n), [j for k in range(n // 2, n) for j in (k, n + k)])
+    for _ in range(n.bit_length() - 1):
+        rows = [builder.shuffle_vector(rows[i // 2], rows[i // 2 + n // 2], high if i % 2 else low) for i in range(n)]
+    return rows
+
+
 @intrinsic
 def transpose_vector(typingctx, src, s0, s_stride, rows, cols, dst, d0, d_stride):
     """dst[d0 + c * d_stride + r] = src[s0 + r * s_stride + c] for r < rows and c < cols (each at most
@@ -268,8 +280,6 @@ def _transpose_codegen(context, builder, signature, args):
         builder.module, ir.FunctionType(vec, [vec.as_pointer(), i32, mask_t, vec]),
         f"llvm.masked.load.v{n}{suffix}.p0")
     zero, none = ir.Constant(vec, [0.0] * n), ir.Constant(mask_t, [0] * n)
-    low = ir.Constant(ir.VectorType(i32, n), [j for k in range(n // 2) for j in (k, n + k)])
-    high = ir.Constant(ir.VectorType(i32, n), [j for k in range(n // 2, n) for j in (k, n + k)])
 
     def row_at(r):
         return builder.bitcast(builder.gep(src_ptr, [builder.add(s0_, builder.mul(ir.Constant(i64, r), ss_))]),
@@ -279,18 +289,12 @@ def _transpose_codegen(context, builder, signature, args):
         return builder.bitcast(builder.gep(dst_ptr, [builder.add(d0_, builder.mul(ir.Constant(i64, c), ds_))]),
                                vec.as_pointer())
 
-    def transposed(block):
-        for _ in range(n.bit_length() - 1):  # log2(n) rounds
-            block = [builder.shuffle_vector(block[i // 2], block[i // 2 + n // 2], high if i % 2 else low)
-                     for i in range(n)]
-        return block
-
     whole_block = builder.and_(builder.icmp_signed("==", rows_, ir.Constant(i64, n)),
                                builder.icmp_signed("==", cols_, ir.Constant(i64, n)))
     with builder.if_else(whole_block, likely=True) as (whole, part):
         with whole:  # plain loads and stores: AVX2's masked ones are microcoded on AMD's Zen (the stores
             # several times slower; with masked loads too a conv's time varied 3-8x: depthwise.py)
-            block = transposed([builder.load(row_at(r), align=align.constant) for r in range(n)])
+            block = transpose_rows(builder, [builder.load(row_at(r), align=align.constant) for r in range(n)])
             for c in range(n):
                 builder.store(block[c], column_at(c), align=align.constant)
         with part:
@@ -299,7 +303,7 @@ def _transpose_codegen(context, builder, signature, args):
             for r in range(n):  # rows past `rows` load nothing: zeros
                 mask = builder.select(builder.icmp_signed("<", ir.Constant(i64, r), rows_), col_lanes, none)
                 block.append(builder.call(load, [row_at(r), align, mask, zero]))
-            block = transposed(block)
+            block = transpose_rows(builder, block)
             for c in range(n):  # columns past `cols` store nothing; each column's first `rows` lanes
                 with builder.if_then(builder.icmp_signed("<", ir.Constant(i64, c), cols_)):
                     store_lanes(builder, block[c], column_at(c), rows_, align.constant)
@@ -360,10 +364,7 @@ def _transpose_out_codegen(context, builder, signature, args):
         v = builder.fadd(v, bias) if has_bias else v
         v = clamp_below(v, lo)
         rows.append(builder.select(builder.fcmp_ordered(">", v, hi), hi, v))
-    low = ir.Constant(ir.VectorType(i32, n), [j for k in range(n // 2) for j in (k, n + k)])
-    high = ir.Constant(ir.VectorType(i32, n), [j for k in range(n // 2, n) for j in (k, n + k)])
-    for _ in range(n.bit_length() - 1):  # log2(n) rounds: row c then holds column c (transpose_vector)
-        rows = [builder.shuffle_vector(rows[i // 2], rows[i // 2 + n // 2], high if i % 2 else low) for i in range(n)]
+    rows = transpose_rows(builder, rows)  # row c now holds column c
     res_ptr = (cgutils.create_struct_proxy(signature.args[11])(context, builder, value=args[11]).data
                if has_res else None)
     for c in range(n):
