@@ -4,7 +4,10 @@ model is compiled (microkernel.pack_weights), so no run repacks them.
 
 The output of each image and group is cut into tiles of pixels (whole output rows, or
 any pixels for a 1x1 stride-1 conv), times blocks of MR-channel panels when there are
-too few tiles to keep every thread busy. Each task of one parallel loop
+too few tiles to keep every thread busy. A 1x1 conv on a batch of small images whose pixels
+fill their last half panel badly (7 x 7: 49 of 56 columns on AVX2) cuts the batch's pixels
+as one row instead, its tiles and panels crossing from image to image (spans_images). Each
+task of one parallel loop
   1. gathers its tile's input into zero-padded phase planes (planes.py): the microkernel
      reads reduction step (channel, tap) at that tap's offset in them (micro_gemm_rows),
      computing the wq - ow columns past each output row too; a 1x1 stride-1 conv reads its
@@ -67,6 +70,9 @@ MIN_PANELS = 2  # channel panels per block when a tile is split between tasks, a
 # which packing was for) 0.344 -> 0.291, 256 -> 256 3x3 on 14 x 14 0.660 -> 0.588 (Zen 5 EPYC)
 PACK_MIN_PANELS = 16
 PACK_MIN_STEPS = 64
+# a batch of images whose pixels fill their last half panel this badly or worse (the share of computed
+# columns wasted) runs its pixels as one row, tiles crossing from image to image (spans_images)
+SPAN_MIN_WASTE = 0.05
 SUB_BYTES = 1 << 17  # a chunk of packed pixel panels: K_CHUNK steps of this many bytes' columns
 # floats between a copied tile's input rows past their pixels (one cache line): rows a multiple of
 # 2 KiB apart (512 pixels) would fall into two sets of the L1 cache, which the microkernel reads
@@ -132,22 +138,29 @@ def _conv2d_packed_for(pointwise: bool, name: str):
         # fewer channel panels than the threads need blocks of: the images are cut between them instead
         # (UNet's 16-channel convs on 64 x 64 ran on one thread)
         few_panels = n_n * groups * n_mb < MIN_PANELS * num_threads()
-        if pointwise and (per_pixel * p_n > whole or few_panels):  # tiles of any whole panels of pixels:
+        # small images of a batch, whose last half panels of pixels compute many columns past them, run
+        # as one row of the batch's pixels in tiles crossing from image to image (spans_images)
+        spans = pointwise and spans_images(n_n, groups, p_n, k, n_mb, per_pixel * p_n <= whole, pro[0].size)
+        jobs = 1 if spans else n_n * groups  # the tasks' images (and groups), each cut into n_p tiles
+        if spans:
+            tile = min(n_n * p_n, max(nr, TILE_BYTES // per_pixel // nr * nr))
+        elif pointwise and (per_pixel * p_n > whole or few_panels):  # tiles of any whole panels of pixels:
             tile = min(p_n, max(nr, TILE_BYTES // per_pixel // nr * nr))  # the input is read where it lies
         elif per_pixel * p_n <= whole and not few_panels:  # small images: split the channels between tasks
             tile = p_n  # (7 rows cut into tiles of 4 and 3 keep one thread idle 1/7 of the time)
         else:  # tiles of whole output rows
             tile = max(1, min(oh, TILE_BYTES // (per_pixel * ow))) * ow
-        n_p = -(-p_n // tile)
-        if few_panels:  # a tile per thread at least, as far as there are panels (or rows) of pixels
+        pixels = n_n * p_n if spans else p_n  # the pixels the tiles cut
+        n_p = -(-pixels // tile)
+        if few_panels and not spans:  # a tile per thread at least, as far as there are panels (or rows) of pixels
             n_p = max(n_p, min(-(-p_n // nr) if pointwise else oh, -(-num_threads() // (n_n * groups))))
         if n_p > 1:  # as many tiles as share out evenly over the threads: 4 tiles, not 3.5, for 2 threads
-            n_p = _even_count(n_n * groups, n_p)
+            n_p = _even_count(jobs, n_p)
             unit = nr // 2 if pointwise else ow  # tiles of whole half panels, or of whole rows
-            per_tile = -(-p_n // n_p)
+            per_tile = -(-pixels // n_p)
             tile = -(-per_tile // unit) * unit
-            n_p = -(-p_n // tile)
-        n_o, mbb = blocks(n_n * groups * n_p, n_mb, MIN_PANELS)
+            n_p = -(-pixels // tile)
+        n_o, mbb = blocks(jobs * n_p, n_mb, MIN_PANELS)
         # the phase planes of a tile (planes.py): hq rows of pitch wq per plane, sh * sw planes per
         # input channel; taps[(c*KH + i)*KW + j]: where reduction step (c, i, j) reads, from pixel 0
         wq = plane_pitch(ow, w, kw, sw, dw, pl)
@@ -164,16 +177,31 @@ def _conv2d_packed_for(pointwise: bool, name: str):
         partial = pointwise and (half_panels(tile) > tile or half_panels(last) > last or pro[0].size != 0)
         inputs = k * (pp + ROW_PAD) if partial else 0 if pointwise else cg * sh * sw * hq * wq + pp + wq
         accs = max(panels_per_call(), mbb) * MR * pp
-        scratch = np.empty(min(num_threads(), n_n * groups * n_p * n_o) * (inputs + accs), x.dtype)
+        scratch = np.empty(min(num_threads(), jobs * n_p * n_o) * (inputs + accs), x.dtype)
         args = (xf, wf, of, rf, bias, (c_n, h, w, o_n, oh, ow, groups, n_mb, k), (kh, kw, sh, sw, pt, pl, dh, dw),
-                (tile, n_p, n_o, mbb), (hq, wq), taps, (act, post), (alpha, beta, post_alpha, post_beta), scratch,
-                (inputs, accs), pro)
+                (tile, n_p, n_o, mbb, n_n * p_n if spans else 0), (hq, wq), taps, (act, post),
+                (alpha, beta, post_alpha, post_beta), scratch, (inputs, accs), pro)
         if pointwise:  # (the tasks are module globals, not closure variables: common.compiled_as)
-            run_tasks(_pointwise_task, n_n * groups * n_p * n_o, args)
+            run_tasks(_pointwise_task, jobs * n_p * n_o, args)
         else:
-            run_tasks(_planes_task, n_n * groups * n_p * n_o, args)
+            run_tasks(_planes_task, jobs * n_p * n_o, args)
 
     return compiled_as(conv, name)
+
+
+@numba.njit(**SEQ)
+def spans_images(n_n, groups, p_n, k, n_mb, small, prologue):
+    """Whether a 1x1 conv's tiles cut its batch's pixels as one row, crossing from image to image, rather
+    than each image's pixels: for a batch of n_n > 1 small images (each one tile), whose p_n pixels leave
+    SPAN_MIN_WASTE or more of the columns of their half panels unused (7 x 7: 49 of 56 on AVX2), without
+    groups or a prologue, where a tile packs its pixels (_panels_by_pixels: AVX2, PACK_MIN_PANELS channel
+    panels and PACK_MIN_STEPS steps at least), as a spanned tile must (_pack_columns). In-process A/B,
+    2 threads, batch 8, Zen 3: 192 -> 1152 channels on 7 x 7 1.51 -> 1.39 ms, 320 -> 1280 3.89 -> 3.53,
+    1152 -> 192 1.56 -> 1.25, 256 -> 512 on 6 x 6 0.73 -> 0.60, 576 -> 96 on 3 x 3 0.20 -> 0.13; with
+    fewer channel panels packing costs more than the columns save (160 -> 24 on 7 x 7: 74 us spanned, 50 not)."""
+    columns = half_panels(p_n)
+    return (n_n > 1 and groups == 1 and prologue == 0 and small and panels_per_call() == 1 and n_mb >= PACK_MIN_PANELS
+            and k >= PACK_MIN_STEPS and columns - p_n >= SPAN_MIN_WASTE * columns)
 
 
 def _packed_task_for(pointwise: bool, name: str):
@@ -187,17 +215,22 @@ def _packed_task_for(pointwise: bool, name: str):
         (_panels_by_pixels)."""
         c_n, h, w, o_n, oh, ow, groups, n_mb, k = dims
         kh, kw, sh, sw, pt, pl, dh, dw = window
-        tile, n_p, n_o, mbb = split
+        tile, n_p, n_o, mbb, spanned = split  # spanned: the batch's pixels, cut as one row (spans_images), or 0
         hq, wq = planes
         cg, p_n = c_n // groups, oh * ow
         oi, pi = t % n_o, (t // n_o) % n_p
-        g, n = (t // (n_o * n_p)) % groups, t // (n_o * n_p * groups)
-        p0 = pi * tile
-        p = min(tile, p_n - p0)
+        g, n = (t // (n_o * n_p)) % groups, t // (n_o * n_p * groups)  # (0 and 0 when spanned)
+        p0 = pi * tile  # of image n, or of the batch's row when spanned
+        p = min(tile, (spanned if spanned > 0 else p_n) - p0)
         mb0 = oi * mbb
         mb1 = min(n_mb, mb0 + mbb)
         x0 = (n * c_n + g * cg) * h * w
-        packs = panels_per_call() == 1 and mb1 - mb0 >= PACK_MIN_PANELS and k >= PACK_MIN_STEPS  # _panels_by_pixels
+        # _panels_by_pixels (a spanned tile always: only its packing follows the pixels from image to image)
+        packs = spanned > 0 or (panels_per_call() == 1 and mb1 - mb0 >= PACK_MIN_PANELS and k >= PACK_MIN_STEPS)
+        columns = np.empty(p if spanned > 0 else 0, np.int64)  # where each pixel of a spanned tile lies:
+        for j in range(columns.size):  # the batch's pixel p0 + j, image i's pixel p0 + j - i * p_n
+            i = (p0 + j) // p_n
+            columns[j] = i * c_n * h * w + p0 + j - i * p_n
         inputs, accs = sizes
         # this thread's part of the scratch: its input, then its accumulators. A thread id past the parts
         # is a loop nested in another's, which runs its tasks on one thread: part 0 is then its own
@@ -208,7 +241,7 @@ def _packed_task_for(pointwise: bool, name: str):
             pp = half_panels(p)  # the tile's pixels, padded to whole half panels
             rows = np.empty(k, np.int64)
             for c in range(k):
-                rows[c] = x0 + c * h * w + p0
+                rows[c] = x0 + c * h * w + (0 if spanned > 0 else p0)  # (a spanned tile's pixels: columns)
             src, ldb = xf, h * w
             scale, shift, in_act = prologue
             if scale.size != 0:  # each channel's pixels through the prologue into scratch, zeros past the tile
@@ -243,9 +276,12 @@ def _packed_task_for(pointwise: bool, name: str):
         out = (n, g, p0, p, pp)
         if packs:
             acc = scratch[own + inputs:own + inputs + (mb1 - mb0) * MR * pp]
-            _panels_by_pixels(wf, a0, mb1 - mb0, k, src, rows, acc, pp, p if pointwise else pp)
+            _panels_by_pixels(wf, a0, mb1 - mb0, k, src, rows, columns, acc, pp, p if pointwise else pp)
             for mb in range(mb0, mb1):
-                _block_out(acc, (mb - mb0) * MR * pp, mb, of, rf, bias, dims, ow, wq, pointwise, out, acts, params)
+                if spanned > 0:
+                    _spanned_out(acc, (mb - mb0) * MR * pp, mb, of, rf, bias, dims, out, acts, params)
+                else:
+                    _block_out(acc, (mb - mb0) * MR * pp, mb, of, rf, bias, dims, ow, wq, pointwise, out, acts, params)
         else:  # each panel of channels (two at once on AVX-512) through the whole reduction, then out
             pairs = panels_per_call()
             acc = scratch[own + inputs:own + inputs + pairs * MR * pp]
@@ -325,9 +361,10 @@ def _pointwise_out(wf, a, k, two, src, b0, ldb, acc, pp, mb, of, rf, bias, dims,
 
 
 @numba.njit(**SEQ)
-def _panels_by_pixels(wf, a0, nb, k, src, rows, acc, pp, valid):
+def _panels_by_pixels(wf, a0, nb, k, src, rows, columns, acc, pp, valid):
     """acc[i * pp + j] = sum_r wf[panels] * src[rows[r] + j] for the nb channel panels from a0 (row i:
     channel i of the block) and j < pp, src read as zeros from column `valid` on: BLIS's loop order.
+    Column j read at src[rows[r] + columns[j]] instead where `columns` is not empty (a spanned tile).
     Per chunk of K_CHUNK reduction steps and SUB_BYTES of columns, the columns are packed into
     panels (_pack_rows); each panel, in L1, meets every channel panel's weights in turn, which come
     from L2. Reading the input in place instead, every microkernel step loads its pixels from L2 at
@@ -342,7 +379,10 @@ def _panels_by_pixels(wf, a0, nb, k, src, rows, acc, pp, valid):
         full = cn // nr * nr
         for kb in range(0, k, K_CHUNK):
             kc = min(K_CHUNK, k - kb)
-            _pack_rows(bp, src, rows, kb, kc, c0, cn, min(cn, max(0, valid - c0)))
+            if columns.size == 0:
+                _pack_rows(bp, src, rows, kb, kc, c0, cn, min(cn, max(0, valid - c0)))
+            else:
+                _pack_columns(bp, src, rows, columns, kb, kc, c0, cn, min(cn, max(0, valid - c0)))
             for j in range(0, full, nr):
                 for mb in range(nb):
                     micro_gemm(kc, wf, a0 + (mb * k + kb) * MR, bp, j * kc, nr, acc, mb * MR * pp + c0 + j, pp,
@@ -379,13 +419,56 @@ def _pack_rows(bp, src, rows, r0, kc, c0, cn, n):
 
 
 @numba.njit(**SEQ)
+def _pack_columns(bp, src, rows, columns, r0, kc, c0, cn, n):
+    """_pack_rows with column c0 + j of step r0 + r read at src[rows[r0 + r] + columns[c0 + j]]: a spanned
+    tile's pixels, whose panels may cross from one image to the next (those read column by column)."""
+    nr = panel_width()
+    full = cn // nr * nr
+    whole = min(full, n // nr * nr)  # the panels read whole
+    for r in range(kc):
+        s = rows[r0 + r]
+        for j in range(0, whole, nr):
+            d, c = j * kc + r * nr, columns[c0 + j]
+            if columns[c0 + j + nr - 1] == c + nr - 1:  # within one image
+                for i in range(nr):
+                    bp[u(d + i)] = src[u(s + c + i)]
+            else:
+                for i in range(nr):
+                    bp[u(d + i)] = src[u(s + columns[c0 + j + i])]
+        for j in range(whole, cn):  # the last panels column by column, zeros past n
+            width = nr if j < full else nr // 2
+            start = j // nr * nr
+            bp[u(start * kc + r * width + j - start)] = src[u(s + columns[c0 + j])] if j < n else 0
+
+
+@numba.njit(**SEQ)
+def _spanned_out(acc, blk, mb, of, rf, bias, dims, out, acts, params):
+    """_block_out for a spanned tile (pointwise, one group): its pixels p0.. p0 + p of the batch's row
+    (out = (0, 0, p0, p, pp)) written image by image."""
+    o_n, oh, ow = dims[3], dims[4], dims[5]
+    _, _, p0, p, pp = out
+    act, alpha, beta = acts[0], params[0], params[1]
+    p_n = oh * ow
+    r0, r1 = mb * MR, min(o_n, mb * MR + MR)
+    blocked = act > ONE_PASS
+    if blocked:  # once over the whole block: the images' runs below then only copy it out
+        activate_block(acc[blk:blk + MR * pp], r1 - r0, pp, bias, r0, act, alpha, beta)
+    q = p0
+    while q < p0 + p:  # the run of image n's pixels from q
+        n = q // p_n
+        run = min(p0 + p, (n + 1) * p_n) - q
+        _rows_out(acc, blk + q - p0, pp, r1 - r0, of, (n * o_n + r0) * p_n + q - n * p_n, p_n, run, bias, r0,
+                  blocked, rf, acts, params)
+        q += run
+
+
+@numba.njit(**SEQ)
 def _block_out(acc, blk, mb, of, rf, bias, dims, ow, wq, pointwise, out, acts, params):
     """Channel panel mb's block of accumulators (MR rows of pp at acc[blk:]) into the output: the
     columns past each output row dropped, then the epilogue (bias, activation, residual)."""
-    c_n, h, w, o_n, oh, ow, groups, n_mb, k = dims
+    o_n, oh, groups = dims[3], dims[4], dims[6]
     n, g, p0, p, pp = out
-    act, post = acts
-    alpha, beta, post_alpha, post_beta = params
+    act, alpha, beta = acts[0], params[0], params[1]
     og, p_n = o_n // groups, oh * ow
     r0, r1 = mb * MR, min(og, mb * MR + MR)
     if not pointwise and wq != ow:  # each channel's output rows side by side, as the output lies
@@ -395,18 +478,28 @@ def _block_out(acc, blk, mb, of, rf, bias, dims, ow, wq, pointwise, out, acts, p
     blocked = act > ONE_PASS  # bias and activation over the whole panel first (activate_block)
     if blocked:
         activate_block(acc[blk:blk + MR * pp], r1 - r0, pp, bias, g * og + r0, act, alpha, beta)
+    _rows_out(acc, blk, pp, r1 - r0, of, (n * o_n + g * og + r0) * p_n + p0, p_n, p, bias, g * og + r0, blocked,
+              rf, acts, params)
+
+
+@numba.njit(**SEQ)
+def _rows_out(acc, a0, pitch, rows, of, d0, p_n, p, bias, c0, blocked, rf, acts, params):
+    """The rest of the epilogue of rows r < rows of p sums (acc[a0 + r * pitch:]) into output channels
+    c0 + r (of[d0 + r * p_n:]): bias and activation unless `blocked` (activate_block did them), the
+    residual and the second activation."""
+    act, post = acts
+    alpha, beta, post_alpha, post_beta = params
     if post > 1:  # a second activation of more than one pass: epilogue_run's passes
-        for r in range(r0, r1):
-            o = g * og + r
-            bv = 0.0 if bias is None or blocked else bias[o]
-            epilogue_run(of, (n * o_n + o) * p_n + p0, p, acc, blk + (r - r0) * pp, bv, rf, 0 if blocked else act,
-                         alpha, beta, post, post_alpha, post_beta)
+        for r in range(rows):
+            bv = 0.0 if bias is None or blocked else bias[c0 + r]
+            epilogue_run(of, d0 + r * p_n, p, acc, a0 + r * pitch, bv, rf, 0 if blocked else act, alpha, beta,
+                         post, post_alpha, post_beta)
         return
     # the rest of the epilogue in one pass over the block: a call of epilogue_run per channel cost more
     # than the channel's sums on small images (48 -> 288 channels on 4 x 4 at batch 8, Hardswish: 50 us
     # against onnxruntime's 16)
-    _one_pass_rows(acc, blk, pp, r1 - r0, of, (n * o_n + g * og + r0) * p_n + p0, p_n, p, bias, g * og + r0,
-                   not blocked, rf, one_pass_bounds(0 if blocked else act, alpha, beta, post))
+    _one_pass_rows(acc, a0, pitch, rows, of, d0, p_n, p, bias, c0, not blocked, rf,
+                   one_pass_bounds(0 if blocked else act, alpha, beta, post))
 
 
 @numba.njit(**SEQ)

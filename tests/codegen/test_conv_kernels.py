@@ -579,6 +579,65 @@ def test_conv2d_on_packed_weights(shape, o, kernel, stride, padding, groups, act
     assert ("conv1x1_packed" if pointwise else "conv2d_packed") in lines[0], lines
 
 
+def _silu(v):
+    return v / (1.0 + np.exp(-v))
+
+
+@pytest.mark.parametrize("n, c, o, side", [
+    (8, 96, 200, 7),  # 49 pixels an image: AVX2's panels of 16 cross from image to image
+    (5, 64, 100, 3),  # 9 an image: a panel holds parts of three images; the last tile short
+    (3, 130, 97, 2),  # 4 an image, a partial last channel panel
+    (40, 400, 96, 5),  # four tiles of the batch's 1000 pixels, cut inside images
+])
+@pytest.mark.parametrize("act, post, residual", [
+    ("relu", "none", "none"),  # the one-pass epilogue
+    ("silu", "none", "separate"),  # activate_block over the whole tile once, then each image's run
+    ("hardswish", "silu", "separate"),  # a second activation: epilogue_run per channel and image
+    ("clamp", "relu", "output"),  # the residual in the output's own buffer
+])
+def test_1x1_convs_on_a_batch_of_small_images_tile_across_images(n, c, o, side, act, post, residual):
+    """conv1x1_packed on a batch of small images whose pixels leave their last half panel partly empty
+    cuts the batch's pixels as one row (spans_images, on AVX2): tiles and panels cross from image to image
+    (_pack_columns) and each image's run goes out through the epilogue (_spanned_out). Matches float64."""
+    from codegen.kernels.conv_packed import conv1x1_packed, spans_images
+    from codegen.kernels.epilogue import ACTIVATION_CODES
+    from codegen.kernels.microkernel import pack_weights
+
+    rng = np.random.default_rng(n * side)
+    x = rng.standard_normal((n, c, side, side)).astype(np.float32)
+    wt = (rng.standard_normal((o, c, 1, 1)) / np.sqrt(c)).astype(np.float32)
+    bias = rng.standard_normal(o).astype(np.float32)
+    res = rng.standard_normal((n, o, side, side)).astype(np.float32)
+    v = np.einsum("oc,nchw->nohw", wt[:, :, 0, 0].astype(np.float64), x.astype(np.float64)) + bias[:, None, None]
+    first = {"relu": lambda a: np.maximum(a, 0), "silu": _silu, "clamp": lambda a: np.clip(a, -0.5, 0.75),
+             "hardswish": lambda a: a * np.clip(a + 3, 0, 6) / 6}[act]
+    then = {"none": lambda a: a, "relu": lambda a: np.maximum(a, 0), "silu": _silu}[post]
+    ref = then(first(v) + res.astype(np.float64))
+    out = res.copy() if residual == "output" else np.full(res.shape, np.nan, np.float32)
+    alpha, beta = (-0.5, 0.75) if act == "clamp" else (0.0, 0.0)
+    conv1x1_packed(x, read_only(pack_weights(wt, 1)), bias, out if residual == "output" else res, out, (1, 1), (1, 1),
+                   (0, 0, 0, 0), (1, 1), ACTIVATION_CODES[act], alpha, beta, ACTIVATION_CODES[post], 0.0, 0.0, None)
+    np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-4)
+    if target_vector_floats() == 8:  # (AVX-512 reads two panels a call in place: no packing, no spanned tiles)
+        assert spans_images(n, 1, side * side, c, -(-o // 6), True, 0)
+
+
+def test_only_batches_of_small_images_that_waste_columns_span_images():
+    """spans_images: not for one image, whole half panels of pixels (8 x 8), groups, a prologue, images
+    that are not one tile each, or a block of too few channel panels or steps to pack."""
+    from codegen.kernels.conv_packed import spans_images
+
+    if target_vector_floats() != 8:
+        assert not spans_images(8, 1, 49, 192, 32, True, 0)  # AVX-512: two panels a call, in place
+        return
+    assert spans_images(8, 1, 49, 192, 32, True, 0)
+    assert spans_images(2, 1, 4, 512, 86, True, 0)
+    for case in [(1, 1, 49, 192, 32, True, 0), (8, 1, 64, 192, 32, True, 0), (8, 1, 196, 192, 32, True, 0),
+                 (8, 2, 49, 192, 32, True, 0), (8, 1, 49, 192, 32, False, 0), (8, 1, 49, 192, 32, True, 192),
+                 (8, 1, 49, 192, 7, True, 0), (8, 1, 49, 32, 32, True, 0)]:
+        assert not spans_images(*case), case
+
+
 @pytest.mark.parametrize("shape, o, stride, kernel_called", [
     ((1, 24, 28, 27), 40, (2, 2), "conv1x1_packed"),  # odd width: the last column is read
     ((2, 16, 25, 27), 8, (2, 3), "conv1x1_packed"),  # strides of their own per dim
@@ -693,7 +752,8 @@ rng = np.random.default_rng(0)
 for n, c, o, h, w, k, s, p in [(1, 13, 20, 23, 17, 3, 2, 1), (2, 40, 7, 9, 9, 1, 1, 0), (1, 300, 8, 5, 5, 3, 1, 1),
                                (2, 16, 16, 40, 37, 3, 1, 1),  # Winograd's transforms: 16 tiles at once
                                (1, 40, 13, 12, 12, 3, 1, 1),  # Winograd with an odd panel left (micro_gemm)
-                               (1, 64, 200, 9, 11, 3, 2, 1), (1, 96, 200, 7, 9, 1, 1, 0)]:  # AVX2: packed pixels
+                               (1, 64, 200, 9, 11, 3, 2, 1), (1, 96, 200, 7, 9, 1, 1, 0),  # AVX2: packed pixels
+                               (6, 96, 120, 7, 7, 1, 1, 0)]:  # AVX2: the batch's pixels in tiles across images
     x = rng.standard_normal((n, c, h, w)).astype(np.float32)
     wt = rng.standard_normal((o, c, k, k)).astype(np.float32) / np.sqrt(c * k * k)
     ref = torch.nn.functional.conv2d(torch.from_numpy(x).double(), torch.from_numpy(wt).double(), None, s, p).numpy()
