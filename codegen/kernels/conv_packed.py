@@ -174,7 +174,8 @@ def _conv2d_packed_for(pointwise: bool, name: str):
         # of the epilogue's calls, one per output channel: 1600 atomic operations a call of a 16 -> 384 1x1
         # conv on 14 x 14 (26.6 -> 24.4 us on one thread; 576 -> 96 on 14 x 14 64 -> 61 us on two; Zen 5)
         pp, last = half_panels(tile if pointwise else tile // ow * wq), p_n - (n_p - 1) * tile
-        partial = pointwise and (half_panels(tile) > tile or half_panels(last) > last or pro[0].size != 0)
+        # (a spanned tile is never copied: its packing reads the input in place)
+        partial = pointwise and not spans and (half_panels(tile) > tile or half_panels(last) > last or pro[0].size != 0)
         inputs = k * (pp + ROW_PAD) if partial else 0 if pointwise else cg * sh * sw * hq * wq + pp + wq
         accs = max(panels_per_call(), mbb) * MR * pp
         scratch = np.empty(min(num_threads(), jobs * n_p * n_o) * (inputs + accs), x.dtype)
