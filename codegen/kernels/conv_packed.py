@@ -70,6 +70,18 @@ MIN_PANELS = 2  # channel panels per block when a tile is split between tasks, a
 # which packing was for) 0.344 -> 0.291, 256 -> 256 3x3 on 14 x 14 0.660 -> 0.588 (Zen 5 EPYC)
 PACK_MIN_PANELS = 16
 PACK_MIN_STEPS = 64
+# a strided conv whose taps fall on few rows of each phase plane (a 3x3 stride 2: 9 taps over 4 planes), with
+# planes larger than this a tile (which L2 does not hold beside the block's weights and accumulators), packs
+# its pixels from this many channel panels on: read in place, each step's pixels come from L3 again, and
+# each line read serves few taps. 32 -> 64 channels 3x3 stride 2 from 160 x 160 (11 panels, 456 KiB of
+# planes a tile), 2 threads: 2.92-3.05 -> 2.50-2.73 ms at batch 1; 48 -> 64 from 112 x 112 at batch 8
+# 25.8 -> 22.2 ms; 64 -> 80 from 148 x 148 5.91 -> 5.26 ms (Zen 3 EPYC, AVX2, in-process A/B). Not where
+# more taps share a plane's rows (3x3 stride 1 on 160 x 160 1.04-1.07x slower packed, 5x5 stride 2 from
+# 112 x 112 1.06-1.08x), for small planes (ResNet's stem, 7x7 stride 2, 116 KiB: 1.1-1.2x), nor for 1x1
+# convs, whose input rows read in place were level with packing at 8-15 panels over repeated runs
+PACK_MIN_PANELS_LARGE_PLANES = 8
+LARGE_PLANES_BYTES = 1 << 18
+LARGE_PLANES_MAX_TAPS = 3  # taps per phase plane, at most: KH * KW <= this * SH * SW
 # a batch of images whose pixels fill their last half panel this badly or worse (the share of computed
 # columns wasted) runs its pixels as one row, tiles crossing from image to image (spans_images)
 SPAN_MIN_WASTE = 0.05
@@ -205,15 +217,26 @@ def spans_images(n_n, groups, p_n, k, n_mb, small, prologue):
             and k >= PACK_MIN_STEPS and columns - p_n >= SPAN_MIN_WASTE * columns)
 
 
+@numba.njit(**SEQ)
+def packs_pixels(panels, k, planes_bytes, taps, phases):
+    """Whether a task's block of `panels` channel panels over k reduction steps packs its tile's pixels
+    into panels first (_panels_by_pixels) rather than reading them where they lie: on AVX2 (one panel a
+    microkernel call), over PACK_MIN_STEPS steps at least, for PACK_MIN_PANELS panels, or for
+    PACK_MIN_PANELS_LARGE_PLANES when the tile's phase planes (planes_bytes; 0 for a 1x1 conv read in
+    place) are over LARGE_PLANES_BYTES and the kernel's taps (KH * KW) over its phases (SH * SW) are few."""
+    if panels_per_call() != 1 or k < PACK_MIN_STEPS:
+        return False
+    return panels >= PACK_MIN_PANELS or (panels >= PACK_MIN_PANELS_LARGE_PLANES and planes_bytes > LARGE_PLANES_BYTES
+                                         and taps <= LARGE_PLANES_MAX_TAPS * phases)
+
 def _packed_task_for(pointwise: bool, name: str):
     """The task function of _conv2d_packed_for(pointwise), named `name`."""
 
     def task(t, xf, wf, of, rf, bias, dims, window, split, planes, taps, acts, params, scratch, sizes, prologue):
         """Task t of conv_packed: one tile of pixels of one image and group, times one block of
         channel panels: the tile's input (phase planes, or the input in place, or a 1x1 conv's input
-        through its prologue into scratch), the microkernel, the epilogue. A block of at least
-        PACK_MIN_PANELS channel panels over at least PACK_MIN_STEPS steps packs its pixels first
-        (_panels_by_pixels)."""
+        through its prologue into scratch), the microkernel, the epilogue. A block of enough channel
+        panels and steps packs its pixels first (packs_pixels, _panels_by_pixels)."""
         c_n, h, w, o_n, oh, ow, groups, n_mb, k = dims
         kh, kw, sh, sw, pt, pl, dh, dw = window
         tile, n_p, n_o, mbb, spanned = split  # spanned: the batch's pixels, cut as one row (spans_images), or 0
@@ -227,7 +250,8 @@ def _packed_task_for(pointwise: bool, name: str):
         mb1 = min(n_mb, mb0 + mbb)
         x0 = (n * c_n + g * cg) * h * w
         # _panels_by_pixels (a spanned tile always: only its packing follows the pixels from image to image)
-        packs = spanned > 0 or (panels_per_call() == 1 and mb1 - mb0 >= PACK_MIN_PANELS and k >= PACK_MIN_STEPS)
+        packs = spanned > 0 or packs_pixels(mb1 - mb0, k, 0 if pointwise else xf.itemsize * cg * sh * sw * hq * wq,
+                                            kh * kw, sh * sw)
         columns = np.empty(p if spanned > 0 else 0, np.int64)  # where each pixel of a spanned tile lies:
         for j in range(columns.size):  # the batch's pixel p0 + j, image i's pixel p0 + j - i * p_n
             i = (p0 + j) // p_n

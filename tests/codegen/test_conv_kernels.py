@@ -638,6 +638,54 @@ def test_only_batches_of_small_images_that_waste_columns_span_images():
         assert not spans_images(*case), case
 
 
+
+@pytest.mark.parametrize("n, o, act, residual", [
+    (1, 64, "relu", False),  # 11 channel panels, the last full
+    (1, 45, "silu", True),  # 8 panels, the last partial (3 of 6 channels)
+    (2, 64, "silu", False),
+])
+def test_strided_convs_with_large_phase_planes_pack_their_pixels(n, o, act, residual):
+    """conv2d_packed on a 3x3 stride-2 conv from 160 x 160 with 32 input channels (tiles of 456 KiB of phase
+    planes) and 8-15 channel panels: on AVX2 its blocks pack their pixels (packs_pixels), the same sums as
+    read in place. Matches float64, with the epilogue (bias, activation, residual)."""
+    from codegen.kernels.conv_packed import conv2d_packed, packs_pixels
+    from codegen.kernels.epilogue import ACTIVATION_CODES
+    from codegen.kernels.microkernel import pack_weights
+
+    c, side = 32, 160
+    rng = np.random.default_rng(o + n)
+    x = rng.standard_normal((n, c, side, side)).astype(np.float32)
+    wt = (rng.standard_normal((o, c, 3, 3)) / np.sqrt(9 * c)).astype(np.float32)
+    bias = rng.standard_normal(o).astype(np.float32)
+    res = rng.standard_normal((n, o, side // 2, side // 2)).astype(np.float32)
+    padded = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (1, 1), (1, 1)))
+    windows = np.lib.stride_tricks.sliding_window_view(padded, (3, 3), axis=(2, 3))[:, :, ::2, ::2]
+    v = np.einsum("ncyxij,ocij->noyx", windows, wt.astype(np.float64)) + bias[:, None, None]
+    ref = {"relu": lambda a: np.maximum(a, 0), "silu": _silu}[act](v) + (res if residual else 0)
+    out = np.full(ref.shape, np.nan, np.float32)
+    conv2d_packed(x, read_only(pack_weights(wt, 1)), bias, res if residual else out[:0], out, (3, 3), (2, 2),
+                  (1, 1, 1, 1), (1, 1), ACTIVATION_CODES[act], 0.0, 0.0, 0, 0.0, 0.0, None)
+    np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-4)
+    if target_vector_floats() == 8:  # (AVX-512 reads two panels a call in place: no packing)
+        assert packs_pixels(-(-o // 6), 9 * c, 4 * c * 4 * 11 * 81, 9, 4)  # a tile of 10 output rows
+
+
+def test_only_many_panels_or_large_planes_of_few_taps_pack_their_pixels():
+    """packs_pixels: PACK_MIN_PANELS panels; or 8-15 over phase planes above LARGE_PLANES_BYTES whose taps
+    fall on few rows of each plane (3x3 stride 2); never under PACK_MIN_STEPS steps, nor on AVX-512."""
+    from codegen.kernels.conv_packed import packs_pixels
+
+    large, small = 456 << 10, 200 << 10
+    if target_vector_floats() != 8:
+        assert not packs_pixels(32, 288, large, 9, 4)  # AVX-512: two panels a call, in place
+        return
+    for case in [(16, 64, 0, 1, 1), (32, 288, small, 9, 1), (11, 288, large, 9, 4), (8, 288, large, 9, 4),
+                 (8, 64, large, 4, 4)]:
+        assert packs_pixels(*case), case
+    for case in [(15, 64, 0, 1, 1), (11, 288, small, 9, 4), (11, 288, large, 9, 1), (11, 600, large, 25, 4),
+                 (11, 147, large, 49, 4), (7, 288, large, 9, 4), (32, 63, large, 9, 4)]:
+        assert not packs_pixels(*case), case
+
 @pytest.mark.parametrize("shape, o, stride, kernel_called", [
     ((1, 24, 28, 27), 40, (2, 2), "conv1x1_packed"),  # odd width: the last column is read
     ((2, 16, 25, 27), 8, (2, 3), "conv1x1_packed"),  # strides of their own per dim
