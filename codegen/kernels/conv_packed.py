@@ -207,14 +207,14 @@ def spans_images(n_n, groups, p_n, k, n_mb, small, prologue):
     """Whether a 1x1 conv's tiles cut its batch's pixels as one row, crossing from image to image, rather
     than each image's pixels: for a batch of n_n > 1 small images (each one tile), whose p_n pixels leave
     SPAN_MIN_WASTE or more of the columns of their half panels unused (7 x 7: 49 of 56 on AVX2), without
-    groups or a prologue, where a tile packs its pixels (_panels_by_pixels: AVX2, PACK_MIN_PANELS channel
+    groups or a prologue, where a tile packs its pixels (packs_pixels: AVX2, PACK_MIN_PANELS channel
     panels and PACK_MIN_STEPS steps at least), as a spanned tile must (_pack_columns). In-process A/B,
     2 threads, batch 8, Zen 3: 192 -> 1152 channels on 7 x 7 1.51 -> 1.39 ms, 320 -> 1280 3.89 -> 3.53,
     1152 -> 192 1.56 -> 1.25, 256 -> 512 on 6 x 6 0.73 -> 0.60, 576 -> 96 on 3 x 3 0.20 -> 0.13; with
     fewer channel panels packing costs more than the columns save (160 -> 24 on 7 x 7: 74 us spanned, 50 not)."""
     columns = half_panels(p_n)
-    return (n_n > 1 and groups == 1 and prologue == 0 and small and panels_per_call() == 1 and n_mb >= PACK_MIN_PANELS
-            and k >= PACK_MIN_STEPS and columns - p_n >= SPAN_MIN_WASTE * columns)
+    return (n_n > 1 and groups == 1 and prologue == 0 and small and packs_pixels(n_mb, k, 0, 1, 1)
+            and columns - p_n >= SPAN_MIN_WASTE * columns)
 
 
 @numba.njit(**SEQ)
@@ -228,6 +228,7 @@ def packs_pixels(panels, k, planes_bytes, taps, phases):
         return False
     return panels >= PACK_MIN_PANELS or (panels >= PACK_MIN_PANELS_LARGE_PLANES and planes_bytes > LARGE_PLANES_BYTES
                                          and taps <= LARGE_PLANES_MAX_TAPS * phases)
+
 
 def _packed_task_for(pointwise: bool, name: str):
     """The task function of _conv2d_packed_for(pointwise), named `name`."""

@@ -638,7 +638,6 @@ def test_only_batches_of_small_images_that_waste_columns_span_images():
         assert not spans_images(*case), case
 
 
-
 @pytest.mark.parametrize("n, o, act, residual", [
     (1, 64, "relu", False),  # 11 channel panels, the last full
     (1, 45, "silu", True),  # 8 panels, the last partial (3 of 6 channels)
@@ -685,6 +684,7 @@ def test_only_many_panels_or_large_planes_of_few_taps_pack_their_pixels():
     for case in [(15, 64, 0, 1, 1), (11, 288, small, 9, 4), (11, 288, large, 9, 1), (11, 600, large, 25, 4),
                  (11, 147, large, 49, 4), (7, 288, large, 9, 4), (32, 63, large, 9, 4)]:
         assert not packs_pixels(*case), case
+
 
 @pytest.mark.parametrize("shape, o, stride, kernel_called", [
     ((1, 24, 28, 27), 40, (2, 2), "conv1x1_packed"),  # odd width: the last column is read
