@@ -1,6 +1,6 @@
 """compile(path, backend="executor"): the numba kernels node by node, independent nodes at once.
 
-Every zoo model against torch (float64, tests/test_zoo.py's check); two threads running nodes of one
+Every zoo model against torch (float64, tests/zoo_reference.py's check); two threads running nodes of one
 run at once; a run cancelled, past its deadline, or with a failing node stops within the nodes in
 flight, raises a typed error naming the node, and leaves the model usable.
 """
@@ -26,7 +26,7 @@ from compiler.interpreter import Interpreter
 from compiler.step_stats import write_chrome_trace
 from ir import parse_graph
 from ir.errors import NodeExecutionError, RunCancelledError, RunTimeoutError
-from tests.test_zoo import ARCHITECTURES, MODELS, PATTERNS, check, reference
+from tests.zoo_reference import ARCHITECTURES, MODELS, PATTERNS, check, reference
 
 
 @pytest.fixture(scope="module")

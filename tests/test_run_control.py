@@ -15,7 +15,7 @@ import compiler
 from bench.pnnx_export import export_zoo
 from compiler import RunCancelledError, RunTimeoutError
 from compiler.run_control import RunControl
-from tests.test_zoo import reference
+from tests.zoo_reference import reference
 
 
 @pytest.fixture(scope="module", params=["numba", "interpreter"])

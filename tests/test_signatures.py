@@ -1,7 +1,7 @@
 """Signatures at run time (compiler/signatures.py): other input shapes, fetches of any value, feeds of
 intermediate values, and pnnx's dynamic dims; each signature compiled once, in memory and (numba) on disk.
 
-References are torch's: the zoo's float64 evaluation (tests/test_zoo.py's check) for whole models,
+References are torch's: the zoo's float64 evaluation (tests/zoo_reference.py's check) for whole models,
 torch eager on the same module for the small ones here.
 """
 
@@ -20,7 +20,7 @@ from bench.pnnx_export import export_zoo
 from compiler import InputError
 from tests.numerics import check_float32, float64_with_error_scale
 from tests.optest import export
-from tests.test_zoo import check, reference
+from tests.zoo_reference import check, reference
 
 BACKENDS = ("numba", "interpreter", "executor")
 

@@ -13,7 +13,6 @@ to it passes on one machine and fails on another.
 
 from __future__ import annotations
 
-import functools
 import shutil
 import zipfile
 from pathlib import Path
@@ -22,34 +21,9 @@ import numpy as np
 import pytest
 
 import compiler
-from bench import zoo
 from bench.pnnx_export import export_zoo
 from ir import parse_graph, print_graph, verify
-from tests.numerics import check_float32, float64_with_error_scale
-
-MODELS = ["tiny_cnn", "mlp", "transformer_block", "unet_small", "mobilenet_v2", "resnet18", "resnet50", "yolov5s"]
-# interpreter and IR only for now: not in test_compiled_matches_torch_and_the_interpreter
-ARCHITECTURES = ["alexnet", "densenet121", "efficientnet_b0", "convnext_tiny"]
-# reduced-size variants: every layer pattern of the real model, each runs in milliseconds
-PATTERNS = ["vit_mini", "swin_mini", "mobilenet_v3_mini", "regnety_mini", "inception_v3_mini", "shufflenet_v2_mini",
-            "m5_audio_mini", "lstm_gru_mini", "llama_decoder_mini"]
-
-
-@functools.cache
-def reference(name: str) -> tuple[np.ndarray, list[np.ndarray], list[np.ndarray]]:
-    """An input of the largest batch the tests here run the model at (4 for MODELS, 2 for the
-    others), the torch model's float64 outputs on it and sigma for each element: one float64 run per
-    model and session (the rounding-error scale costs about one more), shared by every test here. A
-    batch-b test uses the first b images: make_input's first image does not depend on the batch size."""
-    x = zoo.make_input(zoo.get(name), batch=4 if name in MODELS else 2, seed=2)
-    exact, sigma = float64_with_error_scale(zoo.get(name).build(), x)
-    return x, exact, sigma
-
-
-def check(got, name: str, batch: int, label: str) -> None:
-    _, exact, sigma = reference(name)
-    check_float32(list(got) if isinstance(got, tuple) else [got], [e[:batch] for e in exact],
-                  [s[:batch] for s in sigma], label)
+from tests.zoo_reference import ARCHITECTURES, MODELS, PATTERNS, check, reference
 
 
 @pytest.mark.parametrize("name", MODELS + ARCHITECTURES + PATTERNS)
