@@ -10,9 +10,11 @@ combinations can share one module (and one export) by returning a tuple.
 
 from __future__ import annotations
 
+import atexit
 import hashlib
 import inspect
 import io
+import shutil
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
@@ -26,6 +28,7 @@ from bench.pnnx_export import export_pnnx
 BACKENDS = ("interpreter", "numba")
 _EXPORTS: dict[str, Path] = {}
 _EXPORT_DIR = Path(tempfile.mkdtemp(prefix="optest_pnnx_"))
+atexit.register(shutil.rmtree, _EXPORT_DIR, ignore_errors=True)  # this process's exports, not left in the temp dir
 
 
 def _module_key(module: torch.nn.Module, inputs: Sequence[torch.Tensor]) -> str:
