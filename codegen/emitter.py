@@ -216,7 +216,7 @@ def generate_module(graph: Graph, comment: str = "", profile: bool = False) -> G
     forward = "\n".join([title, "# The forward; codegen/linker.py binds its kernels (kernels.py) by address.",
                           f"# inputs and outputs: {passed_in}",
                           "import math  # noqa: F401", "", "import numba", "import numpy as np", "",
-                          "from codegen.array_view import emptied, frozen, reshaped, view  # noqa: F401",
+                          "from codegen.array_view import copied, emptied, frozen, reshaped, view  # noqa: F401",
                           "from codegen.interpreted import run_reference  # noqa: F401", ""]) + functions
     return GeneratedModule(kernels, forward, weights, plan, inputs, len(graph.nodes), interpreted)
 
@@ -359,5 +359,5 @@ def _output_arguments(graph: Graph, names: ValueNames,
             args.append(names(v, "v_"))
         else:
             args.append(f"out_{i}")  # no value's name: those are c_, x_ and v_ names
-            copies.append(f"out_{i}[...] = {names(v, 'v_')}")
+            copies.append(f"copied(out_{i}, {names(v, 'v_')})")
     return args, frozenset(passed), copies

@@ -8,7 +8,7 @@ import numba
 import numpy as np
 import pytest
 
-from codegen.array_view import emptied, reshaped, view
+from codegen.array_view import copied, emptied, reshaped, view
 
 
 @numba.njit
@@ -81,3 +81,31 @@ def test_emptied_is_numpys_empty_leading_slice():
     assert (size, flat, shape) == (0, 0, (0, 3, 4))
     assert e.shape == x[:0].shape and e.strides == x.strides and e.dtype == x.dtype
     assert _emptied.nopython_signatures[0].return_type[0] == numba.typeof(x)  # the same type: one kernel signature
+
+
+@numba.njit
+def _copied(dst, src):
+    copied(dst, src)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.int64, np.bool_])
+@pytest.mark.parametrize("shape", [(), (7,), (3, 5), (2, 3, 4, 5)])
+def test_copied_is_numpys_assignment_of_a_whole_array(shape, dtype):
+    """Every element, whatever the dtype and rank, and nothing past the end of the output."""
+    src = np.asarray(np.random.default_rng(0).normal(size=shape) * 10).astype(dtype)
+    sentinel = np.asarray(99).astype(dtype)
+    padded = np.full(int(np.prod(shape)) + 3, sentinel)
+    dst = padded[:-3].reshape(shape)
+    _copied(dst, src)
+    np.testing.assert_array_equal(dst, src)
+    assert (padded[-3:] == sentinel).all()
+
+
+def test_copied_refuses_other_dtypes_layouts_and_read_only_outputs():
+    frozen = np.zeros(6, np.float32)
+    frozen.flags.writeable = False
+    for dst, src in [(np.zeros(6, np.float32), np.zeros(6, np.float64)),
+                     (np.zeros((3, 2), np.float32), np.zeros((2, 3), np.float32).T),
+                     (frozen, np.zeros(6, np.float32))]:
+        with pytest.raises(numba.TypingError):
+            _copied(dst, src)
