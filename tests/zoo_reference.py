@@ -16,10 +16,9 @@ import hashlib
 from pathlib import Path
 
 import numpy as np
-import torch
 
 from bench import zoo
-from bench.pnnx_export import build_cache_dir, default_cache_dir
+from bench.pnnx_export import _zoo_key, build_cache_dir, default_cache_dir
 from tests import numerics
 from tests.numerics import check_float32, float64_with_error_scale
 
@@ -39,11 +38,12 @@ def reference_batch(name: str) -> int:
 
 
 def _key(name: str, batch: int) -> str:
+    """The export's key (the model's definition, torch's and pnnx's versions, the batch), as the ncnn
+    conversions extend it too (bench/runtimes.py), and a digest of what only the reference depends on."""
     h = hashlib.sha256()
-    for part in (name, str(batch), str(SEED), Path(zoo.__file__).read_bytes(), Path(numerics.__file__).read_bytes(),
-                 torch.__version__, np.__version__):
-        h.update((part if isinstance(part, bytes) else part.encode()) + b"\0")
-    return f"{name}-b{batch}-reference-{h.hexdigest()[:16]}"
+    for part in (str(SEED).encode(), Path(numerics.__file__).read_bytes(), np.__version__.encode()):
+        h.update(part + b"\0")
+    return f"{_zoo_key(name, batch)}-reference-{h.hexdigest()[:16]}"
 
 
 def _compute(name: str, batch: int, out: Path) -> None:
