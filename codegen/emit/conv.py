@@ -94,21 +94,32 @@ WINOGRAD_MIN_CHANNEL_MACS = 4096
 # level (alone 0.59-0.81 of the direct time; in the model both paths ran 0.4 or 0.75 ms a conv, by process)
 WINOGRAD_AVX2_MIN_PRODUCT_MACS = 1 << 18
 WINOGRAD_AVX2_MIN_CHANNEL_MACS = 2048
+# On AVX2, products of WINOGRAD_MIN_PRODUCT_MACS or more gain from this many tiles a batch (fewer than
+# WINOGRAD_MIN_TILES): alone, conv + SiLU, Winograd / conv2d_by_channels (in-process A/B, medians of 9 rounds,
+# Zen 3 EPYC, 2 threads): 512 -> 512 channels on 7 x 7 0.75, 256 -> 256 on 7 x 7 0.80, on 10 x 10 0.73; smaller
+# products lose (256 -> 128 on 7 x 7 1.18, 192 -> 192 1.07, 128 -> 128 on 10 x 10 1.01), and so do fewer tiles
+# (512 -> 512 on 5 x 5, 9 tiles: 1.39). In the model, where the transformed weights (16/9 of the direct
+# kernel's) come from memory: ResNet-18 at batch 1 (its three 512 -> 512 convs on 7 x 7) 0.93 of the time,
+# ResNet-50 0.98, YOLOv5s at 320 level (in-process A/B of the whole forward, 21 rounds)
+WINOGRAD_AVX2_MIN_TILES = 16
 
 
 def uses_winograd(node: Node) -> bool:
     """Whether conv node runs Winograd F(2x2, 3x3): 3x3, stride 1, no dilation or groups, zero
     padding, float32 weights known at compile time, and enough tiles and channels to gain (fewer on
-    AVX2: WINOGRAD_AVX2_MIN_PRODUCT_MACS)."""
+    AVX2: WINOGRAD_AVX2_MIN_PRODUCT_MACS, WINOGRAD_AVX2_MIN_TILES)."""
     a, x, w, y = node.attrs, node.inputs[0], node.inputs[1], node.outputs[0]
     image_tiles = -(-y.shape[2] // 2) * -(-y.shape[3] // 2)
+    product = w.shape[0] * w.shape[1] * image_tiles  # multiply-adds of each of an image's 16 products
     avx512 = target_vector_floats() == 16
     min_product = WINOGRAD_MIN_PRODUCT_MACS if avx512 else WINOGRAD_AVX2_MIN_PRODUCT_MACS
     min_channels = WINOGRAD_MIN_CHANNEL_MACS if avx512 else WINOGRAD_AVX2_MIN_CHANNEL_MACS
+    large_avx2 = not avx512 and product >= WINOGRAD_MIN_PRODUCT_MACS
+    min_tiles = WINOGRAD_AVX2_MIN_TILES if large_avx2 else WINOGRAD_MIN_TILES
     return (w.is_constant and w.dtype == x.dtype == "float32" and w.shape[2:] == (3, 3)
             and tuple(a["stride"]) == (1, 1) and tuple(a["dilation"]) == (1, 1) and a["groups"] == 1
-            and a["padding_mode"] == "zeros" and y.shape[0] * image_tiles >= WINOGRAD_MIN_TILES
-            and w.shape[0] * w.shape[1] * image_tiles >= min_product and w.shape[0] * w.shape[1] >= min_channels
+            and a["padding_mode"] == "zeros" and y.shape[0] * image_tiles >= min_tiles
+            and product >= min_product and w.shape[0] * w.shape[1] >= min_channels
             and (y.shape[0] * image_tiles >= WINOGRAD_MIN_FILLED_TILES or not avx512
                  or y.shape[2] * y.shape[3] >= WINOGRAD_MIN_TILE_FILL * 4 * image_tiles))
 

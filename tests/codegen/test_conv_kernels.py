@@ -162,6 +162,7 @@ def any_winograd(monkeypatch):
     """Winograd for every conv it can take, however small: its kernel's edges, apart from the
     rule that chooses it for the convs where it gains."""
     monkeypatch.setattr(emit_conv, "WINOGRAD_MIN_TILES", 1)
+    monkeypatch.setattr(emit_conv, "WINOGRAD_AVX2_MIN_TILES", 1)
     monkeypatch.setattr(emit_conv, "WINOGRAD_MIN_FILLED_TILES", 0)
     monkeypatch.setattr(emit_conv, "WINOGRAD_MIN_PRODUCT_MACS", 0)
     monkeypatch.setattr(emit_conv, "WINOGRAD_MIN_CHANNEL_MACS", 0)
@@ -273,7 +274,7 @@ def test_convs_winograd_cannot_take(shape, o, kernel, stride, dilation, groups, 
 
 @pytest.mark.parametrize("shape, o", [
     ((1, 32, 6, 6), 32),  # 9 tiles: too few to gain
-    ((1, 256, 7, 7), 256),  # one 7 x 7 image: 16 tiles, its weights' traffic decides (WINOGRAD_MIN_TILES)
+    ((1, 256, 5, 5), 256),  # one 5 x 5 image: 9 tiles, its weights' traffic decides (WINOGRAD_AVX2_MIN_TILES)
     ((1, 128, 14, 14), 32),  # products of 128 x 32 x 49 multiply-adds: too few (WINOGRAD_MIN_PRODUCT_MACS)
     ((8, 128, 14, 14), 32),  # 128 x 32 x 49 an image: too few, whatever the batch
     ((1, 32, 64, 64), 32),  # 32 x 32 channels: the transforms outweigh the products (WINOGRAD_MIN_CHANNEL_MACS)
@@ -301,7 +302,10 @@ def test_winograd_takes_convs_large_enough_to_gain(shape, o):
     (8, 1, 13, True),  # with AVX2's vectors, Winograd
     (16, 2, 7, False),  # 32 tiles, 98 pixels in 128
     (16, 4, 7, True),  # 64 tiles: Winograd whatever their fill (WINOGRAD_MIN_FILLED_TILES)
-    (8, 1, 8, False),  # 16 tiles: too few on any machine (WINOGRAD_MIN_TILES)
+    (16, 1, 8, False),  # 16 tiles: too few on AVX-512 (WINOGRAD_MIN_TILES)
+    (16, 1, 7, False),
+    (8, 1, 7, True),  # on AVX2, enough for products of 256 x 256 x 16 multiply-adds (WINOGRAD_AVX2_MIN_TILES)
+    (8, 1, 5, False),  # 9 tiles: too few on any machine
 ])
 def test_winograd_on_few_tiles_needs_sides_that_fill_them_on_avx512(monkeypatch, width, n, side, expected):
     """With few tiles, odd sides (a row and a column of tiles half past the image) run direct where
@@ -327,6 +331,9 @@ def _conv3x3_node(n, c, o, side):
     (8, 1, 32, 32, 32, False),  # 32 x 32 channels: too few pairs on AVX2 (WINOGRAD_AVX2_MIN_CHANNEL_MACS)
     (8, 1, 64, 32, 32, True),  # 64 x 32 channels
     (16, 1, 64, 32, 32, False),  # (WINOGRAD_MIN_CHANNEL_MACS)
+    (8, 1, 256, 256, 7, True),  # 16 tiles: enough on AVX2 for products of 1M multiply-adds (WINOGRAD_AVX2_MIN_TILES)
+    (8, 1, 256, 128, 7, False),  # 256 x 128 x 16: too small a product for so few tiles
+    (8, 1, 512, 512, 5, False),  # 9 tiles: too few
 ])
 def test_winograd_takes_smaller_convs_on_avx2(monkeypatch, width, n, c, o, side, expected):
     """With AVX2's vectors Winograd takes products 4x smaller, and fewer channel pairs, than on AVX-512."""
