@@ -100,8 +100,11 @@ WINOGRAD_AVX2_MIN_CHANNEL_MACS = 2048
 # products lose (256 -> 128 on 7 x 7 1.18, 192 -> 192 1.07, 128 -> 128 on 10 x 10 1.01), and so do fewer tiles
 # (512 -> 512 on 5 x 5, 9 tiles: 1.39). In the model, where the transformed weights (16/9 of the direct
 # kernel's) come from memory: ResNet-18 at batch 1 (its three 512 -> 512 convs on 7 x 7) 0.93 of the time,
-# ResNet-50 0.98, YOLOv5s at 320 level (in-process A/B of the whole forward, 21 rounds)
+# ResNet-50 0.98, YOLOv5s at 320 level (in-process A/B of the whole forward, 21 rounds). Those tiles must be
+# this full: 5 x 5 images fill 25 of a tile's 36 pixels, and two of them (18 tiles) ran 1.12 of the direct time
+# with 512 channels; four 4 x 4 images (16 full tiles) 0.65
 WINOGRAD_AVX2_MIN_TILES = 16
+WINOGRAD_AVX2_FEW_TILES_MIN_FILL = 0.75
 
 
 def uses_winograd(node: Node) -> bool:
@@ -114,7 +117,8 @@ def uses_winograd(node: Node) -> bool:
     avx512 = target_vector_floats() == 16
     min_product = WINOGRAD_MIN_PRODUCT_MACS if avx512 else WINOGRAD_AVX2_MIN_PRODUCT_MACS
     min_channels = WINOGRAD_MIN_CHANNEL_MACS if avx512 else WINOGRAD_AVX2_MIN_CHANNEL_MACS
-    large_avx2 = not avx512 and product >= WINOGRAD_MIN_PRODUCT_MACS
+    large_avx2 = (not avx512 and product >= WINOGRAD_MIN_PRODUCT_MACS
+                  and y.shape[2] * y.shape[3] >= WINOGRAD_AVX2_FEW_TILES_MIN_FILL * 4 * image_tiles)
     min_tiles = WINOGRAD_AVX2_MIN_TILES if large_avx2 else WINOGRAD_MIN_TILES
     return (w.is_constant and w.dtype == x.dtype == "float32" and w.shape[2:] == (3, 3)
             and tuple(a["stride"]) == (1, 1) and tuple(a["dilation"]) == (1, 1) and a["groups"] == 1

@@ -334,6 +334,8 @@ def _conv3x3_node(n, c, o, side):
     (8, 1, 256, 256, 7, True),  # 16 tiles: enough on AVX2 for products of 1M multiply-adds (WINOGRAD_AVX2_MIN_TILES)
     (8, 1, 256, 128, 7, False),  # 256 x 128 x 16: too small a product for so few tiles
     (8, 1, 512, 512, 5, False),  # 9 tiles: too few
+    (8, 2, 512, 512, 5, False),  # 18 tiles of 25 pixels in 36: too empty (WINOGRAD_AVX2_FEW_TILES_MIN_FILL)
+    (8, 4, 512, 512, 4, True),  # 16 full tiles
 ])
 def test_winograd_takes_smaller_convs_on_avx2(monkeypatch, width, n, c, o, side, expected):
     """With AVX2's vectors Winograd takes products 4x smaller, and fewer channel pairs, than on AVX-512."""
