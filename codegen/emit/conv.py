@@ -113,19 +113,23 @@ def uses_winograd(node: Node) -> bool:
     AVX2: WINOGRAD_AVX2_MIN_PRODUCT_MACS, WINOGRAD_AVX2_MIN_TILES)."""
     a, x, w, y = node.attrs, node.inputs[0], node.inputs[1], node.outputs[0]
     image_tiles = -(-y.shape[2] // 2) * -(-y.shape[3] // 2)
+    tiles = y.shape[0] * image_tiles  # the batch's
+    pixels, tile_pixels = y.shape[2] * y.shape[3], 4 * image_tiles  # an image's, and its tiles'
     product = w.shape[0] * w.shape[1] * image_tiles  # multiply-adds of each of an image's 16 products
     avx512 = target_vector_floats() == 16
     min_product = WINOGRAD_MIN_PRODUCT_MACS if avx512 else WINOGRAD_AVX2_MIN_PRODUCT_MACS
     min_channels = WINOGRAD_MIN_CHANNEL_MACS if avx512 else WINOGRAD_AVX2_MIN_CHANNEL_MACS
-    large_avx2 = (not avx512 and product >= WINOGRAD_MIN_PRODUCT_MACS
-                  and y.shape[2] * y.shape[3] >= WINOGRAD_AVX2_FEW_TILES_MIN_FILL * 4 * image_tiles)
-    min_tiles = WINOGRAD_AVX2_MIN_TILES if large_avx2 else WINOGRAD_MIN_TILES
+    if avx512:  # below WINOGRAD_MIN_FILLED_TILES, full enough tiles
+        full = pixels >= WINOGRAD_MIN_TILE_FILL * tile_pixels
+        min_tiles = WINOGRAD_MIN_TILES if full else max(WINOGRAD_MIN_TILES, WINOGRAD_MIN_FILLED_TILES)
+    elif product >= WINOGRAD_MIN_PRODUCT_MACS and pixels >= WINOGRAD_AVX2_FEW_TILES_MIN_FILL * tile_pixels:
+        min_tiles = WINOGRAD_AVX2_MIN_TILES
+    else:
+        min_tiles = WINOGRAD_MIN_TILES
     return (w.is_constant and w.dtype == x.dtype == "float32" and w.shape[2:] == (3, 3)
             and tuple(a["stride"]) == (1, 1) and tuple(a["dilation"]) == (1, 1) and a["groups"] == 1
-            and a["padding_mode"] == "zeros" and y.shape[0] * image_tiles >= min_tiles
-            and product >= min_product and w.shape[0] * w.shape[1] >= min_channels
-            and (y.shape[0] * image_tiles >= WINOGRAD_MIN_FILLED_TILES or not avx512
-                 or y.shape[2] * y.shape[3] >= WINOGRAD_MIN_TILE_FILL * 4 * image_tiles))
+            and a["padding_mode"] == "zeros" and tiles >= min_tiles
+            and product >= min_product and w.shape[0] * w.shape[1] >= min_channels)
 
 
 def is_linear_on_pixels(node: Node) -> bool:
