@@ -67,7 +67,7 @@ def _data_pointer(context, builder, array_type, value, offset):
 
 
 def _micro_gemm_codegen(vectors, indirect: bool = False, a_rows: bool = False, panels: int = 1,
-                        a_taps: bool = False, epilogue: bool = False):
+                        a_taps: bool = False, epilogue: bool = False, bias_columns: bool = False):
     """LLVM IR of micro_gemm with `vectors` vectors per accumulator row (NR = vectors * width; a
     function of the width for micro_gemm_taps); indirect: micro_gemm_rows, b's rows at
     b0 + rows[r0 + p] instead of b0 + p * ldb; a_rows: micro_gemm_a_rows, a's element (i, p) at
@@ -75,7 +75,7 @@ def _micro_gemm_codegen(vectors, indirect: bool = False, a_rows: bool = False, p
     at a0 + pix[q0 + i] + rows[r0 + p]; panels = 2: micro_gemm2, an argument ps after a0 and a
     second panel of a at a0 + ps, whose MR rows of c follow the first's; epilogue: micro_gemm_out,
     the arguments (bias, bias0, lo, hi, top, res) in accumulate's place, c overwritten through the
-    one-pass epilogue."""
+    one-pass epilogue; bias_columns: its bias indexed by column (micro_gemm_taps_out) instead of row."""
     def codegen(context, builder, signature, args):
         out_args = out_types = None
         if epilogue:  # (..., ldc, bias, bias0, lo, hi, top, res): the epilogue's out, never accumulating
@@ -156,7 +156,7 @@ def _micro_gemm_codegen(vectors, indirect: bool = False, a_rows: bool = False, p
         results = fma_sums(builder, kc_, vec, fma, step, panels * MR * nv)
         if epilogue:
             _store_through_epilogue(context, builder, out_args, out_types, results, panels * MR, nv, c_ptr,
-                                    context.cast(builder, c0_, signature.args[7], types.int64), ldc_)
+                                    context.cast(builder, c0_, signature.args[7], types.int64), ldc_, bias_columns)
             return context.get_dummy_value()
         add = builder.icmp_unsigned("!=", acc_, ir.Constant(acc_.type, 0))
         for i in range(panels * MR):
@@ -171,12 +171,14 @@ def _micro_gemm_codegen(vectors, indirect: bool = False, a_rows: bool = False, p
     return codegen
 
 
-def _store_through_epilogue(context, builder, out_args, out_types, results, rows, nv, c_ptr, c0_, ldc_):
+def _store_through_epilogue(context, builder, out_args, out_types, results, rows, nv, c_ptr, c0_, ldc_,
+                            bias_columns: bool = False):
     """LLVM IR storing a block of sums (row i's nv vectors at results[i * nv:]) to c, row i at c_ptr +
     i * ldc, as max(min(max(v + bias[bias0 + i], lo), hi) + res, top) (epilogue.one_pass_bounds; no
-    bias if it is None, no residual if res is empty, else res indexed as c). Each residual vector is
-    loaded just before c's is stored over it: res may be c itself. NaN stays NaN (v first in each
-    comparison, as epilogue_run's max and min)."""
+    bias if it is None, no residual if res is empty, else res indexed as c; bias_columns: column j's
+    bias[bias0 + j] in place of row i's). Each residual vector is loaded just before c's is stored
+    over it: res may be c itself. NaN stays NaN (v first in each comparison, as epilogue_run's max and
+    min)."""
     bias_, bias0_, lo_, hi_, top_, res_ = out_args
     bias_t, bias0_t, lo_t, hi_t, top_t, res_t = out_types
     width = results[0].type.count
@@ -189,11 +191,20 @@ def _store_through_epilogue(context, builder, out_args, out_types, results, rows
 
     lo, hi, top = (splat(context.cast(builder, v, t, types.float32))
                    for v, t in ((lo_, lo_t), (hi_, hi_t), (top_, top_t)))
-    biases = [None] * rows
+    biases = [[None] * nv for _ in range(rows)]  # biases[i][j]: row i's vector j's, or None
     if not isinstance(bias_t, (types.NoneType, types.Omitted)):
         bias_ptr = _data_pointer(context, builder, bias_t, bias_, context.cast(builder, bias0_, bias0_t, types.int64))
-        biases = [splat(context.cast(builder, builder.load(builder.gep(bias_ptr, [ir.Constant(i64, i)])),
-                                     bias_t.dtype, types.float32)) for i in range(rows)]
+        if bias_columns:  # one vector of the bias per column vector, the same for every row
+            element = context.get_value_type(bias_t.dtype)
+            columns = []
+            for j in range(nv):
+                loaded = builder.load(builder.bitcast(builder.gep(bias_ptr, [ir.Constant(i64, j * width)]),
+                                                      ir.VectorType(element, width).as_pointer()), align=4)
+                columns.append(loaded if bias_t.dtype == types.float32 else builder.fptrunc(loaded, vec))
+            biases = [columns] * rows
+        else:
+            biases = [[splat(context.cast(builder, builder.load(builder.gep(bias_ptr, [ir.Constant(i64, i)])),
+                                          bias_t.dtype, types.float32))] * nv for i in range(rows)]
     res = cgutils.create_struct_proxy(res_t)(context, builder, value=res_)
     res_ptr = builder.gep(res.data, [c0_])  # indexed as c
 
@@ -202,8 +213,8 @@ def _store_through_epilogue(context, builder, out_args, out_types, results, rows
             c_row = builder.gep(c_ptr, [builder.mul(ir.Constant(i64, i), ldc_)])
             for j in range(nv):
                 v = results[i * nv + j]
-                if biases[i] is not None:
-                    v = builder.fadd(v, biases[i])
+                if biases[i][j] is not None:
+                    v = builder.fadd(v, biases[i][j])
                 v = builder.select(builder.fcmp_ordered("<", v, lo), lo, v)
                 v = builder.select(builder.fcmp_ordered(">", v, hi), hi, v)
                 target = builder.bitcast(builder.gep(c_row, [ir.Constant(i64, j * width)]), vec.as_pointer())
@@ -389,6 +400,19 @@ def micro_gemm_taps(typingctx, kc, a, a0, pix, q0, rows, r0, b, b0, ldb, c, c0, 
         return None
     return (types.void(kc, a, a0, pix, q0, rows, r0, b, b0, ldb, c, c0, ldc, accumulate),
             _micro_gemm_codegen(taps_vectors, a_taps=True))
+
+
+@intrinsic
+def micro_gemm_taps_out(typingctx, kc, a, a0, pix, q0, rows, r0, b, b0, ldb, c, c0, ldc, bias, bias0, lo, hi, top,
+                        res):
+    """micro_gemm_taps overwriting c through the one-pass epilogue (micro_gemm_out), the bias along the
+    channels: c[c0 + i*ldc + j] = max(min(max(s_ij + bias[bias0 + j], lo), hi) + res[c0 + i*ldc + j],
+    top), s_ij the block's sums (bias None: none; res empty: none; res may be c). A channel-blocked
+    output's block (pixel i's taps_width() channels side by side) stored from the registers."""
+    if not (_is_f32(a, b, c) and _is_i64(pix, rows) and _is_out_epilogue(bias, res)):
+        return None
+    return (types.void(kc, a, a0, pix, q0, rows, r0, b, b0, ldb, c, c0, ldc, bias, bias0, lo, hi, top, res),
+            _micro_gemm_codegen(taps_vectors, a_taps=True, epilogue=True, bias_columns=True))
 
 
 @intrinsic
