@@ -1,36 +1,53 @@
 """Kernels on the channel-blocked layout: a (N, C, H, W) tensor stored as (N, C / B, H, W, B), each
 pixel's B channels of one block side by side, B = taps_width() (16 on AVX2, 64 on AVX-512; C a
-multiple of B).
+multiple of B). compiler/passes/block_channels.py puts chains of convs on it.
 
 It is onnxruntime's NCHWc. A 1x1 conv on it is micro_gemm_taps with the pixels in the broadcasts and
 the channels in the vectors, as conv2d_by_channels, but without the transposes: the input's MR pixels
 of a reduction step are B floats apart in one contiguous block, and the output's MR x B block of
 sums is one contiguous run of the output, stored from the registers through the epilogue
-(micro_gemm_taps_out: bias along the vector, residual in the same layout). Against conv1x1_packed
-on NCHW, in-process, 2 threads, Zen 3 EPYC (AVX2), with bias, residual and ReLU: 64 -> 256 channels
-on 56 x 56 0.93-0.98 against 1.27-1.46 ms with the operands in cache, 1.37-1.41 against 2.05-2.28
-with the caches evicted first; 256 -> 64 on 56 x 56 0.99 against 1.30; 128 -> 512 on 28 x 28 0.87
-against 1.10; level on 14 x 14 (1024 -> 256, 256 -> 1024).
+(micro_gemm_taps_out: bias along the vector, residual in the same layout; micro_gemm_taps_seeded for
+the last chunk of a long reduction). Against conv1x1_packed on NCHW, in-process, 2 threads, Zen 3
+EPYC (AVX2), with bias, residual and ReLU: 64 -> 256 channels on 56 x 56 0.93-0.98 against 1.27-1.46
+ms with the operands in cache, 1.37-1.41 against 2.05-2.28 with the caches evicted first; 256 -> 64
+on 56 x 56 0.82-0.99 against 1.01-1.30; 128 -> 512 on 28 x 28 0.87 against 1.10; 1.1-1.15x on 14 x 14
+(1024 -> 256, 256 -> 1024), where conv1x1_packed runs near the machine's peak.
 
-- to_blocked / from_blocked: the reorders at the edges of a blocked chain.
-- conv1x1_blocked: a 1x1 stride-1 unpadded ungrouped conv with its epilogue, blocked in and out.
+- to_blocked / from_blocked: the reorders at the edges of a blocked chain, n x n squares transposed
+  in registers.
+- conv1x1_blocked: a 1x1 unpadded ungrouped conv (any stride) with its epilogue, blocked in and out.
+- winograd_blocked: a 3x3 stride-1 conv by Winograd F(2x2, 3x3), the tiles in the pixels' place:
+  each of the 16 products a blocked 1x1 conv over the tiles, the transforms a vector of channels at
+  a time (in ResNet-50 at batch 1: 0.8-1.0 of winograd_conv2d's time on 56 x 56 to 14 x 14).
 - conv2d_blocked: any other ungrouped conv (kernel, stride, dilation, zero padding): each task copies
   its band of output rows' input rows, zero-padded, into scratch, where every (channel, tap) of
   every output pixel lies at a fixed offset from the pixel's window.
 
-Both take the weight as conv_channels.pack_channel_panels(weight, B) packs it.
+The convs take their weights as conv_channels.pack_channel_panels(weight, B) packs them
+(pack_winograd_blocked for Winograd's).
 """
-
 from __future__ import annotations
 
 import numba
 import numpy as np
+from llvmlite import ir
+from numba.core import cgutils, types
+from numba.extending import intrinsic
 
-from codegen.kernels.common import SEQ, num_threads, thread_id, u
+from codegen.kernels.common import PARALLEL_MIN_ELEMENTS, SEQ, num_threads, thread_id, u
 from codegen.kernels.epilogue import ONE_PASS, epilogue_run, one_pass_bounds, residual_run
 from codegen.kernels.gemm import PACKED_K_CHUNK, PARALLEL_MIN_MACS
-from codegen.kernels.microkernel import MR, micro_gemm_taps, micro_gemm_taps_out, taps_width
+from codegen.kernels.microkernel import (
+    MR,
+    _store_through_epilogue,
+    micro_gemm_taps,
+    micro_gemm_taps_out,
+    micro_gemm_taps_seeded,
+    taps_width,
+)
 from codegen.kernels.tasks import run_tasks
+from codegen.kernels.vectors import copy_run, transpose_out, vector_floats
+from codegen.kernels.winograd import RUN_BYTES, _int64s, _vector_step, weight_transform
 
 CHUNK_GROUPS = 16  # MR-pixel groups per task's chunk of an image: 96 pixels, a 6 KB block of each input block
 MIN_TASKS = 16  # tasks at least (8 a thread on 2), by splitting the output blocks into groups
@@ -44,13 +61,7 @@ def to_blocked(x, out):
     b = out.shape[4]
     if c_n % b != 0 or out.shape[1] * b != c_n or out.shape[0] != n_n or out.shape[2:4] != (h, w):
         raise ValueError("to_blocked: the output is not the input's blocked shape")
-    hw = h * w
-    xf, of = x.reshape(-1), out.reshape(-1)
-    for m in range(n_n * c_n // b):  # each (image, block): B planes into one run
-        s, d = m * b * hw, m * hw * b
-        for p in range(hw):
-            for j in range(b):
-                of[u(d + p * b + j)] = xf[u(s + j * hw + p)]
+    _reorder(x.reshape(-1), out.reshape(-1), n_n * c_n // b, h * w, b, True)
 
 
 @numba.njit(**SEQ)
@@ -60,43 +71,77 @@ def from_blocked(x, out):
     b = x.shape[4]
     if c_n % b != 0 or x.shape[1] * b != c_n or x.shape[0] != n_n or x.shape[2:4] != (h, w):
         raise ValueError("from_blocked: the input is not the output's blocked shape")
-    hw = h * w
-    xf, of = x.reshape(-1), out.reshape(-1)
-    for m in range(n_n * c_n // b):
-        s, d = m * hw * b, m * b * hw
-        for j in range(b):
-            for p in range(hw):
-                of[u(d + j * hw + p)] = xf[u(s + p * b + j)]
+    _reorder(x.reshape(-1), out.reshape(-1), n_n * c_n // b, h * w, b, False)
 
 
 @numba.njit(**SEQ)
-def conv1x1_blocked(x, wt, bias, residual, out, act, alpha, beta, post, post_alpha, post_beta):
-    """out = post(act(conv1x1(x, W) + bias) + residual) on the blocked layout: x (N, C / B, H, W, B),
-    wt = conv_channels.pack_channel_panels(W, B) (O / B, C, B), out and residual (N, O / B, H, W, B) (residual None
-    or empty for none; it may be out itself), B = taps_width(). Tasks: (image, chunk of CHUNK_GROUPS
-    MR-pixel groups, group of output blocks), at least MIN_TASKS of them (below PARALLEL_MIN_MACS,
-    one, in the calling thread)."""
+def _reorder(xf, of, blocks, hw, b, into):
+    """Each of `blocks` (image, block) pairs' B planes of hw pixels into one run of hw pixels' B
+    channels (into), or back; tasks of whole pairs (below PARALLEL_MIN_ELEMENTS, in the calling thread)."""
+    if blocks * hw * b < PARALLEL_MIN_ELEMENTS:
+        for m in range(blocks):
+            _reorder_task(m, xf, of, hw, b, into)
+    else:
+        run_tasks(_reorder_task, blocks, (xf, of, hw, b, into))
+
+
+@numba.njit(**SEQ)
+def _reorder_task(m, xf, of, hw, b, into):
+    """Pair m of _reorder: n x n squares transposed in registers (transpose_out), the last hw % n
+    pixels one element at a time."""
+    base = m * b * hw  # the pair's first element, in both layouts
+    n = vector_floats()
+    whole = hw // n * n
+    no = -np.inf
+    for j in range(0, b, n):
+        for p in range(0, whole, n):
+            if into:  # x[j + r][p + c] -> out[p + c][j + r]
+                transpose_out(xf, base + j * hw + p, hw, of, base + p * b + j, b, None, 0, no, -no, no, None)
+            else:
+                transpose_out(xf, base + p * b + j, b, of, base + j * hw + p, hw, None, 0, no, -no, no, None)
+    for p in range(whole, hw):
+        for j in range(b):
+            if into:
+                of[u(base + p * b + j)] = xf[u(base + j * hw + p)]
+            else:
+                of[u(base + j * hw + p)] = xf[u(base + p * b + j)]
+
+
+@numba.njit(**SEQ)
+def conv1x1_blocked(x, wt, bias, residual, out, stride, act, alpha, beta, post, post_alpha, post_beta):
+    """out = post(act(conv1x1(x, W) + bias) + residual) on the blocked layout, unpadded, any stride: x (N,
+    C / B, H, W, B), wt = conv_channels.pack_channel_panels(W, B) (O / B, C, B), out and residual (N, O /
+    B, OH, OW, B) (residual None or empty for none; it may be out itself), B = taps_width(). The input
+    is read where it lies (each output pixel's at its offset in a table). Tasks: (image, chunk of
+    CHUNK_GROUPS MR-pixel groups, group of output blocks), at least MIN_TASKS of them (below
+    PARALLEL_MIN_MACS, one, in the calling thread)."""
+    sh, sw = stride
     n_n, cb_n, h, w, b = x.shape
-    ob_n, hw = out.shape[1], h * w
-    c_n = cb_n * b
-    if b != taps_width() or wt.shape != (ob_n, c_n, b) or out.shape != (n_n, ob_n, h, w, b):
+    ob_n, oh, ow = out.shape[1], out.shape[2], out.shape[3]
+    c_n, hw = cb_n * b, oh * ow
+    if b != taps_width() or wt.shape != (ob_n, c_n, b) or out.shape[0] != n_n or out.shape[4] != b:
         raise ValueError("conv1x1_blocked: blocks of another width, or operands of mismatched shapes")
+    if (oh - 1) * sh >= h or (ow - 1) * sw >= w:
+        raise ValueError("conv1x1_blocked: an output larger than the strided input")
     groups = -(-hw // MR)
     chunks = -(-groups // CHUNK_GROUPS)
+    cg = -(-groups // chunks)  # groups per chunk: chunks of equal size (196 pixels as 66, 66, 64, not 96, 96, 4)
+    chunks = -(-groups // cg)
     serial = n_n * hw * ob_n * b * c_n < PARALLEL_MIN_MACS
     n_g = 1  # groups of output blocks
     while not serial and n_n * chunks * n_g < MIN_TASKS and n_g < ob_n:
         n_g *= 2
     per = -(-ob_n // n_g)
     n_g = -(-ob_n // per)
-    pix = np.zeros(hw + MR, np.int64)  # pixel p at p * B; MR past the image, for the last group's calls
-    pix[:hw] = np.arange(hw) * b
+    pix = np.zeros(hw + MR, np.int64)  # output pixel p's input pixel; MR past the image, for the last group's calls
+    for p in range(hw):
+        pix[p] = (p // ow * sh * w + p % ow * sw) * b
     rows = np.empty(c_n, np.int64)  # reduction step c: input channel c of each pixel
     for c in range(c_n):
-        rows[c] = (c // b) * hw * b + c % b
+        rows[c] = (c // b) * h * w * b + c % b
     tasks = n_n * chunks * n_g
     data = (x.reshape(-1), wt.reshape(-1), bias, residual_run(residual, out), out.reshape(-1), pix, rows,
-            (n_n, c_n, hw, ob_n, b, chunks, n_g, per), (act, post), (alpha, beta, post_alpha, post_beta))
+            (n_n, c_n, h * w, hw, ob_n, b, chunks, cg, n_g, per), (act, post), (alpha, beta, post_alpha, post_beta))
     if serial:
         for t in range(tasks):
             _conv1x1_task(t, *data)
@@ -107,10 +152,10 @@ def conv1x1_blocked(x, wt, bias, residual, out, act, alpha, beta, post, post_alp
 @numba.njit(**SEQ)
 def _conv1x1_task(t, xf, wf, bias, rf, of, pix, rows, dims, acts, params):
     """Task t of conv1x1_blocked: its chunk of pixels times its group of output blocks (_blocked_out)."""
-    n_n, c_n, hw, ob_n, b, chunks, n_g, per = dims
+    n_n, c_n, in_hw, hw, ob_n, b, chunks, cg, n_g, per = dims
     gi, ci, n = t % n_g, (t // n_g) % chunks, t // (n_g * chunks)
-    p0 = ci * CHUNK_GROUPS * MR
-    _blocked_out(xf, n * c_n * hw, pix, p0, p0, min(hw, p0 + CHUNK_GROUPS * MR), rows, c_n, wf, bias, rf, of,
+    p0 = ci * cg * MR
+    _blocked_out(xf, n * c_n * in_hw, pix, p0, p0, min(hw, p0 + cg * MR), rows, c_n, wf, bias, rf, of,
                  n * ob_n, hw, b, gi * per, min(ob_n, (gi + 1) * per), acts, params)
 
 
@@ -118,11 +163,11 @@ def _conv1x1_task(t, xf, wf, bias, rf, of, pix, rows, dims, acts, params):
 def _blocked_out(a, a0, pix, pix0, p0, p1, rows, k, wf, bias, rf, of, ob0, hw, b, q0, q1, acts, params):
     """Output pixels [p0, p1) of output blocks [q0, q1) of one image (its first block ob0 of the output):
     pixel p's reduction step r at a[a0 + pix[pix0 + p - p0] + rows[r]] (pix: MR entries past p1, any
-    offset inside a), k steps, times wf's panel q. MR pixels by B channels a call: stored from the
-    registers through the one-pass epilogue where the reduction is one chunk (PACKED_K_CHUNK steps),
-    else summed chunk by chunk (the chunk's weights stay in L1 across the pixels) into a block of
-    sums, then out; the last partial group likewise; activations of more than one pass after, over
-    the pixels' run."""
+    offset inside a), k steps, times wf's panel q. MR pixels by B channels a call, stored from the
+    registers through the one-pass epilogue; a reduction longer than PACKED_K_CHUNK steps sums its
+    earlier chunks into scratch first (each chunk's weights stay in L1 across the pixels), and its
+    last chunk adds them in registers (micro_gemm_taps_seeded). The last partial group goes through
+    scratch; activations of more than one pass run after, over the pixels' run."""
     act, post = acts
     alpha, beta, post_alpha, post_beta = params
     one_pass = act <= ONE_PASS and post <= 1
@@ -130,26 +175,34 @@ def _blocked_out(a, a0, pix, pix0, p0, p1, rows, k, wf, bias, rf, of, ob0, hw, b
     lo, hi, top = np.float32(bounds[0]), np.float32(bounds[1]), np.float32(bounds[2])
     res = rf if one_pass else rf[:0]  # a residual after an activation of more than one pass: epilogue_run's
     chunked = k > PACKED_K_CHUNK
-    whole = p0 if chunked else p0 + (p1 - p0) // MR * MR  # the groups stored from the registers end here
-    n_acc = -(-(p1 - whole) // MR) * MR
     kc = -(-k // -(-k // PACKED_K_CHUNK))  # chunks of equal length
+    last = (-(-k // kc) - 1) * kc  # the last chunk's first step
+    whole = p0 + (p1 - p0) // MR * MR  # the groups stored from the registers end here
+    n_acc = -(-(p1 - (p0 if chunked else whole)) // MR) * MR  # the pixels summed chunk by chunk into acc
     acc = np.empty(n_acc * b, np.float32)
     for q in range(q0, q1):
         w0 = q * k * b
         o0 = (ob0 + q) * hw * b
-        for p in range(p0, whole, MR):
-            micro_gemm_taps_out(k, a, a0, pix, pix0 + p - p0, rows, 0, wf, w0, b, of, o0 + p * b, b, bias, q * b,
-                                lo, hi, top, res)
-        if whole < p1:
-            for kb in range(0, k, kc):
+        if chunked:  # every chunk but the last into acc, its weights in L1 across the pixels
+            for kb in range(0, last, kc):
                 for g in range(0, n_acc, MR):
-                    micro_gemm_taps(min(kc, k - kb), a, a0, pix, pix0 + whole - p0 + g, rows, kb, wf, w0 + kb * b, b,
-                                    acc, g * b, b, kb > 0)
+                    micro_gemm_taps(kc, a, a0, pix, pix0 + g, rows, kb, wf, w0 + kb * b, b, acc, g * b, b, kb > 0)
+        for p in range(p0, whole, MR):
+            if chunked:  # the last chunk, acc's sums added, through the epilogue from the registers
+                micro_gemm_taps_seeded(k - last, a, a0, pix, pix0 + p - p0, rows, last, wf, w0 + last * b, b, of,
+                                       o0 + p * b, b, bias, q * b, lo, hi, top, res, acc, (p - p0) * b)
+            else:
+                micro_gemm_taps_out(k, a, a0, pix, pix0 + p - p0, rows, 0, wf, w0, b, of, o0 + p * b, b, bias, q * b,
+                                    lo, hi, top, res)
+        if whole < p1:  # the partial group through acc
+            g = whole - p0 if chunked else 0
+            micro_gemm_taps(k - last if chunked else k, a, a0, pix, pix0 + whole - p0, rows, last if chunked else 0,
+                            wf, w0 + (last * b if chunked else 0), b, acc, g * b, b, chunked and last > 0)
             for i in range(p1 - whole):
                 d = o0 + (whole + i) * b
                 for j in range(b):
                     bv = np.float32(0.0) if bias is None else np.float32(bias[q * b + j])
-                    v = min(max(acc[i * b + j] + bv, lo), hi)
+                    v = min(max(acc[(g + i) * b + j] + bv, lo), hi)
                     of[u(d + j)] = max(v + res[u(d + j)] if res.size != 0 else v, top)
         if not one_pass:
             epilogue_run(of, o0 + p0 * b, (p1 - p0) * b, of, o0 + p0 * b, 0.0, rf, act, alpha, beta, post,
@@ -222,20 +275,231 @@ def _conv2d_task(t, xf, wf, bias, rf, of, rows, dims, window, acts, params, scra
     y0 = p0 // ow
     iy0 = y0 * sh - pt  # the band's first gathered row in the image
     n_rows = ((p1 - 1) // ow - y0) * sh + (kh - 1) * dh + 1
+    left, right = min(pl, wp), max(0, min(wp, pl + w))  # the row's columns inside the image: [left, right)
     for cb in range(cb_n):
         for r in range(n_rows):
             iy, d = iy0 + r, (cb * hin + r) * wp * b
-            s = ((n * cb_n + cb) * h + iy) * w * b
-            for cx in range(wp):
-                ix = cx - pl
-                if iy >= 0 and iy < h and ix >= 0 and ix < w:
-                    for j in range(b):
-                        src[u(d + cx * b + j)] = xf[u(s + ix * b + j)]
-                else:
-                    for j in range(b):
-                        src[u(d + cx * b + j)] = 0
+            if iy < 0 or iy >= h:
+                src[d:d + wp * b] = 0
+                continue
+            src[d:d + left * b] = 0
+            copy_run(src, d + left * b, xf, ((n * cb_n + cb) * h + iy) * w * b + (left - pl) * b, (right - left) * b)
+            src[d + right * b:d + wp * b] = 0
     pix = np.zeros(p1 - p0 + MR, np.int64)  # each pixel's window in the scratch; MR past the band, the first's
     for p in range(p0, p1):
         pix[p - p0] = (((p // ow - y0) * sh) * wp + p % ow * sw) * b
     _blocked_out(src, 0, pix, 0, p0, p1, rows, k, wf, bias, rf, of, n * ob_n, oh * ow, b, gi * per,
                  min(ob_n, (gi + 1) * per), acts, params)
+
+
+@intrinsic
+def _window_transform(typingctx, src, e, row, col, vf, o, plane):
+    """Winograd's input transform of one 4x4 window, W channels (a vector) at once: d[r][q] =
+    src[e + r*row + q*col:][:W]; vf[o + (4i + j)*plane:][:W] = (B^T d B)[i, j]. In LLVM IR, as
+    winograd.py's _input_vector (numba's loop over the channels stays scalar behind overlap checks)."""
+    if not all(isinstance(a, types.Array) and a.dtype == types.float32 for a in (src, vf)):
+        return None
+
+    def codegen(context, builder, signature, args):
+        _, load, store = _vector_step(context, builder, signature, args, (0, 4))
+        e_, row_, col_, o_, plane_ = _int64s(context, builder, signature, args, (1, 2, 3, 5, 6))
+        i64 = ir.IntType(64)
+        d = [[load(0, builder.add(e_, builder.add(builder.mul(ir.Constant(i64, r), row_),
+                                                     builder.mul(ir.Constant(i64, q), col_)))) for q in range(4)]
+             for r in range(4)]
+        rows = [[builder.fsub(d[0][q], d[2][q]) for q in range(4)], [builder.fadd(d[1][q], d[2][q]) for q in range(4)],
+                [builder.fsub(d[2][q], d[1][q]) for q in range(4)], [builder.fsub(d[1][q], d[3][q]) for q in range(4)]]
+        for i, t in enumerate(rows):
+            values = [builder.fsub(t[0], t[2]), builder.fadd(t[1], t[2]), builder.fsub(t[2], t[1]),
+                      builder.fsub(t[1], t[3])]
+            for j, value in enumerate(values):
+                store(value, 4, builder.add(o_, builder.mul(ir.Constant(i64, 4 * i + j), plane_)))
+        return context.get_dummy_value()
+
+    return types.void(src, e, row, col, vf, o, plane), codegen
+
+
+@intrinsic
+def _tile_out(typingctx, mf, q, plane, of, d, row, col, bias, bias0, lo, hi, top, res):
+    """Winograd's output transform of one tile, W channels (a vector) at once: m[k] =
+    mf[q + k*plane:][:W], Y = A^T m A, Y[i, j] stored at of[d + i*row + j*col:][:W] through the
+    one-pass epilogue from the registers (microkernel.py's, the bias along the vector from
+    bias[bias0:]; res indexed as of, empty for none, may be of itself)."""
+    if not (all(isinstance(a, types.Array) and a.dtype == types.float32 for a in (mf, of, res))
+            and (isinstance(bias, types.NoneType) or (isinstance(bias, types.Array) and bias.dtype == types.float32))):
+        return None
+
+    def codegen(context, builder, signature, args):
+        _, load, _ = _vector_step(context, builder, signature, args, (0,))
+        q_, plane_, d_, row_, col_ = _int64s(context, builder, signature, args, (1, 2, 4, 5, 6))
+        i64 = ir.IntType(64)
+        m = [load(0, builder.add(q_, builder.mul(ir.Constant(i64, k), plane_))) for k in range(16)]
+        s = [builder.fadd(builder.fadd(m[j], m[4 + j]), m[8 + j]) for j in range(4)]  # A^T along the rows
+        t = [builder.fsub(builder.fsub(m[4 + j], m[8 + j]), m[12 + j]) for j in range(4)]
+        of_data = cgutils.create_struct_proxy(signature.args[3])(context, builder, value=args[3]).data
+        for i, a in enumerate((s, t)):  # and along the columns: output row i's two pixels, col apart
+            y = [builder.fadd(builder.fadd(a[0], a[1]), a[2]), builder.fsub(builder.fsub(a[1], a[2]), a[3])]
+            c0 = builder.add(d_, builder.mul(ir.Constant(i64, i), row_))
+            _store_through_epilogue(context, builder, args[7:], signature.args[7:], y, 2, 1,
+                                    builder.gep(of_data, [c0]), c0, col_, bias_columns=True)
+        return context.get_dummy_value()
+
+    return types.void(mf, q, plane, of, d, row, col, bias, bias0, lo, hi, top, res), codegen
+
+
+def pack_winograd_blocked(weight: np.ndarray, block: int) -> np.ndarray:
+    """The Winograd-transformed weight U = G g G^T of a (O, C, 3, 3) float32 weight (winograd.py's
+    weight_transform) as winograd_blocked takes it: (16, O / block, C, block), U[k]'s output block q's
+    weights for input channel c side by side: each of the 16 products is a blocked 1x1 conv."""
+    u_ = weight_transform(weight)  # (16, O, C)
+    o_n, c_n = u_.shape[1:]
+    if o_n % block != 0:
+        raise ValueError(f"pack_winograd_blocked: {o_n} output channels are not whole blocks of {block}")
+    return np.ascontiguousarray(u_.reshape(16, o_n // block, block, c_n).transpose(0, 1, 3, 2), dtype=np.float32)
+
+
+@numba.njit(**SEQ)
+def winograd_blocked(x, up, bias, residual, out, pt, pl, act, alpha, beta, post, post_alpha, post_beta):
+    """out = post(act(conv2d(x, 3x3 weight, stride 1, padding top pt / left pl) + bias) + residual) by
+    Winograd F(2x2, 3x3) (winograd.py) on the blocked layout: x (N, C / B, H, W, B), up =
+    pack_winograd_blocked(weight, B), out and residual (N, O / B, OH, OW, B); bias may be None, residual
+    None or empty for none. The tiles take the pixels' place: V[k] (C / B, tiles, B) and the products
+    M[k] = V[k] U[k] (O / B, tiles, B), each a blocked 1x1 conv over the tiles (_blocked_out), and
+    both transforms run over a block's B channels at once, a vector per 4x4 window's pixel. Runs of
+    tile rows (of all the images, one after another) keep V and M under RUN_BYTES each."""
+    n_n, cb_n, h, w, b = x.shape
+    ob_n, oh, ow = out.shape[1], out.shape[2], out.shape[3]
+    c_n = cb_n * b
+    if b != taps_width() or up.shape != (16, ob_n, c_n, b) or out.shape[0] != n_n or out.shape[4] != b:
+        raise ValueError("winograd_blocked: blocks of another width, or operands of mismatched shapes")
+    th, tw = (oh + 1) // 2, (ow + 1) // 2
+    rows_n = n_n * th  # tile rows, image after image
+    per_row = 16 * max(c_n, ob_n * b) * tw * 4  # bytes of V or M per tile row
+    run = max(1, min(rows_n, RUN_BYTES // per_row))
+    t_max = run * tw
+    vbuf = np.empty(16 * cb_n * t_max * b, np.float32)
+    mbuf = np.empty(16 * ob_n * t_max * b, np.float32)
+    pix = np.zeros(t_max + MR, np.int64)  # tile t's block of channels at t * B
+    pix[:t_max] = np.arange(t_max) * b
+    rows = np.empty(c_n, np.int64)
+    xf, uf, of, rf = x.reshape(-1), up.reshape(-1), out.reshape(-1), residual_run(residual, out)
+    dims = (n_n, cb_n, h, w, b, ob_n, oh, ow, th, tw, pt, pl)
+    serial = 16 * n_n * th * tw * c_n * ob_n * b < PARALLEL_MIN_MACS  # the products' multiply-adds
+    for r0 in range(0, rows_n, run):
+        r1 = min(rows_n, r0 + run)
+        t_n = (r1 - r0) * tw
+        for c in range(c_n):
+            rows[c] = (c // b) * t_n * b + c % b
+        v_plane, m_plane = cb_n * t_n * b, ob_n * t_n * b
+        if serial:
+            for t in range(cb_n * (r1 - r0)):
+                _wino_input_task(t, xf, vbuf, dims, r0, r1, v_plane)
+        else:
+            run_tasks(_wino_input_task, cb_n * (r1 - r0), (xf, vbuf, dims, r0, r1, v_plane))
+        chunks = -(-t_n // (CHUNK_GROUPS * MR))
+        groups = -(-t_n // MR)
+        cg = -(-groups // chunks)  # groups of MR tiles per chunk, chunks of equal size
+        chunks = -(-groups // cg)
+        n_g = 1
+        while not serial and 16 * chunks * n_g < MIN_TASKS and n_g < ob_n:
+            n_g *= 2
+        per = -(-ob_n // n_g)
+        n_g = -(-ob_n // per)
+        products = (uf, vbuf, mbuf, pix, rows, (c_n, ob_n, b, t_n, chunks, cg, n_g, per, v_plane, m_plane))
+        outputs = (mbuf, of, bias, rf, dims, r0, r1, m_plane, (act, post), (alpha, beta, post_alpha, post_beta))
+        if serial:
+            for t in range(16 * chunks * n_g):
+                _wino_products_task(t, *products)
+            for t in range(ob_n * (r1 - r0)):
+                _wino_output_task(t, *outputs)
+        else:
+            run_tasks(_wino_products_task, 16 * chunks * n_g, products)
+            run_tasks(_wino_output_task, ob_n * (r1 - r0), outputs)
+
+
+@numba.njit(**SEQ)
+def _wino_input_task(t, xf, vf, dims, r0, r1, v_plane):
+    """Task t of winograd_blocked's input transform: block cb's B channels of one tile row, V[4r + q]
+    = (B^T d B)[r, q] for each tile's 4x4 window d, a vector of channels at a time (_window_transform):
+    read where it lies inside the image, from a zero-padded copy at its edges."""
+    n_n, cb_n, h, w, b, ob_n, oh, ow, th, tw, pt, pl = dims
+    cb, rr = t % cb_n, r0 + t // cb_n
+    n, ty = rr // th, rr % th
+    t_n = (r1 - r0) * tw
+    n_v = vector_floats()
+    d = np.empty(16 * b, np.float32)  # an edge window: pixel (r, q)'s B channels at (4r + q) * B
+    x0 = (n * cb_n + cb) * h * w * b
+    iy0 = 2 * ty - pt
+    for tx in range(tw):
+        ix0 = 2 * tx - pl
+        o = cb * t_n * b + ((rr - r0) * tw + tx) * b
+        if iy0 >= 0 and iy0 + 4 <= h and ix0 >= 0 and ix0 + 4 <= w:
+            for j in range(0, b, n_v):
+                _window_transform(xf, x0 + (iy0 * w + ix0) * b + j, w * b, b, vf, o + j, v_plane)
+            continue
+        for r in range(4):
+            for q in range(4):
+                iy, ix, e = iy0 + r, ix0 + q, (4 * r + q) * b
+                if iy >= 0 and iy < h and ix >= 0 and ix < w:
+                    copy_run(d, e, xf, x0 + (iy * w + ix) * b, b)
+                else:
+                    d[e:e + b] = 0
+        for j in range(0, b, n_v):
+            _window_transform(d, j, 4 * b, b, vf, o + j, v_plane)
+
+
+@numba.njit(**SEQ)
+def _wino_products_task(t, uf, vf, mf, pix, rows, dims):
+    """Task t of winograd_blocked's products: M[k] = V[k] U[k] for plane k, a chunk of tiles and a
+    group of output blocks, as a blocked 1x1 conv over the tiles."""
+    c_n, ob_n, b, t_n, chunks, cg, n_g, per, v_plane, m_plane = dims
+    gi, ci, k = t % n_g, (t // n_g) % chunks, t // (n_g * chunks)
+    p0 = ci * cg * MR
+    _blocked_out(vf[k * v_plane:(k + 1) * v_plane], 0, pix, p0, p0, min(t_n, p0 + cg * MR), rows, c_n,
+                 uf[k * ob_n * c_n * b:(k + 1) * ob_n * c_n * b], None, mf[k * m_plane:(k + 1) * m_plane][:0],
+                 mf[k * m_plane:(k + 1) * m_plane], 0, t_n, b, gi * per, min(ob_n, (gi + 1) * per), (0, 0),
+                 (0.0, 0.0, 0.0, 0.0))
+
+
+@numba.njit(**SEQ)
+def _wino_output_task(t, mf, of, bias, rf, dims, r0, r1, m_plane, acts, params):
+    """Task t of winograd_blocked's output transform: block ob's B channels of one tile row, each
+    tile's 2x2 outputs A^T m A a vector of channels at a time, stored through the one-pass epilogue
+    from the registers (_tile_out); a tile past the output's last row or column through scratch;
+    activations of more than one pass by epilogue_run over the two output rows after."""
+    n_n, cb_n, h, w, b, ob_n, oh, ow, th, tw, pt, pl = dims
+    act, post = acts
+    alpha, beta, post_alpha, post_beta = params
+    one_pass = act <= ONE_PASS and post <= 1
+    bounds = one_pass_bounds(act, alpha, beta, post) if one_pass else (-np.inf, np.inf, -np.inf)
+    lo, hi, top = np.float32(bounds[0]), np.float32(bounds[1]), np.float32(bounds[2])
+    res = rf if one_pass else rf[:0]
+    ob, rr = t % ob_n, r0 + t // ob_n
+    n, ty = rr // th, rr % th
+    t_n = (r1 - r0) * tw
+    n_v = vector_floats()
+    y = np.empty(4 * b, np.float32)  # an edge tile's outputs (i, jx) at (2i + jx) * B
+    no = np.float32(-np.inf)
+    o0 = (n * ob_n + ob) * oh * ow * b
+    for tx in range(tw):
+        m0 = ob * t_n * b + ((rr - r0) * tw + tx) * b
+        d = o0 + (2 * ty * ow + 2 * tx) * b
+        if 2 * ty + 2 <= oh and 2 * tx + 2 <= ow:
+            for j in range(0, b, n_v):
+                _tile_out(mf, m0 + j, m_plane, of, d + j, ow * b, b, bias, ob * b + j, lo, hi, top, res)
+            continue
+        for j in range(0, b, n_v):
+            _tile_out(mf, m0 + j, m_plane, y, j, 2 * b, b, bias, ob * b + j, no, -no, no, y[:0])
+        for i in range(2):
+            for jx in range(2):
+                if 2 * ty + i < oh and 2 * tx + jx < ow:
+                    e = d + (i * ow + jx) * b
+                    for j in range(b):
+                        v = min(max(y[(2 * i + jx) * b + j], lo), hi)
+                        of[u(e + j)] = max(v + res[u(e + j)] if res.size != 0 else v, top)
+    if not one_pass:
+        for i in range(2):
+            oy = 2 * ty + i
+            if oy < oh:
+                e = o0 + oy * ow * b
+                epilogue_run(of, e, ow * b, of, e, 0.0, rf, act, alpha, beta, post, post_alpha, post_beta)

@@ -67,7 +67,8 @@ def _data_pointer(context, builder, array_type, value, offset):
 
 
 def _micro_gemm_codegen(vectors, indirect: bool = False, a_rows: bool = False, panels: int = 1,
-                        a_taps: bool = False, epilogue: bool = False, bias_columns: bool = False):
+                        a_taps: bool = False, epilogue: bool = False, bias_columns: bool = False,
+                        seeded: bool = False):
     """LLVM IR of micro_gemm with `vectors` vectors per accumulator row (NR = vectors * width; a
     function of the width for micro_gemm_taps); indirect: micro_gemm_rows, b's rows at
     b0 + rows[r0 + p] instead of b0 + p * ldb; a_rows: micro_gemm_a_rows, a's element (i, p) at
@@ -75,9 +76,15 @@ def _micro_gemm_codegen(vectors, indirect: bool = False, a_rows: bool = False, p
     at a0 + pix[q0 + i] + rows[r0 + p]; panels = 2: micro_gemm2, an argument ps after a0 and a
     second panel of a at a0 + ps, whose MR rows of c follow the first's; epilogue: micro_gemm_out,
     the arguments (bias, bias0, lo, hi, top, res) in accumulate's place, c overwritten through the
-    one-pass epilogue; bias_columns: its bias indexed by column (micro_gemm_taps_out) instead of row."""
+    one-pass epilogue; bias_columns: its bias indexed by column (micro_gemm_taps_out) instead of row;
+    seeded: two more arguments (seed, seed0) after the epilogue's, partial sums of earlier steps added to
+    the block's before the epilogue (seed's element (i, j) at seed0 + i*ldc + j)."""
     def codegen(context, builder, signature, args):
-        out_args = out_types = None
+        out_args = out_types = seed_ = None
+        if seeded:  # (..., res, seed, seed0): take the seed out
+            seed_ = (_data_pointer(context, builder, signature.args[-2], args[-2],
+                                   context.cast(builder, args[-1], signature.args[-1], types.int64)))
+            args, signature = args[:-2], types.void(*signature.args[:-2])
         if epilogue:  # (..., ldc, bias, bias0, lo, hi, top, res): the epilogue's out, never accumulating
             out_args, out_types = args[-6:], signature.args[-6:]
             args = (*args[:-6], ir.Constant(ir.IntType(1), 0))
@@ -154,6 +161,10 @@ def _micro_gemm_codegen(vectors, indirect: bool = False, a_rows: bool = False, p
 
         # the block, stored (added to what is there if accumulating); kc <= 0 leaves every sum 0
         results = fma_sums(builder, kc_, vec, fma, step, panels * MR * nv)
+        if seeded:
+            results = [builder.fadd(results[i * nv + j], builder.load(vector_at(seed_, builder.add(
+                builder.mul(ir.Constant(i64, i), ldc_), ir.Constant(i64, j * width))), align=4))
+                for i in range(panels * MR) for j in range(nv)]
         if epilogue:
             _store_through_epilogue(context, builder, out_args, out_types, results, panels * MR, nv, c_ptr,
                                     context.cast(builder, c0_, signature.args[7], types.int64), ldc_, bias_columns)
@@ -413,6 +424,19 @@ def micro_gemm_taps_out(typingctx, kc, a, a0, pix, q0, rows, r0, b, b0, ldb, c, 
         return None
     return (types.void(kc, a, a0, pix, q0, rows, r0, b, b0, ldb, c, c0, ldc, bias, bias0, lo, hi, top, res),
             _micro_gemm_codegen(taps_vectors, a_taps=True, epilogue=True, bias_columns=True))
+
+
+@intrinsic
+def micro_gemm_taps_seeded(typingctx, kc, a, a0, pix, q0, rows, r0, b, b0, ldb, c, c0, ldc, bias, bias0, lo, hi,
+                           top, res, seed, seed0):
+    """micro_gemm_taps_out with the sums of earlier reduction steps added first: the last chunk of a
+    long reduction, the earlier ones summed by micro_gemm_taps into seed (element (i, j) at seed0 +
+    i*ldc + j), stored through the epilogue from the registers instead of copied out after."""
+    if not (_is_f32(a, b, c, seed) and _is_i64(pix, rows) and _is_out_epilogue(bias, res)):
+        return None
+    signature = types.void(kc, a, a0, pix, q0, rows, r0, b, b0, ldb, c, c0, ldc, bias, bias0, lo, hi, top, res, seed,
+                           seed0)
+    return signature, _micro_gemm_codegen(taps_vectors, a_taps=True, epilogue=True, bias_columns=True, seeded=True)
 
 
 @intrinsic

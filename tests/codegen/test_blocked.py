@@ -1,5 +1,5 @@
 """The channel-blocked layout's kernels (codegen/kernels/blocked.py) against float64 sums on NCHW:
-the reorders both ways, 1x1 convs and other convs (kernel, stride, dilation, asymmetric padding)
+the reorders both ways, 1x1 convs, Winograd 3x3 convs and other convs (kernel, stride, dilation, asymmetric padding)
 with each kind of epilogue (bias or none, a one-pass clamp, a residual, a residual that is the
 output's own buffer, a post ReLU, an activation of more than one pass), images whose pixels end in
 a partial group of MR, reductions of one chunk and of several, work small enough for one task in
@@ -10,7 +10,14 @@ import numba
 import numpy as np
 import pytest
 
-from codegen.kernels.blocked import conv1x1_blocked, conv2d_blocked, from_blocked, to_blocked
+from codegen.kernels.blocked import (
+    conv1x1_blocked,
+    conv2d_blocked,
+    from_blocked,
+    pack_winograd_blocked,
+    to_blocked,
+    winograd_blocked,
+)
 from codegen.kernels.conv_channels import pack_channel_panels
 from codegen.kernels.epilogue import ACTIVATION_CODES
 from codegen.kernels.gemm import PACKED_K_CHUNK
@@ -68,8 +75,8 @@ def run(x, w, bias, residual, act, post, out_hw, stride=(1, 1), padding=(0, 0, 0
     res = out[:0] if residual is None else residual  # a forward's arguments: an empty view, read-only weights
     bias = read_only(bias) if bias is not None else zero_bias(o)
     codes = ACTIVATION_CODES[act], -0.5, 0.75, ACTIVATION_CODES[post], 0.0, 0.0
-    if w.shape[2:] == (1, 1) and stride == (1, 1) and padding == (0, 0, 0, 0):
-        conv1x1_blocked(blocked(x), read_only(pack_channel_panels(w, B)), bias, res, out, *codes)
+    if w.shape[2:] == (1, 1) and padding == (0, 0, 0, 0):
+        conv1x1_blocked(blocked(x), read_only(pack_channel_panels(w, B)), bias, res, out, stride, *codes)
     else:
         conv2d_blocked(blocked(x), read_only(pack_channel_panels(w, B)), bias, res, out, w.shape[2:], stride,
                        padding, dilation, *codes)
@@ -114,7 +121,8 @@ def test_pointwise_blocked_conv_matches_float64(n, cb, ob, hw, act, post, with_b
 
 
 # (kernel, stride, padding (top, left, bottom, right), dilation, (h, w)): a 3x3 "same" conv, strided,
-# asymmetric padding, dilated, 5x5, a strided 1x1 (a downsampling shortcut), 7x7 on a wide plane
+# asymmetric padding, dilated, 5x5, a strided 1x1 (a downsampling shortcut: conv1x1_blocked), a padded
+# 1x1 (conv2d_blocked), 7x7 on a wide plane
 WINDOWS = [
     ((3, 3), (1, 1), (1, 1, 1, 1), (1, 1), (9, 11)),
     ((3, 3), (2, 2), (1, 1, 1, 1), (1, 1), (13, 10)),
@@ -122,6 +130,7 @@ WINDOWS = [
     ((3, 3), (1, 1), (2, 2, 2, 2), (2, 2), (10, 7)),
     ((5, 5), (1, 1), (2, 2, 2, 2), (1, 1), (6, 6)),
     ((1, 1), (2, 2), (0, 0, 0, 0), (1, 1), (11, 12)),
+    ((1, 1), (1, 1), (1, 0, 0, 1), (1, 1), (5, 6)),
     ((7, 7), (2, 2), (3, 3, 3, 3), (1, 1), (9, 30)),
 ]
 
@@ -174,7 +183,53 @@ def test_blocked_convs_refuse_blocks_of_another_width():
     w = pack_channel_panels(np.zeros((2 * B, 2 * B, 1, 1), np.float32), 2 * B)
     out = np.zeros((1, 1, 4, 4, 2 * B), np.float32)
     with pytest.raises(ValueError, match="blocks of another width"):
-        conv1x1_blocked(x, w, zero_bias(2 * B), out[:0], out, 0, 0.0, 0.0, 0, 0.0, 0.0)
+        conv1x1_blocked(x, w, zero_bias(2 * B), out[:0], out, (1, 1), 0, 0.0, 0.0, 0, 0.0, 0.0)
     with pytest.raises(ValueError, match="blocks of another width"):
         conv2d_blocked(x, w, zero_bias(2 * B), out[:0], out, (1, 1), (1, 1), (0, 0, 0, 0), (1, 1),
                        0, 0.0, 0.0, 0, 0.0, 0.0)
+
+
+# (n, channels in blocks, out channels in blocks, (h, w), (top, left) padding): whole tiles, an odd
+# output row and column (edge tiles through scratch), no padding, a batch, a reduction of chunks
+WINOGRAD = [
+    (1, 1, 2, (8, 8), (1, 1)),
+    (1, 2, 1, (7, 9), (1, 1)),
+    (1, 1, 1, (6, 7), (0, 0)),
+    (3, 1, 1, (5, 5), (1, 1)),
+    (1, -(-(PACKED_K_CHUNK + 1) // B), 1, (9, 6), (1, 1)),
+]
+
+
+def run_winograd(x, w, bias, residual, act, post, padding, out=None):
+    n, o, (h, wd) = x.shape[0], w.shape[0], x.shape[2:]
+    oh, ow = h + 2 * padding[0] - 2, wd + 2 * padding[1] - 2
+    out = np.full((n, o // B, oh, ow, B), np.nan, np.float32) if out is None else out
+    res = out[:0] if residual is None else residual
+    bias = read_only(bias) if bias is not None else zero_bias(o)
+    winograd_blocked(blocked(x), read_only(pack_winograd_blocked(w, B)), bias, res, out, padding[0], padding[1],
+                     ACTIVATION_CODES[act], -0.5, 0.75, ACTIVATION_CODES[post], 0.0, 0.0)
+    return unblocked(out)
+
+
+@pytest.mark.parametrize("n, cb, ob, hw, padding", WINOGRAD)
+@pytest.mark.parametrize("act, post, with_residual", [("none", "relu", True), ("clamp", "none", False),
+                                                      ("silu", "none", True), ("none", "none", False)])
+def test_blocked_winograd_matches_float64(n, cb, ob, hw, padding, act, post, with_residual):
+    x, w, bias = operands(n, cb * B, ob * B, hw, (3, 3), seed=cb + 7 * ob + hw[1])
+    pad4 = (padding[0], padding[1], padding[0], padding[1])
+    out_hw = out_size(hw, (3, 3), (1, 1), pad4, (1, 1))
+    residual = (np.random.default_rng(4).standard_normal((n, ob * B, *out_hw)).astype(np.float32)
+                if with_residual else None)
+    got = run_winograd(x, w, bias, None if residual is None else blocked(residual), act, post, padding)
+    expected = reference(x, w, bias, residual, act, post, padding=pad4)
+    np.testing.assert_allclose(got, expected, rtol=2e-5, atol=2e-5)
+
+
+def test_blocked_winograd_writes_over_its_own_residual_and_without_a_bias():
+    x, w, _ = operands(1, B, B, (7, 5), (3, 3), seed=11)
+    residual = np.random.default_rng(6).standard_normal((1, B, 7, 5)).astype(np.float32)
+    buffer = blocked(residual)  # the memory plan gives the output its residual's buffer
+    winograd_blocked(blocked(x), read_only(pack_winograd_blocked(w, B)), None, buffer, buffer, 1, 1,
+                     0, 0.0, 0.0, ACTIVATION_CODES["relu"], 0.0, 0.0)
+    expected = reference(x, w, None, residual, "none", "relu", padding=(1, 1, 1, 1))
+    np.testing.assert_allclose(unblocked(buffer), expected, rtol=2e-5, atol=2e-5)
