@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 import threading
 import time
 import tracemalloc
@@ -180,8 +181,8 @@ def test_a_failing_node_raises_node_execution_error_naming_it():
     nodes = list(model.view.nodes)
     nodes[index] = dataclasses.replace(broken, run=run)
     model.view = dataclasses.replace(model.view, nodes=tuple(nodes))
-    with pytest.raises(NodeExecutionError, match=f"node {broken.node.name} \\({broken.node.op}\\) failed: "
-                                                 "ValueError: the kernel met a bad value") as info:
+    with pytest.raises(NodeExecutionError, match=re.escape(f"node {broken.node.name} ({broken.node.op}) failed: "
+                                                           "ValueError: the kernel met a bad value")) as info:
         model(x)
     assert isinstance(info.value.__cause__, ValueError)
     assert len(model.last_step_stats) == index  # a chain: the nodes before it, and nothing after

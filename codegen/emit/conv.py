@@ -9,6 +9,14 @@ import numpy as np
 from codegen.emit import Emit, const, const_args, emits, lit
 from codegen.emit.data import contiguous_strides, copy_call
 from codegen.emit.gemm import NO_EPILOGUE, epilogue_args, linear_call, no_residual
+from codegen.kernels.blocked import (
+    conv1x1_blocked,
+    conv2d_blocked,
+    from_blocked,
+    pack_winograd_blocked,
+    to_blocked,
+    winograd_blocked,
+)
 from codegen.kernels.conv import (
     PAD_CODES,
     conv1x1_by_channels,
@@ -34,6 +42,7 @@ from codegen.kernels.winograd import pack_transformed, winograd_conv2d
 from ir.errors import CodegenUnsupportedError
 from ir.graph import Node, Value
 from ir.ops.conv import _pad_pairs
+from ir.types import TensorType
 
 # kernel, stride, padding and dilation of a 1x1 stride-1 unpadded conv: conv1x1_packed's
 POINTWISE = const_args((1, 1), (1, 1), (0, 0, 0, 0), (1, 1))
@@ -248,9 +257,12 @@ def writes_over_residual(node: Node) -> int | None:
     Winograd an activation of at most a clamp too (conv2d_packed applies others to its block first),
     as conv1x1_by_channels, which adds the residual on the way out of its block only then. Not for
     the other kernels: the depthwise flat path, for one, writes the output before adding the residual."""
-    if node.op != "fused_conv2d" or len(node.inputs) < 4 or ACTIVATION_CODES[node.attrs["post_activation"]] > 1:
+    if node.op not in ("fused_conv2d", "blocked_conv2d") or len(node.inputs) < 4 or ACTIVATION_CODES[
+            node.attrs["post_activation"]] > 1:
         return None
     one_pass = ACTIVATION_CODES[node.attrs["activation"]] <= ONE_PASS
+    if node.op == "blocked_conv2d":  # its kernels store each block from the registers, residual read first
+        return 3 if one_pass else None
     if uses_winograd(node) or uses_channel_vectors(node, target_vector_floats()) or uses_channel_taps(
             node, target_vector_floats()):
         return 3 if one_pass else None
@@ -330,6 +342,49 @@ def _emit_conv2d(e: Emit) -> list[str]:
                         f"{const_args(*stride, *padding[:2], *a['dilation'])}, {act})"]
     return lines + [f"{e.call(conv2d)}({x}, {e.weight(1)}, {bias}, {residual}, {e.outs[0]}, "
                     f"{const_args(a['stride'], padding, a['dilation'], a['groups'])}, {act})"]
+
+
+@emits("blocked_conv2d")
+def _emit_blocked_conv2d(e: Emit) -> list[str]:
+    """A conv on the channel-blocked layout (compiler/passes/block_channels.py): conv1x1_blocked for a
+    1x1 unpadded one, conv2d_blocked for the others."""
+    a = e.node.attrs
+    bias = e.bias(2, e.node.outputs[0].shape[1] * e.node.outputs[0].shape[4])
+    residual = e.args[3] if len(e.args) > 3 else no_residual(e.outs[0])
+    block = a["block"]
+    kernel, stride, padding = e.node.inputs[1].shape[2:], tuple(a["stride"]), tuple(a["padding"])
+    if uses_winograd(unblocked_conv(e.node)):
+        up = e.prepack(1, f"winograd_blocked{block}", lambda w: pack_winograd_blocked(w, block))
+        return [f"{e.call(winograd_blocked)}({e.args[0]}, {up}, {bias}, {residual}, {e.outs[0]}, "
+                f"{const_args(padding[0], padding[1])}, {epilogue_args(a)})"]
+    wt = e.prepack(1, f"blocked{block}", lambda w: pack_channel_panels(w, block))
+    if kernel == (1, 1) and not any(padding):
+        return [f"{e.call(conv1x1_blocked)}({e.args[0]}, {wt}, {bias}, {residual}, {e.outs[0]}, {const(stride)}, "
+                f"{epilogue_args(a)})"]
+    return [f"{e.call(conv2d_blocked)}({e.args[0]}, {wt}, {bias}, {residual}, {e.outs[0]}, "
+            f"{const_args(kernel, stride, padding, a['dilation'])}, {epilogue_args(a)})"]
+
+
+def unblocked_conv(node: Node) -> Node:
+    """The fused_conv2d a blocked_conv2d node computes, on NCHW values of its shapes (for the rules that
+    choose a conv's kernel)."""
+    def plain(v: Value) -> Value:
+        n, cb, h, w, b = v.shape
+        return Value(v.name, TensorType((n, cb * b, h, w), v.dtype), v.data)
+
+    attrs = {k: v for k, v in node.attrs.items() if k != "block"}
+    return Node("fused_conv2d", node.name, [plain(node.inputs[0]), *node.inputs[1:3]], [plain(node.outputs[0])],
+                attrs)
+
+
+@emits("to_blocked")
+def _emit_to_blocked(e: Emit) -> list[str]:
+    return [f"{e.call(to_blocked)}({e.args[0]}, {e.outs[0]})"]
+
+
+@emits("from_blocked")
+def _emit_from_blocked(e: Emit) -> list[str]:
+    return [f"{e.call(from_blocked)}({e.args[0]}, {e.outs[0]})"]
 
 
 def _as_fused_conv(node: Node, x: Value) -> Node:

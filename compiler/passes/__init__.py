@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from compiler.passes.block_channels import block_channels
 from compiler.passes.cut_at_feeds import cut_at_feeds
 from compiler.passes.eliminate_dead_code import eliminate_dead_code
 from compiler.passes.fold_batchnorm import fold_batchnorm
@@ -41,6 +42,7 @@ def pipeline(outputs: Sequence[str] | None = None, fuse: bool = True, feeds: Seq
             Pass("fuse-conv-epilogue", fuse_conv_epilogue),
             Pass("fuse-elementwise", fuse_elementwise),
             Pass("fuse-conv-prologue", fuse_conv_prologue),
+            Pass("block-channels", block_channels),
         ]
     passes.append(Pass("schedule", schedule))
     return passes

@@ -8,6 +8,7 @@ from ir.ops import (  # noqa: F401
     expression,
     fused,
     indexing,
+    layout,
     linear,
     norm,
     pool,

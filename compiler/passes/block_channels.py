@@ -1,0 +1,143 @@
+"""block-channels: run chains of convs on large planes on the channel-blocked layout, reordering at
+their edges.
+
+    x -> fused_conv2d -> fused_conv2d (+ residual) -> ... -> y
+        ==>   x -> to_blocked -> blocked_conv2d -> blocked_conv2d -> ... -> from_blocked -> y
+
+On the blocked layout (ir/ops/layout.py; onnxruntime's NCHWc) a conv's microkernel reads each
+reduction step's pixels from one contiguous block and stores its block of outputs, epilogue and
+residual included, as one contiguous run from the registers (codegen/kernels/blocked.py).
+
+Blocked: conv2d with a bias and fused_conv2d nodes on float32 with constant weights, ungrouped,
+zero-padded, whose input and output channels are whole blocks and whose output has at least
+BLOCKED_MIN_PIXELS pixels. A conv whose input does not come from a blocked conv and none of whose
+readers is one would pay two reorders for one conv, and stays on NCHW (dropped until no such conv
+is left); so do the chains of blocked convs with fewer than MIN_MACS_PER_REORDERED multiply-adds
+per element they reorder. Each value enters the layout once (one to_blocked however many blocked convs read it)
+and leaves it once, just after its producer, if anything else reads it or it is a graph output;
+the NCHW value keeps its name.
+
+The block is the channels of one microkernel call (taps_width: 16 on AVX2). On AVX-512 (64) the
+pipeline does not run the pass: its kernels there have not been measured against the NCHW ones.
+
+ResNet-50 at batch 1 (AVX2, in-process A/B of the whole forward): 0.936 of the NCHW forward's time.
+
+Pre: the fusion passes have run. Post: no conv of a blocked chain reads or writes NCHW.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ir.graph import Graph, Node, Value
+from ir.ops.layout import blocked_shape
+from ir.types import TensorType
+
+_CONVS = ("conv2d", "fused_conv2d")
+# output pixels a conv needs to run blocked. On 14 x 14 and 7 x 7 the NCHW 1x1 kernels already run near
+# the machine's peak and the blocked ones 1.1-1.4x their time in ResNet-50; from 28 x 28 up the blocked
+# 1x1 convs take 0.75-0.9 of it, the Winograd 3x3 ones 0.9-1.0 (in-model profile, batch 1, AVX2)
+BLOCKED_MIN_PIXELS = 28 * 28
+# multiply-adds a chain of blocked convs needs per element it reorders (into or out of the layout): a
+# reorder costs about 0.25 ns an element, and blocking saves 10-25% of a conv's 0.01 ns a multiply-add.
+# Chains in ResNets have 2200-2900, YOLOv5s's 170-490 (0.96 of the NCHW forward's time), a UNet's
+# 144-288 (0.98); MobileNetV2's and EfficientNet-B0's pairs of 1x1 convs between depthwise ones 16-32
+# (1.06-1.2 blocked)
+MIN_MACS_PER_REORDERED = 128
+
+
+def channel_block() -> int | None:
+    """The block the pass uses on the CPU numba compiles for, or None where it does not run."""
+    from codegen.kernels.microkernel import taps_channels
+    from codegen.kernels.vectors import target_vector_floats
+
+    width = target_vector_floats()
+    return taps_channels(width) if width == 8 else None
+
+
+def block_channels(graph: Graph, block: int | None = None) -> Graph:
+    block = channel_block() if block is None else block
+    if block is None:
+        return graph
+    graph = graph.copy()
+    users = graph.users()
+    chosen = {n for n in graph.nodes if _blockable(n, block)}
+    while True:  # drop the convs that would pay a reorder on each side
+        lone = {n for n in chosen if n.inputs[0].producer not in chosen
+                and not any(r in chosen for r in users.get(n.outputs[0], []))}
+        if not lone:
+            break
+        chosen -= lone
+    for chain in _chains(chosen):  # and the chains too short to pay for their reorders
+        if _macs(chain) < MIN_MACS_PER_REORDERED * _reordered(chain, users, set(graph.outputs)):
+            chosen -= chain
+    if not chosen:
+        return graph
+    outputs = set(graph.outputs)
+    entered: dict[Value, Value] = {}  # NCHW value -> its blocked twin
+    nodes: list[Node] = []
+
+    def blocked(v: Value) -> Value:
+        if v not in entered:
+            twin = Value(f"{v.name}.b{block}", TensorType(blocked_shape(v.shape, block), v.dtype))
+            nodes.append(Node("to_blocked", f"{v.name}.to_blocked", [v], [twin], {"block": block}))
+            entered[v] = twin
+        return entered[v]
+
+    for node in graph.nodes:
+        if node not in chosen:
+            nodes.append(node)
+            continue
+        x, weight, bias, *residual = node.inputs
+        ins = [blocked(x), weight, bias, *(blocked(r) for r in residual)]
+        y = node.outputs[0]
+        yb = Value(f"{y.name}.b{block}", TensorType(blocked_shape(y.shape, block), y.dtype))
+        nodes.append(Node("blocked_conv2d", node.name, ins, [yb], {**node.attrs, "block": block}))
+        entered[y] = yb
+        if y in outputs or any(r not in chosen for r in users.get(y, [])):
+            nodes.append(Node("from_blocked", f"{y.name}.from_blocked", [yb], [y], {"block": block}))
+    graph.nodes = nodes  # each to_blocked just before its first reader, each from_blocked just after its producer
+    return graph
+
+
+def _chains(chosen: set[Node]) -> list[set[Node]]:
+    """The chosen convs in connected chains: a conv and the chosen producers of its inputs."""
+    parent = {n: n for n in chosen}
+
+    def root(n: Node) -> Node:
+        while parent[n] is not n:
+            parent[n] = parent[parent[n]]
+            n = parent[n]
+        return n
+
+    for n in chosen:
+        for v in (n.inputs[0], *n.inputs[3:]):
+            if v.producer in chosen:
+                parent[root(v.producer)] = root(n)
+    chains: dict[Node, set[Node]] = {}
+    for n in chosen:
+        chains.setdefault(root(n), set()).add(n)
+    return list(chains.values())
+
+
+def _macs(chain: set[Node]) -> int:
+    return sum(int(np.prod(n.outputs[0].shape)) * int(np.prod(n.inputs[1].shape[1:])) for n in chain)
+
+
+def _reordered(chain: set[Node], users: dict[Value, list[Node]], outputs: set[Value]) -> int:
+    """Elements a chain reorders: the values it reads from outside, and those something else reads."""
+    entering = {v for n in chain for v in (n.inputs[0], *n.inputs[3:]) if v.producer not in chain}
+    leaving = {n.outputs[0] for n in chain
+               if n.outputs[0] in outputs or any(r not in chain for r in users.get(n.outputs[0], []))}
+    return sum(int(np.prod(v.shape)) for v in entering | leaving)
+
+
+def _blockable(node: Node, block: int) -> bool:
+    if node.op not in _CONVS or len(node.inputs) < 3:
+        return False
+    x, w, y = node.inputs[0], node.inputs[1], node.outputs[0]
+    a = node.attrs
+    return (x.dtype == y.dtype == w.dtype == "float32" and w.is_constant and len(x.shape) == 4
+            and a["groups"] == 1 and a["padding_mode"] == "zeros" and x.shape[1] % block == 0
+            and y.shape[1] % block == 0 and y.shape[2] * y.shape[3] >= BLOCKED_MIN_PIXELS)
+

@@ -1,0 +1,66 @@
+"""The channel-blocked layout: a (N, C, H, W) tensor stored as (N, C / block, H, W, block), each
+pixel's `block` channels of one block side by side (onnxruntime's NCHWc). The block-channels pass
+(compiler/passes/block_channels.py) runs chains of convs on it, with reorders at the chains' edges.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ir.op_registry import INT, register
+from ir.ops.conv import _conv2d_type
+from ir.ops.fused import _CONV_ATTRS, _EPILOGUE_ATTRS, _check_epilogue, fused_conv2d
+from ir.types import TensorType
+
+
+def blocked_shape(shape: tuple[int, ...], block: int) -> tuple[int, ...]:
+    """The blocked shape of an NCHW shape (its channels a multiple of block)."""
+    n, c, h, w = shape
+    if block < 1 or c % block != 0:
+        raise ValueError(f"{c} channels are not whole blocks of {block}")
+    return n, c // block, h, w, block
+
+
+def unblocked_shape(shape: tuple[int, ...], block: int) -> tuple[int, ...]:
+    if len(shape) != 5 or shape[4] != block:
+        raise ValueError(f"{shape} is not a blocked shape with blocks of {block}")
+    n, cb, h, w, _ = shape
+    return n, cb * block, h, w
+
+
+def _to_blocked_type(types: list[TensorType], attrs: dict) -> TensorType:
+    if types[0].rank != 4:
+        raise ValueError(f"to_blocked expects a 4-D input, got {types[0]}")
+    return TensorType(blocked_shape(types[0].shape, attrs["block"]), types[0].dtype)
+
+
+@register("to_blocked", ["x"], {"block": INT()}, infer=_to_blocked_type)
+def to_blocked(x, *, block):
+    n, c, h, w = x.shape
+    return np.ascontiguousarray(x.reshape(n, c // block, block, h, w).transpose(0, 1, 3, 4, 2))
+
+
+@register("from_blocked", ["x"], {"block": INT()},
+          infer=lambda t, a: TensorType(unblocked_shape(t[0].shape, a["block"]), t[0].dtype))
+def from_blocked(x, *, block):
+    n, cb, h, w, _ = x.shape
+    return np.ascontiguousarray(x.transpose(0, 1, 4, 2, 3).reshape(n, cb * block, h, w))
+
+
+def _blocked_conv_type(types: list[TensorType], attrs: dict) -> TensorType:
+    block = attrs["block"]
+    plain = [TensorType(unblocked_shape(types[0].shape, block), types[0].dtype), *types[1:3]]
+    out = _conv2d_type(plain, attrs)
+    if attrs["groups"] != 1:
+        raise ValueError("blocked_conv2d: grouped convs are not blocked")
+    blocked = TensorType(blocked_shape(out.shape, block), out.dtype)
+    return _check_epilogue(types, attrs, blocked, 3)
+
+
+@register("blocked_conv2d", ["x", "weight", "bias", "residual?"], {**_CONV_ATTRS, **_EPILOGUE_ATTRS, "block": INT()},
+          infer=_blocked_conv_type)
+def blocked_conv2d(x, weight, bias, residual=None, *, block, **conv_and_epilogue):
+    """fused_conv2d on the blocked layout: x, residual and the result (N, C / block, H, W, block)."""
+    plain = None if residual is None else from_blocked(residual, block=block)
+    y = fused_conv2d(from_blocked(x, block=block), weight, bias, plain, **conv_and_epilogue)
+    return to_blocked(y, block=block)

@@ -1,0 +1,161 @@
+"""block-channels: chains of convs on large planes run on the channel-blocked layout, with one reorder
+into it per value and one out of it where anything else reads a value; the blocked graph computes
+what the NCHW one does (the interpreter runs both), and so does the compiled forward."""
+
+import numpy as np
+import pytest
+
+from compiler.interpreter import Interpreter
+from compiler.numba_backend import NumbaModel
+from compiler.passes.block_channels import BLOCKED_MIN_PIXELS, MIN_MACS_PER_REORDERED, block_channels, channel_block
+from compiler.passes.fuse_conv_epilogue import fuse_conv_epilogue
+from ir import parse_graph
+from tests.passes.golden import run_pass
+
+B = 16
+S = 28  # the planes: 784 pixels, BLOCKED_MIN_PIXELS
+RNG = np.random.default_rng(5)
+
+
+def weights(c: int, m: int) -> dict[str, np.ndarray]:
+    def w(*shape):
+        return (RNG.normal(size=shape) / np.sqrt(np.prod(shape[1:]))).astype(np.float32)
+    return {"w1": w(m, c, 1, 1), "b1": w(m), "w2": w(m, m, 3, 3), "b2": w(m), "w3": w(c, m, 1, 1), "b3": w(c),
+            "w4": w(c, c, 3, 3), "b4": w(c)}
+
+
+def bottleneck(c: int, m: int, s: int = S) -> str:
+    """A ResNet bottleneck: 1x1 -> ReLU -> 3x3 -> ReLU -> 1x1 + x -> ReLU, then a strided 3x3 conv;
+    the block's output is also read by a sigmoid. With m = 2c, 640 multiply-adds per element the chain
+    reorders (x in, the block's output out): above MIN_MACS_PER_REORDERED."""
+    h = (s + 1) // 2
+    return f"""
+    graph g(%x: f32[1,{c},{s},{s}]) {{
+      const %w1: f32[{m},{c},1,1]
+      const %b1: f32[{m}]
+      const %w2: f32[{m},{m},3,3]
+      const %b2: f32[{m}]
+      const %w3: f32[{c},{m},1,1]
+      const %b3: f32[{c}]
+      const %w4: f32[{c},{c},3,3]
+      const %b4: f32[{c}]
+      %c1: f32[1,{m},{s},{s}] = conv2d(%x, %w1, %b1) @conv1
+      %r1: f32[1,{m},{s},{s}] = relu(%c1) @relu1
+      %c2: f32[1,{m},{s},{s}] = conv2d(%r1, %w2, %b2) {{padding=[1, 1, 1, 1]}} @conv2
+      %r2: f32[1,{m},{s},{s}] = relu(%c2) @relu2
+      %c3: f32[1,{c},{s},{s}] = conv2d(%r2, %w3, %b3) @conv3
+      %a3: f32[1,{c},{s},{s}] = add(%c3, %x) @add
+      %r3: f32[1,{c},{s},{s}] = relu(%a3) @relu3
+      %c4: f32[1,{c},{h},{h}] = conv2d(%r3, %w4, %b4) {{stride=[2, 2], padding=[1, 1, 1, 1]}} @conv4
+      %out0: f32[1,{c},{s},{s}] = sigmoid(%r3) @sig
+      return %out0, %c4
+    }}"""
+
+
+def blocked(text: str, w: dict, block: int = B):
+    return run_pass(lambda g: block_channels(fuse_conv_epilogue(g), block), text, w)
+
+
+def ops(graph) -> list[str]:
+    return [n.op for n in graph.nodes]
+
+
+def test_a_chain_enters_the_layout_once_and_leaves_it_where_something_else_reads():
+    text, w = bottleneck(2 * B, 4 * B), weights(2 * B, 4 * B)
+    after = blocked(text, w)
+    # conv4's output plane (14 x 14) is under BLOCKED_MIN_PIXELS: it reads the chain's end on NCHW
+    assert ops(after) == ["to_blocked", "blocked_conv2d", "blocked_conv2d", "blocked_conv2d", "from_blocked",
+                          "conv2d", "sigmoid"]
+    to, conv1, conv2, conv3, back = after.nodes[:5]
+    assert to.inputs[0].name == "x" and conv1.inputs[0] is to.outputs[0]
+    assert conv3.inputs[3] is to.outputs[0], "the residual reads the same blocked copy of x"
+    assert back.outputs[0].name == "r3" and back.outputs[0].shape == (1, 2 * B, S, S)
+    assert conv2.outputs[0].shape == (1, 4, S, S, B) and conv2.attrs["block"] == B
+    x = RNG.normal(size=(1, 2 * B, S, S)).astype(np.float32)
+    for got, want in zip(Interpreter(after)(x), Interpreter(parse_graph(text, w))(x)):
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
+def test_a_graph_output_made_in_the_layout_leaves_it_under_its_name():
+    text = bottleneck(2 * B, 4 * B).replace("return %out0, %c4", "return %out0, %r3")
+    after = blocked(text, weights(2 * B, 4 * B))
+    assert after.outputs[1].name == "r3" and after.outputs[1].producer.op == "from_blocked"
+
+
+@pytest.mark.parametrize("c, m, s, why", [
+    (2 * B, B // 2, S, "8 channels are not a whole block"),
+    (2 * B, 4 * B, 20, "400 pixels: under BLOCKED_MIN_PIXELS"),
+])
+def test_convs_the_layout_does_not_serve_stay_on_nchw(c, m, s, why):
+    after = blocked(bottleneck(c, m, s), weights(c, m))
+    assert "blocked_conv2d" not in ops(after), why
+    assert s * s < BLOCKED_MIN_PIXELS or m % B != 0
+
+
+def test_a_lone_conv_would_pay_two_reorders_and_stays_on_nchw():
+    text = """
+    graph g(%x: f32[1,16,28,28]) {
+      const %w: f32[16,16,1,1]
+      const %b: f32[16]
+      %c: f32[1,16,28,28] = conv2d(%x, %w, %b) @conv
+      %out0: f32[1,16,28,28] = sigmoid(%c) @sig
+      return %out0
+    }"""
+    w = {"w": RNG.normal(size=(16, 16, 1, 1)).astype(np.float32), "b": RNG.normal(size=16).astype(np.float32)}
+    assert ops(blocked(text, w)) == ["fused_conv2d"]  # the sigmoid in its epilogue
+
+
+def test_grouped_convs_stay_on_nchw():
+    text = bottleneck(2 * B, 4 * B).replace("{padding=[1, 1, 1, 1]} @conv2", "{padding=[1, 1, 1, 1], groups=2} @conv2")
+    w = weights(2 * B, 4 * B)
+    w["w2"] = w["w2"][:, : 2 * B].copy()
+    text = text.replace(f"const %w2: f32[{4 * B},{4 * B},3,3]", f"const %w2: f32[{4 * B},{2 * B},3,3]")
+    after = blocked(text, w)
+    conv2 = next(n for n in after.nodes if n.name.startswith("conv2"))
+    assert conv2.op == "fused_conv2d"
+
+
+def test_the_compiled_forward_on_the_blocked_layout_matches_the_interpreter(tmp_path):
+    """Every blocked kernel in one forward: a 1x1 conv, a 3x3 one by Winograd, a 1x1 one with its
+    residual, the reorders; at the block this CPU's kernels take (64 on AVX-512, where the pipeline
+    itself does not run the pass)."""
+    from codegen.kernels.microkernel import taps_channels
+    from codegen.kernels.vectors import target_vector_floats
+    from compiler.api import optimize
+
+    block = taps_channels(target_vector_floats())
+    c, m = 2 * block, 4 * block
+    text, w = bottleneck(c, m), weights(c, m)
+    graph = block_channels(optimize(parse_graph(text, w)), block)
+    assert ops(graph).count("blocked_conv2d") == 3
+    model = NumbaModel.build(graph, tmp_path)
+    x = RNG.normal(size=(1, c, S, S)).astype(np.float32)
+    for got, want in zip(model(x), Interpreter(parse_graph(text, w))(x)):
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+def test_the_pipeline_blocks_only_where_the_kernels_were_measured():
+    from codegen.kernels.vectors import target_vector_floats
+
+    assert channel_block() == (16 if target_vector_floats() == 8 else None)
+
+
+def test_a_chain_too_short_for_its_reorders_stays_on_nchw():
+    """Two 1x1 convs between ops that are not blocked (MobileNetV2's project and expand convs between
+    depthwise ones): 2 * 16 * 16 multiply-adds per pixel against 16 + 16 elements reordered."""
+    text = """
+    graph g(%x: f32[1,16,28,28]) {
+      const %w1: f32[16,16,1,1]
+      const %b1: f32[16]
+      const %w2: f32[16,16,1,1]
+      const %b2: f32[16]
+      %s: f32[1,16,28,28] = sigmoid(%x) @sig
+      %c1: f32[1,16,28,28] = conv2d(%s, %w1, %b1) @conv1
+      %c2: f32[1,16,28,28] = conv2d(%c1, %w2, %b2) @conv2
+      %out0: f32[1,16,28,28] = sin(%c2) @sin
+      return %out0
+    }"""
+    w = {k: RNG.normal(size=s).astype(np.float32) for k, s in
+         (("w1", (16, 16, 1, 1)), ("b1", (16,)), ("w2", (16, 16, 1, 1)), ("b2", (16,)))}
+    assert 2 * 16 * 16 < MIN_MACS_PER_REORDERED * 2 * 16
+    assert "blocked_conv2d" not in ops(blocked(text, w))
