@@ -47,7 +47,14 @@ from codegen.kernels.microkernel import (
 )
 from codegen.kernels.tasks import run_tasks
 from codegen.kernels.vectors import copy_run, transpose_out, vector_floats
-from codegen.kernels.winograd import RUN_BYTES, _int64s, _vector_step, weight_transform
+from codegen.kernels.winograd import (
+    RUN_BYTES,
+    _int64s,
+    _vector_step,
+    input_transform,
+    output_transform,
+    weight_transform,
+)
 
 CHUNK_GROUPS = 16  # MR-pixel groups per task's chunk of an image: 96 pixels, a 6 KB block of each input block
 MIN_TASKS = 16  # tasks at least (8 a thread on 2), by splitting the output blocks into groups
@@ -307,13 +314,8 @@ def _window_transform(typingctx, src, e, row, col, vf, o, plane):
         d = [[load(0, builder.add(e_, builder.add(builder.mul(ir.Constant(i64, r), row_),
                                                      builder.mul(ir.Constant(i64, q), col_)))) for q in range(4)]
              for r in range(4)]
-        rows = [[builder.fsub(d[0][q], d[2][q]) for q in range(4)], [builder.fadd(d[1][q], d[2][q]) for q in range(4)],
-                [builder.fsub(d[2][q], d[1][q]) for q in range(4)], [builder.fsub(d[1][q], d[3][q]) for q in range(4)]]
-        for i, t in enumerate(rows):
-            values = [builder.fsub(t[0], t[2]), builder.fadd(t[1], t[2]), builder.fsub(t[2], t[1]),
-                      builder.fsub(t[1], t[3])]
-            for j, value in enumerate(values):
-                store(value, 4, builder.add(o_, builder.mul(ir.Constant(i64, 4 * i + j), plane_)))
+        for k, value in enumerate(input_transform(builder, d)):
+            store(value, 4, builder.add(o_, builder.mul(ir.Constant(i64, k), plane_)))
         return context.get_dummy_value()
 
     return types.void(src, e, row, col, vf, o, plane), codegen
@@ -334,13 +336,10 @@ def _tile_out(typingctx, mf, q, plane, of, d, row, col, bias, bias0, lo, hi, top
         q_, plane_, d_, row_, col_ = _int64s(context, builder, signature, args, (1, 2, 4, 5, 6))
         i64 = ir.IntType(64)
         m = [load(0, builder.add(q_, builder.mul(ir.Constant(i64, k), plane_))) for k in range(16)]
-        s = [builder.fadd(builder.fadd(m[j], m[4 + j]), m[8 + j]) for j in range(4)]  # A^T along the rows
-        t = [builder.fsub(builder.fsub(m[4 + j], m[8 + j]), m[12 + j]) for j in range(4)]
         of_data = cgutils.create_struct_proxy(signature.args[3])(context, builder, value=args[3]).data
-        for i, a in enumerate((s, t)):  # and along the columns: output row i's two pixels, col apart
-            y = [builder.fadd(builder.fadd(a[0], a[1]), a[2]), builder.fsub(builder.fsub(a[1], a[2]), a[3])]
+        for i, y in enumerate(output_transform(builder, m)):  # output row i's two pixels, col apart
             c0 = builder.add(d_, builder.mul(ir.Constant(i64, i), row_))
-            _store_through_epilogue(context, builder, args[7:], signature.args[7:], y, 2, 1,
+            _store_through_epilogue(context, builder, args[7:], signature.args[7:], list(y), 2, 1,
                                     builder.gep(of_data, [c0]), c0, col_, bias_columns=True)
         return context.get_dummy_value()
 

@@ -84,6 +84,24 @@ def _int64s(context, builder, signature, args, indices):
     return [context.cast(builder, args[i], signature.args[i], types.int64) for i in indices]
 
 
+def input_transform(builder, d):
+    """LLVM IR of B^T d B for a 4x4 window of vectors (d[r][q]: row r, column q): its 16 values, (i, j)
+    at 4i + j."""
+    rows = [[builder.fsub(d[0][q], d[2][q]) for q in range(4)], [builder.fadd(d[1][q], d[2][q]) for q in range(4)],
+            [builder.fsub(d[2][q], d[1][q]) for q in range(4)], [builder.fsub(d[1][q], d[3][q]) for q in range(4)]]
+    return [v for t in rows for v in (builder.fsub(t[0], t[2]), builder.fadd(t[1], t[2]), builder.fsub(t[2], t[1]),
+                                      builder.fsub(t[1], t[3]))]
+
+
+def output_transform(builder, m):
+    """LLVM IR of A^T m A for the 16 product vectors of a tile (m[4i + j]): its two output rows, each
+    (Y[r, 0], Y[r, 1])."""
+    s = [builder.fadd(builder.fadd(m[j], m[4 + j]), m[8 + j]) for j in range(4)]  # A^T along the rows
+    t = [builder.fsub(builder.fsub(m[4 + j], m[8 + j]), m[12 + j]) for j in range(4)]
+    return [(builder.fadd(builder.fadd(a[0], a[1]), a[2]), builder.fsub(builder.fsub(a[1], a[2]), a[3]))
+            for a in (s, t)]  # and along the columns
+
+
 @intrinsic
 def _input_vector(typingctx, buf, e, half, vf, o, plane):
     """The input transform of W tiles side by side (W: the machine's vector width, `vector_floats`):
@@ -103,13 +121,8 @@ def _input_vector(typingctx, buf, e, half, vf, o, plane):
             even = builder.add(e_, builder.mul(ir.Constant(ir.IntType(64), 2 * r), half_))
             odd = builder.add(even, half_)
             d.append([load(0, even), load(0, odd), load(0, builder.add(even, one)), load(0, builder.add(odd, one))])
-        rows = [[builder.fsub(d[0][q], d[2][q]) for q in range(4)], [builder.fadd(d[1][q], d[2][q]) for q in range(4)],
-                [builder.fsub(d[2][q], d[1][q]) for q in range(4)], [builder.fsub(d[1][q], d[3][q]) for q in range(4)]]
-        for i, t in enumerate(rows):
-            values = [builder.fsub(t[0], t[2]), builder.fadd(t[1], t[2]), builder.fsub(t[2], t[1]),
-                      builder.fsub(t[1], t[3])]
-            for j, value in enumerate(values):
-                store(value, 3, builder.add(o_, builder.mul(ir.Constant(ir.IntType(64), 4 * i + j), plane_)))
+        for k, value in enumerate(input_transform(builder, d)):
+            store(value, 3, builder.add(o_, builder.mul(ir.Constant(ir.IntType(64), k), plane_)))
         return context.get_dummy_value()
 
     return types.void(buf, e, half, vf, o, plane), codegen
@@ -127,13 +140,9 @@ def _output_vector(typingctx, mf, q, plane, rows, at, row):
         width, load, store = _vector_step(context, builder, signature, args, (0, 3))
         q_, plane_, at_, row_ = _int64s(context, builder, signature, args, (1, 2, 4, 5))
         m = [load(0, builder.add(q_, builder.mul(ir.Constant(ir.IntType(64), k), plane_))) for k in range(16)]
-        s = [builder.fadd(builder.fadd(m[j], m[4 + j]), m[8 + j]) for j in range(4)]  # A^T along the rows
-        t = [builder.fsub(builder.fsub(m[4 + j], m[8 + j]), m[12 + j]) for j in range(4)]
         interleave = ir.Constant(ir.VectorType(ir.IntType(32), 2 * width),
                                  [k // 2 + (k % 2) * width for k in range(2 * width)])
-        for out_row, a in ((at_, s), (builder.add(at_, row_), t)):  # and along the columns
-            y0 = builder.fadd(builder.fadd(a[0], a[1]), a[2])
-            y1 = builder.fsub(builder.fsub(a[1], a[2]), a[3])
+        for out_row, (y0, y1) in zip((at_, builder.add(at_, row_)), output_transform(builder, m)):
             store(builder.shuffle_vector(y0, y1, interleave), 3, out_row)  # y0[t], y1[t] side by side
         return context.get_dummy_value()
 
