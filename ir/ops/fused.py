@@ -228,7 +228,7 @@ def fused_affine_conv2d(x, scale, shift, weight, bias, residual=None, *, in_acti
     return fused_conv2d(x, weight, bias, residual, **conv_and_epilogue)
 
 
-CONV_OPS = ("conv2d", "fused_conv2d", "fused_affine_conv2d")
+CONV_OPS = ("conv2d", "fused_conv2d", "fused_affine_conv2d", "blocked_conv2d")  # blocked_conv2d: ir/ops/layout.py
 
 
 def conv_weight(node: Node):

@@ -159,3 +159,14 @@ def test_a_chain_too_short_for_its_reorders_stays_on_nchw():
          (("w1", (16, 16, 1, 1)), ("b1", (16,)), ("w2", (16, 16, 1, 1)), ("b2", (16,)))}
     assert 2 * 16 * 16 < MIN_MACS_PER_REORDERED * 2 * 16
     assert "blocked_conv2d" not in ops(blocked(text, w))
+
+
+def test_the_executor_costs_a_blocked_conv_as_the_conv_it_is():
+    """The executor hands its expensive nodes to the pool by their FLOPs: a blocked conv counts the same
+    multiply-adds as the conv it replaced, not zero."""
+    from compiler.executor import node_cost
+
+    text, w = bottleneck(2 * B, 4 * B), weights(2 * B, 4 * B)
+    before = {n.name: node_cost(n)[0] for n in fuse_conv_epilogue(parse_graph(text, w)).nodes}
+    after = [n for n in blocked(text, w).nodes if n.op == "blocked_conv2d"]
+    assert after and all(node_cost(n)[0] == before[n.name] > 0 for n in after)
