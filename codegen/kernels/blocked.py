@@ -66,7 +66,7 @@ def to_blocked(x, out):
     """out[n, c // B, h, w, c % B] = x[n, c, h, w]: NCHW into the blocked layout (B = out.shape[4])."""
     n_n, c_n, h, w = x.shape
     b = out.shape[4]
-    if c_n % b != 0 or out.shape[1] * b != c_n or out.shape[0] != n_n or out.shape[2:4] != (h, w):
+    if not _is_blocked_shape(x.shape, out.shape):
         raise ValueError("to_blocked: the output is not the input's blocked shape")
     _reorder(x.reshape(-1), out.reshape(-1), n_n * c_n // b, h * w, b, True)
 
@@ -76,9 +76,37 @@ def from_blocked(x, out):
     """out[n, c, h, w] = x[n, c // B, h, w, c % B]: the blocked layout back into NCHW (B = x.shape[4])."""
     n_n, c_n, h, w = out.shape
     b = x.shape[4]
-    if c_n % b != 0 or x.shape[1] * b != c_n or x.shape[0] != n_n or x.shape[2:4] != (h, w):
+    if not _is_blocked_shape(out.shape, x.shape):
         raise ValueError("from_blocked: the input is not the output's blocked shape")
     _reorder(x.reshape(-1), out.reshape(-1), n_n * c_n // b, h * w, b, False)
+
+
+@numba.njit(inline="always", **SEQ)
+def _is_blocked_shape(nchw, blocked):
+    """Whether `blocked` is the blocked shape of `nchw` (its block, blocked[4], dividing the channels)."""
+    n_n, c_n, h, w = nchw
+    b = blocked[4]
+    return c_n % b == 0 and blocked[1] * b == c_n and blocked[0] == n_n and blocked[2] == h and blocked[3] == w
+
+
+@numba.njit(inline="always", **SEQ)
+def _pixel_chunks(pixels):
+    """(count, MR-groups each) of the chunks tasks take `pixels` pixels (or tiles) in: at most
+    CHUNK_GROUPS groups each, all of about one size (196 pixels as 66, 66, 64, not 96, 96, 4)."""
+    groups = -(-pixels // MR)
+    cg = -(-groups // -(-groups // CHUNK_GROUPS))
+    return -(-groups // cg), cg
+
+
+@numba.njit(inline="always", **SEQ)
+def _block_groups(jobs, ob_n, serial):
+    """(count, blocks each) of the groups of output blocks that give `jobs` jobs MIN_TASKS tasks at least
+    (one group when serial)."""
+    n_g = 1
+    while not serial and jobs * n_g < MIN_TASKS and n_g < ob_n:
+        n_g *= 2
+    per = -(-ob_n // n_g)
+    return -(-ob_n // per), per
 
 
 @numba.njit(**SEQ)
@@ -130,16 +158,9 @@ def conv1x1_blocked(x, wt, bias, residual, out, stride, act, alpha, beta, post, 
         raise ValueError("conv1x1_blocked: blocks of another width, or operands of mismatched shapes")
     if (oh - 1) * sh >= h or (ow - 1) * sw >= w:
         raise ValueError("conv1x1_blocked: an output larger than the strided input")
-    groups = -(-hw // MR)
-    chunks = -(-groups // CHUNK_GROUPS)
-    cg = -(-groups // chunks)  # groups per chunk: chunks of equal size (196 pixels as 66, 66, 64, not 96, 96, 4)
-    chunks = -(-groups // cg)
+    chunks, cg = _pixel_chunks(hw)
     serial = n_n * hw * ob_n * b * c_n < PARALLEL_MIN_MACS
-    n_g = 1  # groups of output blocks
-    while not serial and n_n * chunks * n_g < MIN_TASKS and n_g < ob_n:
-        n_g *= 2
-    per = -(-ob_n // n_g)
-    n_g = -(-ob_n // per)
+    n_g, per = _block_groups(n_n * chunks, ob_n, serial)
     pix = np.zeros(hw + MR, np.int64)  # output pixel p's input pixel; MR past the image, for the last group's calls
     for p in range(hw):
         pix[p] = (p // ow * sh * w + p % ow * sw) * b
@@ -243,11 +264,7 @@ def conv2d_blocked(x, wt, bias, residual, out, kernel, stride, padding, dilation
     for bi in range(bands):
         y0, y1 = bi * gpb * MR // ow, (min(oh * ow, (bi + 1) * gpb * MR) - 1) // ow
         hin = max(hin, (y1 - y0) * sh + (kh - 1) * dh + 1)
-    n_g = 1
-    while not serial and n_n * bands * n_g < MIN_TASKS and n_g < ob_n:
-        n_g *= 2
-    per = -(-ob_n // n_g)
-    n_g = -(-ob_n // per)
+    n_g, per = _block_groups(n_n * bands, ob_n, serial)
     rows = np.empty(k, np.int64)  # reduction step (c, i, j): channel c's tap (i, j) from the window
     for c in range(c_n):
         for i in range(kh):
@@ -395,15 +412,8 @@ def winograd_blocked(x, up, bias, residual, out, pt, pl, act, alpha, beta, post,
                 _wino_input_task(t, xf, vbuf, dims, r0, r1, v_plane)
         else:
             run_tasks(_wino_input_task, cb_n * (r1 - r0), (xf, vbuf, dims, r0, r1, v_plane))
-        chunks = -(-t_n // (CHUNK_GROUPS * MR))
-        groups = -(-t_n // MR)
-        cg = -(-groups // chunks)  # groups of MR tiles per chunk, chunks of equal size
-        chunks = -(-groups // cg)
-        n_g = 1
-        while not serial and 16 * chunks * n_g < MIN_TASKS and n_g < ob_n:
-            n_g *= 2
-        per = -(-ob_n // n_g)
-        n_g = -(-ob_n // per)
+        chunks, cg = _pixel_chunks(t_n)
+        n_g, per = _block_groups(16 * chunks, ob_n, serial)
         products = (uf, vbuf, mbuf, pix, rows, (c_n, ob_n, b, t_n, chunks, cg, n_g, per, v_plane, m_plane))
         outputs = (mbuf, of, bias, rf, dims, r0, r1, m_plane, (act, post), (alpha, beta, post_alpha, post_beta))
         if serial:
