@@ -43,10 +43,11 @@ from codegen.kernels.microkernel import (
     micro_gemm_taps,
     micro_gemm_taps_out,
     micro_gemm_taps_seeded,
+    taps_channels,
     taps_width,
 )
 from codegen.kernels.tasks import run_tasks
-from codegen.kernels.vectors import copy_run, transpose_out, vector_floats
+from codegen.kernels.vectors import copy_run, fma_sums, transpose_out, vector_floats, vector_width
 from codegen.kernels.winograd import (
     RUN_BYTES,
     _int64s,
@@ -512,3 +513,153 @@ def _wino_output_task(t, mf, of, bias, rf, dims, r0, r1, m_plane, acts, params):
             if oy < oh:
                 e = o0 + oy * ow * b
                 epilogue_run(of, e, ow * b, of, e, 0.0, rf, act, alpha, beta, post, post_alpha, post_beta)
+
+
+DEPTHWISE_GROUP = MR  # output pixels _depthwise_taps sums at once: MR x (B / W) independent vector sums
+
+
+@intrinsic
+def _depthwise_taps(typingctx, src, base, step, offsets, wt, w0, of, o0, bias, bias0, lo, hi, top, res, group):
+    """`group` (a constant) output pixels of a depthwise conv on the blocked layout, a block's B channels
+    each: pixel k's tap t reads src[base + k * step + offsets[t]:][:B] times wt[w0 + t * B:][:B], its sums
+    in group x (B / W) vector registers, then stored at of[o0 + k * B:][:B] through the one-pass epilogue
+    (microkernel.py's, the bias along the vector from bias[bias0:]; res indexed as of, empty for none, may
+    be of itself). In LLVM IR: numba's loops over a block's lanes keep the sums in memory."""
+    if not (all(isinstance(a, types.Array) and a.dtype == types.float32 for a in (src, wt, of, res))
+            and isinstance(offsets, types.Array) and offsets.dtype == types.int64
+            and isinstance(group, types.IntegerLiteral)
+            and (isinstance(bias, types.NoneType) or (isinstance(bias, types.Array) and bias.dtype == types.float32))):
+        return None
+    pixels = group.literal_value
+
+    def codegen(context, builder, signature, args):
+        width = vector_width(context)
+        nv = taps_channels(width) // width
+        vec, i64 = ir.VectorType(ir.FloatType(), width), ir.IntType(64)
+        base_, step_, w0_, o0_ = _int64s(context, builder, signature, args, (1, 2, 5, 7))
+        fma = cgutils.get_or_insert_function(builder.module, ir.FunctionType(vec, [vec, vec, vec]),
+                                             f"llvm.fma.v{width}f32")
+        src_ptr, off_ptr, wt_ptr, of_ptr = (cgutils.create_struct_proxy(signature.args[k])(
+            context, builder, value=args[k]).data for k in (0, 3, 4, 6))
+        taps = cgutils.create_struct_proxy(signature.args[3])(context, builder, value=args[3]).nitems
+
+        def vector_at(pointer, index):
+            return builder.load(builder.bitcast(builder.gep(pointer, [index]), vec.as_pointer()), align=4)
+
+        def tap(t):
+            at = builder.add(base_, builder.load(builder.gep(off_ptr, [t])))
+            w_at = builder.add(w0_, builder.mul(t, ir.Constant(i64, nv * width)))
+            weights = [vector_at(wt_ptr, builder.add(w_at, ir.Constant(i64, j * width))) for j in range(nv)]
+            pixel = [builder.add(at, builder.mul(step_, ir.Constant(i64, k))) for k in range(pixels)]
+            return [(weights[j], vector_at(src_ptr, builder.add(pixel[k], ir.Constant(i64, j * width))))
+                    for k in range(pixels) for j in range(nv)]
+
+        sums = fma_sums(builder, taps, vec, fma, tap, pixels * nv)
+        _store_through_epilogue(context, builder, args[8:14], signature.args[8:14], sums, pixels, nv,
+                                builder.gep(of_ptr, [o0_]), o0_, ir.Constant(i64, nv * width), bias_columns=True)
+        return context.get_dummy_value()
+
+    return types.void(src, base, step, offsets, wt, w0, of, o0, bias, bias0, lo, hi, top, res, group), codegen
+
+
+def pack_depthwise_blocked(weight: np.ndarray, block: int) -> np.ndarray:
+    """A depthwise conv's (C, 1, KH, KW) weight as depthwise_blocked takes it: (C / block, KH * KW, block),
+    each tap's weights of a block's channels side by side."""
+    c_n, kh, kw = weight.shape[0], weight.shape[2], weight.shape[3]
+    if weight.shape[1] != 1 or c_n % block != 0:
+        raise ValueError(f"pack_depthwise_blocked: a {weight.shape} weight is not a depthwise one of whole blocks of "
+                         f"{block} channels")
+    return np.ascontiguousarray(weight.reshape(c_n // block, block, kh * kw).transpose(0, 2, 1), dtype=np.float32)
+
+
+@numba.njit(**SEQ)
+def depthwise_blocked(x, wt, bias, residual, out, kernel, stride, padding, dilation,
+                      act, alpha, beta, post, post_alpha, post_beta):
+    """out = post(act(conv2d(x, W, groups=C) + bias) + residual) on the blocked layout: x (N, C / B, H, W, B),
+    wt = pack_depthwise_blocked(W, B) (C / B, KH * KW, B), out and residual (N, C / B, OH, OW, B), padding
+    (top, left, bottom, right) zeros; bias may be None, residual None or empty for none (it may be out).
+    Each pixel's block of channels is one vector per W channels, so every tap is a vector multiply-add
+    (_depthwise_taps, DEPTHWISE_GROUP pixels at once). Tasks: (image, block, band of output rows), at least
+    MIN_TASKS where the rows allow (below PARALLEL_MIN_ELEMENTS outputs, one); each copies the input rows
+    its band reads into scratch, zero-padded, where every tap lies at a fixed offset from its window."""
+    (kh, kw), (sh, sw), (dh, dw), pt, pl = kernel, stride, dilation, padding[0], padding[1]
+    n_n, cb_n, h, w, b = x.shape
+    oh, ow = out.shape[2], out.shape[3]
+    if b != taps_width() or wt.shape != (cb_n, kh * kw, b) or out.shape[:2] != (n_n, cb_n) or out.shape[4] != b:
+        raise ValueError("depthwise_blocked: blocks of another width, or operands of mismatched shapes")
+    serial = out.size < PARALLEL_MIN_ELEMENTS
+    bands = 1 if serial else max(1, min(oh, -(-MIN_TASKS // (n_n * cb_n))))
+    rpb = -(-oh // bands)  # output rows per band
+    while rpb > 1 and ((rpb - 1) * sh + (kh - 1) * dh + 1) * ((ow - 1) * sw + (kw - 1) * dw + 1) * b * 4 > BAND_BYTES:
+        rpb = -(-rpb // 2)
+    bands = -(-oh // rpb)
+    hin = (rpb - 1) * sh + (kh - 1) * dh + 1  # input rows a band reads
+    wp = (ow - 1) * sw + (kw - 1) * dw + 1  # a gathered row: every column a window reads
+    offsets = np.empty(kh * kw, np.int64)
+    for i in range(kh):
+        for j in range(kw):
+            offsets[i * kw + j] = (i * dh * wp + j * dw) * b
+    tasks = n_n * cb_n * bands
+    size = hin * wp * b
+    scratch = np.empty((1 if serial else min(num_threads(), tasks)) * size, np.float32)
+    data = (x.reshape(-1), wt.reshape(-1), bias, residual_run(residual, out), out.reshape(-1), offsets,
+            (n_n, cb_n, h, w, b, oh, ow), (sh, sw, pt, pl, hin, wp, rpb, bands), (act, post),
+            (alpha, beta, post_alpha, post_beta), scratch)
+    if serial:
+        for t in range(tasks):
+            _depthwise_task(t, *data)
+    else:
+        run_tasks(_depthwise_task, tasks, data)
+
+
+@numba.njit(**SEQ)
+def _depthwise_task(t, xf, wf, bias, rf, of, offsets, dims, window, acts, params, scratch):
+    """Task t of depthwise_blocked: its band's input rows into this thread's scratch (zeros outside the
+    image), then each output row in groups of DEPTHWISE_GROUP pixels (the rest in pairs, then one) stored
+    through the one-pass epilogue from the registers; activations of more than one pass by
+    epilogue_run over the band after."""
+    n_n, cb_n, h, w, b, oh, ow = dims
+    sh, sw, pt, pl, hin, wp, rpb, bands = window
+    act, post = acts
+    alpha, beta, post_alpha, post_beta = params
+    one_pass = act <= ONE_PASS and post <= 1
+    bounds = one_pass_bounds(act, alpha, beta, post) if one_pass else (-np.inf, np.inf, -np.inf)
+    lo, hi, top = np.float32(bounds[0]), np.float32(bounds[1]), np.float32(bounds[2])
+    res = rf if one_pass else rf[:0]
+    bi, m = t % bands, t // bands  # m: (image, block)
+    cb = m % cb_n
+    size = hin * wp * b
+    tid = thread_id()
+    own = (tid if tid < scratch.size // size else 0) * size
+    src = scratch[own:own + size]
+    y0, y1 = bi * rpb, min(oh, (bi + 1) * rpb)
+    iy0 = y0 * sh - pt
+    n_rows = (y1 - 1 - y0) * sh + (hin - (rpb - 1) * sh)
+    right = max(0, min(wp, pl + w))  # columns [pl, right) of a gathered row lie inside the image
+    left = min(pl, wp)
+    for r in range(n_rows):
+        iy, d = iy0 + r, r * wp * b
+        if iy < 0 or iy >= h:
+            src[d:d + wp * b] = 0
+            continue
+        src[d:d + left * b] = 0
+        if right > left:
+            copy_run(src, d + left * b, xf, (m * h + iy) * w * b + (left - pl) * b, (right - left) * b)
+        src[d + max(right, left) * b:d + wp * b] = 0
+    w0 = cb * offsets.size * b
+    whole = ow // DEPTHWISE_GROUP * DEPTHWISE_GROUP
+    for oy in range(y0, y1):
+        s0 = (oy - y0) * sh * wp * b
+        o0 = (m * oh + oy) * ow * b
+        for ox in range(0, whole, DEPTHWISE_GROUP):
+            _depthwise_taps(src, s0 + ox * sw * b, sw * b, offsets, wf, w0, of, o0 + ox * b, bias, cb * b,
+                            lo, hi, top, res, DEPTHWISE_GROUP)
+        for ox in range(whole, ow - 1, 2):  # the rest in pairs, then one
+            _depthwise_taps(src, s0 + ox * sw * b, sw * b, offsets, wf, w0, of, o0 + ox * b, bias, cb * b,
+                            lo, hi, top, res, 2)
+        if (ow - whole) % 2:
+            _depthwise_taps(src, s0 + (ow - 1) * sw * b, sw * b, offsets, wf, w0, of, o0 + (ow - 1) * b, bias,
+                            cb * b, lo, hi, top, res, 1)
+    if not one_pass:
+        e = (m * oh + y0) * ow * b
+        epilogue_run(of, e, (y1 - y0) * ow * b, of, e, 0.0, rf, act, alpha, beta, post, post_alpha, post_beta)

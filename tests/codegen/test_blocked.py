@@ -1,7 +1,7 @@
 """The channel-blocked layout's kernels (codegen/kernels/blocked.py) against float64 sums on NCHW:
-the reorders both ways, 1x1 convs, Winograd 3x3 convs and other convs (kernel, stride, dilation, asymmetric padding)
-with each kind of epilogue (bias or none, a one-pass clamp, a residual, a residual that is the
-output's own buffer, a post ReLU, an activation of more than one pass), images whose pixels end in
+the reorders both ways, 1x1 convs, Winograd 3x3 convs, depthwise convs and other convs (kernel, stride,
+dilation, asymmetric padding) with each kind of epilogue (bias or none, a one-pass clamp, a residual, a
+residual that is the output's own buffer, a post ReLU, an activation of more than one pass), images whose pixels end in
 a partial group of MR, reductions of one chunk and of several, work small enough for one task in
 the calling thread and large enough for many. Channel counts are multiples of the block, whatever
 the CPU (16 on AVX2, 64 on AVX-512)."""
@@ -11,9 +11,12 @@ import numpy as np
 import pytest
 
 from codegen.kernels.blocked import (
+    DEPTHWISE_GROUP,
     conv1x1_blocked,
     conv2d_blocked,
+    depthwise_blocked,
     from_blocked,
+    pack_depthwise_blocked,
     pack_winograd_blocked,
     to_blocked,
     winograd_blocked,
@@ -233,3 +236,78 @@ def test_blocked_winograd_writes_over_its_own_residual_and_without_a_bias():
                      0, 0.0, 0.0, ACTIVATION_CODES["relu"], 0.0, 0.0)
     expected = reference(x, w, None, residual, "none", "relu", padding=(1, 1, 1, 1))
     np.testing.assert_allclose(unblocked(buffer), expected, rtol=2e-5, atol=2e-5)
+
+
+def depthwise_reference(x, w, bias, residual, act, post, stride, padding, dilation):
+    """The depthwise conv in float64: reference() one channel at a time."""
+    return np.concatenate([reference(x[:, c:c + 1], w[c:c + 1], None if bias is None else bias[c:c + 1],
+                                     None if residual is None else residual[:, c:c + 1], act, post, stride,
+                                     padding, dilation) for c in range(x.shape[1])], axis=1)
+
+
+# MobileNet's 3x3 stride 1 and 2, EfficientNet's 5x5, asymmetric padding, dilation, none, rows that end
+# in a partial group of DEPTHWISE_GROUP pixels and rows of whole groups
+DEPTHWISE_WINDOWS = [
+    ((3, 3), (1, 1), (1, 1, 1, 1), (1, 1), (9, 13)),
+    ((3, 3), (2, 2), (1, 1, 1, 1), (1, 1), (14, 14)),
+    ((3, 3), (2, 2), (0, 0, 1, 1), (1, 1), (14, 15)),
+    ((5, 5), (1, 1), (2, 2, 2, 2), (1, 1), (7, 2 * DEPTHWISE_GROUP)),
+    ((5, 5), (2, 2), (2, 2, 2, 2), (1, 1), (11, 11)),
+    ((3, 3), (1, 1), (2, 2, 2, 2), (2, 2), (8, 8)),
+    ((3, 1), (1, 2), (0, 0, 0, 0), (1, 1), (6, 9)),
+]
+
+
+def run_depthwise(x, w, bias, residual, act, post, stride, padding, dilation, out=None):
+    n, c = x.shape[:2]
+    out_hw = out_size(x.shape[2:], w.shape[2:], stride, padding, dilation)
+    out = np.full((n, c // B, *out_hw, B), np.nan, np.float32) if out is None else out
+    codes = ACTIVATION_CODES[act], -0.5, 0.75, ACTIVATION_CODES[post], 0.0, 0.0
+    depthwise_blocked(blocked(x), read_only(pack_depthwise_blocked(w, B)), None if bias is None else read_only(bias),
+                      out[:0] if residual is None else residual, out, w.shape[2:], stride, padding, dilation, *codes)
+    return unblocked(out)
+
+
+@pytest.mark.parametrize("kernel, stride, padding, dilation, hw", DEPTHWISE_WINDOWS)
+@pytest.mark.parametrize("n, cb", [(1, 1), (2, 3)])
+@pytest.mark.parametrize("act, post, with_residual, with_bias", [
+    ("clamp", "none", False, True),  # ReLU6's kind: one pass from the registers
+    ("none", "relu", True, True),  # a residual, then a post ReLU
+    ("silu", "none", True, False),  # an activation of more than one pass, no bias
+])
+def test_depthwise_blocked_conv_matches_float64(kernel, stride, padding, dilation, hw, n, cb, act, post,
+                                               with_residual, with_bias):
+    rng = np.random.default_rng(kernel[0] * 7 + cb)
+    x = rng.standard_normal((n, cb * B, *hw)).astype(np.float32)
+    w = (rng.standard_normal((cb * B, 1, *kernel)) / kernel[0]).astype(np.float32)
+    bias = rng.standard_normal(cb * B).astype(np.float32) if with_bias else None
+    out_hw = out_size(hw, kernel, stride, padding, dilation)
+    residual = rng.standard_normal((n, cb * B, *out_hw)).astype(np.float32) if with_residual else None
+    got = run_depthwise(x, w, bias, None if residual is None else blocked(residual), act, post, stride, padding,
+                        dilation)
+    np.testing.assert_allclose(got, depthwise_reference(x, w, bias, residual, act, post, stride, padding, dilation),
+                               rtol=1e-5, atol=1e-5)
+
+
+def test_large_depthwise_conv_splits_into_bands_and_writes_over_its_residual():
+    """Enough work for many tasks (bands of rows, each gathering its own input rows), the output written
+    over its residual's buffer."""
+    rng = np.random.default_rng(11)
+    x = rng.standard_normal((1, 2 * B, 57, 61)).astype(np.float32)
+    w = (rng.standard_normal((2 * B, 1, 3, 3)) / 3).astype(np.float32)
+    bias = rng.standard_normal(2 * B).astype(np.float32)
+    residual = rng.standard_normal((1, 2 * B, 57, 61)).astype(np.float32)
+    buffer = blocked(residual)
+    got = run_depthwise(x, w, bias, buffer, "relu", "none", (1, 1), (1, 1, 1, 1), (1, 1), out=buffer)
+    np.testing.assert_allclose(got, depthwise_reference(x, w, bias, residual, "relu", "none", (1, 1), (1, 1, 1, 1),
+                                                        (1, 1)), rtol=1e-5, atol=1e-5)
+
+
+def test_depthwise_blocked_refuses_mismatched_operands():
+    x = np.zeros((1, 1, 4, 4, B), np.float32)
+    w = np.zeros((1, 9, B), np.float32)
+    with pytest.raises(ValueError, match="depthwise_blocked"):
+        depthwise_blocked(x, w, None, x[:0], np.zeros((1, 2, 4, 4, B), np.float32), (3, 3), (1, 1), (1, 1, 1, 1),
+                          (1, 1), 0, 0.0, 0.0, 0, 0.0, 0.0)
+    with pytest.raises(ValueError, match="pack_depthwise_blocked"):
+        pack_depthwise_blocked(np.zeros((B + 1, 1, 3, 3), np.float32), B)
