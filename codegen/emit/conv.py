@@ -12,7 +12,9 @@ from codegen.emit.gemm import NO_EPILOGUE, epilogue_args, linear_call, no_residu
 from codegen.kernels.blocked import (
     conv1x1_blocked,
     conv2d_blocked,
+    depthwise_blocked,
     from_blocked,
+    pack_depthwise_blocked,
     pack_winograd_blocked,
     to_blocked,
     winograd_blocked,
@@ -346,13 +348,18 @@ def _emit_conv2d(e: Emit) -> list[str]:
 
 @emits("blocked_conv2d")
 def _emit_blocked_conv2d(e: Emit) -> list[str]:
-    """A conv on the channel-blocked layout (compiler/passes/block_channels.py): conv1x1_blocked for a
-    1x1 unpadded one, conv2d_blocked for the others."""
+    """A conv on the channel-blocked layout (compiler/passes/block_channels.py): depthwise_blocked for a
+    depthwise one, winograd_blocked where the NCHW conv would take Winograd, conv1x1_blocked for a 1x1
+    unpadded one, conv2d_blocked for the others."""
     a = e.node.attrs
     bias = e.bias(2, e.node.outputs[0].shape[1] * e.node.outputs[0].shape[4])
     residual = e.args[3] if len(e.args) > 3 else no_residual(e.outs[0])
     block = a["block"]
     kernel, stride, padding = e.node.inputs[1].shape[2:], tuple(a["stride"]), tuple(a["padding"])
+    if a["groups"] > 1:  # depthwise (the op takes no other groups)
+        wd = e.prepack(1, f"depthwise_blocked{block}", lambda w: pack_depthwise_blocked(w, block))
+        return [f"{e.call(depthwise_blocked)}({e.args[0]}, {wd}, {bias}, {residual}, {e.outs[0]}, "
+                f"{const_args(kernel, stride, padding, a['dilation'])}, {epilogue_args(a)})"]
     if uses_winograd(unblocked_conv(e.node)):
         up = e.prepack(1, f"winograd_blocked{block}", lambda w: pack_winograd_blocked(w, block))
         return [f"{e.call(winograd_blocked)}({e.args[0]}, {up}, {bias}, {residual}, {e.outs[0]}, "

@@ -51,8 +51,9 @@ def _blocked_conv_type(types: list[TensorType], attrs: dict) -> TensorType:
     block = attrs["block"]
     plain = [TensorType(unblocked_shape(types[0].shape, block), types[0].dtype), *types[1:3]]
     out = _conv2d_type(plain, attrs)
-    if attrs["groups"] != 1:
-        raise ValueError("blocked_conv2d: grouped convs are not blocked")
+    groups, channels = attrs["groups"], plain[0].shape[1]
+    if groups != 1 and not (groups == channels == out.shape[1]):
+        raise ValueError("blocked_conv2d: grouped convs other than depthwise ones are not blocked")
     blocked = TensorType(blocked_shape(out.shape, block), out.dtype)
     return _check_epilogue(types, attrs, blocked, 3)
 
@@ -60,7 +61,8 @@ def _blocked_conv_type(types: list[TensorType], attrs: dict) -> TensorType:
 @register("blocked_conv2d", ["x", "weight", "bias", "residual?"], {**_CONV_ATTRS, **_EPILOGUE_ATTRS, "block": INT()},
           infer=_blocked_conv_type)
 def blocked_conv2d(x, weight, bias, residual=None, *, block, **conv_and_epilogue):
-    """fused_conv2d on the blocked layout: x, residual and the result (N, C / block, H, W, block)."""
+    """fused_conv2d on the blocked layout (ungrouped or depthwise): x, residual and the result (N, C / block,
+    H, W, block)."""
     plain = None if residual is None else from_blocked(residual, block=block)
     y = fused_conv2d(from_blocked(x, block=block), weight, bias, plain, **conv_and_epilogue)
     return to_blocked(y, block=block)

@@ -105,7 +105,48 @@ def test_a_lone_conv_would_pay_two_reorders_and_stays_on_nchw():
     assert ops(blocked(text, w)) == ["fused_conv2d"]  # the sigmoid in its epilogue
 
 
-def test_grouped_convs_stay_on_nchw():
+def inverted_residual(c: int, m: int, s: int = 7) -> tuple[str, dict[str, np.ndarray]]:
+    """A MobileNetV2 block on a small plane: 1x1 expand -> ReLU6 -> 3x3 depthwise -> ReLU6 -> 1x1
+    project + x, read by a sine."""
+    def w(*shape):
+        return (RNG.normal(size=shape) / np.sqrt(np.prod(shape[1:]))).astype(np.float32)
+    text = f"""
+    graph g(%x: f32[1,{c},{s},{s}]) {{
+      const %w1: f32[{m},{c},1,1]
+      const %b1: f32[{m}]
+      const %w2: f32[{m},1,3,3]
+      const %b2: f32[{m}]
+      const %w3: f32[{c},{m},1,1]
+      const %b3: f32[{c}]
+      %c1: f32[1,{m},{s},{s}] = conv2d(%x, %w1, %b1) @expand
+      %r1: f32[1,{m},{s},{s}] = clamp(%c1) {{min=0.0, max=6.0}} @relu6_1
+      %c2: f32[1,{m},{s},{s}] = conv2d(%r1, %w2, %b2) {{padding=[1, 1, 1, 1], groups={m}}} @depthwise
+      %r2: f32[1,{m},{s},{s}] = clamp(%c2) {{min=0.0, max=6.0}} @relu6_2
+      %c3: f32[1,{c},{s},{s}] = conv2d(%r2, %w3, %b3) @project
+      %a3: f32[1,{c},{s},{s}] = add(%c3, %x) @add
+      %out0: f32[1,{c},{s},{s}] = sin(%a3) @sin
+      return %out0
+    }}"""
+    return text, {"w1": w(m, c, 1, 1), "b1": w(m), "w2": w(m, 1, 3, 3), "b2": w(m), "w3": w(c, m, 1, 1), "b3": w(c)}
+
+
+def test_a_chain_with_a_depthwise_conv_runs_blocked_whatever_its_planes():
+    """A depthwise conv's gain on the layout pays for the chain's 1x1 convs on small planes, which on
+    their own stay on NCHW (BLOCKED_MIN_PIXELS)."""
+    text, w = inverted_residual(2 * B, 4 * B)
+    after = blocked(text, w)
+    assert 7 * 7 < BLOCKED_MIN_PIXELS
+    assert ops(after) == ["to_blocked", "blocked_conv2d", "blocked_conv2d", "blocked_conv2d", "from_blocked", "sin"]
+    assert after.nodes[2].attrs["groups"] == 4 * B and after.nodes[2].attrs["activation"] == "clamp"
+    x = RNG.normal(size=(1, 2 * B, 7, 7)).astype(np.float32)
+    np.testing.assert_allclose(Interpreter(after)(x), Interpreter(parse_graph(text, w))(x), rtol=1e-4, atol=1e-5)
+    plain = text.replace("{padding=[1, 1, 1, 1], groups=64}", "{padding=[1, 1, 1, 1], groups=2}").replace(
+        "const %w2: f32[64,1,3,3]", "const %w2: f32[64,32,3,3]")
+    w2 = {**w, "w2": RNG.normal(size=(64, 32, 3, 3)).astype(np.float32)}
+    assert "blocked_conv2d" not in ops(blocked(plain, w2)), "without the depthwise conv: small planes, NCHW"
+
+
+def test_grouped_convs_other_than_depthwise_stay_on_nchw():
     text = bottleneck(2 * B, 4 * B).replace("{padding=[1, 1, 1, 1]} @conv2", "{padding=[1, 1, 1, 1], groups=2} @conv2")
     w = weights(2 * B, 4 * B)
     w["w2"] = w["w2"][:, : 2 * B].copy()
@@ -132,6 +173,21 @@ def test_the_compiled_forward_on_the_blocked_layout_matches_the_interpreter(tmp_
     x = RNG.normal(size=(1, c, S, S)).astype(np.float32)
     for got, want in zip(model(x), Interpreter(parse_graph(text, w))(x)):
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+def test_a_compiled_depthwise_chain_on_the_blocked_layout_matches_the_interpreter(tmp_path):
+    """depthwise_blocked in a forward, between blocked 1x1 convs, at this CPU's block."""
+    from codegen.kernels.microkernel import taps_channels
+    from codegen.kernels.vectors import target_vector_floats
+    from compiler.api import optimize
+
+    block = taps_channels(target_vector_floats())
+    text, w = inverted_residual(block, 2 * block, 9)
+    graph = block_channels(optimize(parse_graph(text, w)), block)
+    assert ops(graph).count("blocked_conv2d") == 3
+    x = RNG.normal(size=(1, block, 9, 9)).astype(np.float32)
+    np.testing.assert_allclose(NumbaModel.build(graph, tmp_path)(x), Interpreter(parse_graph(text, w))(x),
+                               rtol=1e-4, atol=1e-4)
 
 
 def test_the_pipeline_blocks_only_where_the_kernels_were_measured():
