@@ -53,7 +53,9 @@ from codegen.kernels.winograd import (
     _int64s,
     _vector_step,
     input_transform,
+    input_transform4,
     output_transform,
+    output_transform4,
     weight_transform,
 )
 
@@ -318,90 +320,100 @@ def _conv2d_task(t, xf, wf, bias, rf, of, rows, dims, window, acts, params, scra
 
 
 @intrinsic
-def _window_transform(typingctx, src, e, row, col, vf, o, plane):
-    """Winograd's input transform of one 4x4 window, W channels (a vector) at once: d[r][q] =
-    src[e + r*row + q*col:][:W]; vf[o + (4i + j)*plane:][:W] = (B^T d B)[i, j]. In LLVM IR, as
-    winograd.py's _input_vector (numba's loop over the channels stays scalar behind overlap checks)."""
-    if not all(isinstance(a, types.Array) and a.dtype == types.float32 for a in (src, vf)):
+def _window_transform(typingctx, src, e, row, col, vf, o, plane, tile):
+    """Winograd's input transform of one a x a window (a = tile + 2: F(2x2, 3x3) for tile 2, F(4x4, 3x3) for
+    4, a constant), W channels (a vector) at once: d[r][q] = src[e + r*row + q*col:][:W]; vf[o + (a*i +
+    j)*plane:][:W] = (B^T d B)[i, j]. In LLVM IR, as winograd.py's _input_vector (numba's loop over the
+    channels stays scalar behind overlap checks)."""
+    if not (all(isinstance(a, types.Array) and a.dtype == types.float32 for a in (src, vf))
+            and isinstance(tile, types.IntegerLiteral) and tile.literal_value in (2, 4)):
         return None
+    a = tile.literal_value + 2
 
     def codegen(context, builder, signature, args):
         _, load, store = _vector_step(context, builder, signature, args, (0, 4))
         e_, row_, col_, o_, plane_ = _int64s(context, builder, signature, args, (1, 2, 3, 5, 6))
         i64 = ir.IntType(64)
         d = [[load(0, builder.add(e_, builder.add(builder.mul(ir.Constant(i64, r), row_),
-                                                     builder.mul(ir.Constant(i64, q), col_)))) for q in range(4)]
-             for r in range(4)]
-        for k, value in enumerate(input_transform(builder, d)):
+                                                     builder.mul(ir.Constant(i64, q), col_)))) for q in range(a)]
+             for r in range(a)]
+        for k, value in enumerate(input_transform(builder, d) if a == 4 else input_transform4(builder, d)):
             store(value, 4, builder.add(o_, builder.mul(ir.Constant(i64, k), plane_)))
         return context.get_dummy_value()
 
-    return types.void(src, e, row, col, vf, o, plane), codegen
+    return types.void(src, e, row, col, vf, o, plane, tile), codegen
 
 
 @intrinsic
-def _tile_out(typingctx, mf, q, plane, of, d, row, col, bias, bias0, lo, hi, top, res):
-    """Winograd's output transform of one tile, W channels (a vector) at once: m[k] =
-    mf[q + k*plane:][:W], Y = A^T m A, Y[i, j] stored at of[d + i*row + j*col:][:W] through the
-    one-pass epilogue from the registers (microkernel.py's, the bias along the vector from
-    bias[bias0:]; res indexed as of, empty for none, may be of itself)."""
+def _tile_out(typingctx, mf, q, plane, of, d, row, col, bias, bias0, lo, hi, top, res, tile):
+    """Winograd's output transform of one tile x tile tile (tile 2 or 4, a constant; a = tile + 2), W
+    channels (a vector) at once: m[k] = mf[q + k*plane:][:W] for k < a^2, Y = A^T m A, Y[i, j] stored at
+    of[d + i*row + j*col:][:W] through the one-pass epilogue from the registers (microkernel.py's, the
+    bias along the vector from bias[bias0:]; res indexed as of, empty for none, may be of itself)."""
     if not (all(isinstance(a, types.Array) and a.dtype == types.float32 for a in (mf, of, res))
+            and isinstance(tile, types.IntegerLiteral) and tile.literal_value in (2, 4)
             and (isinstance(bias, types.NoneType) or (isinstance(bias, types.Array) and bias.dtype == types.float32))):
         return None
+    n = tile.literal_value
 
     def codegen(context, builder, signature, args):
         _, load, _ = _vector_step(context, builder, signature, args, (0,))
         q_, plane_, d_, row_, col_ = _int64s(context, builder, signature, args, (1, 2, 4, 5, 6))
         i64 = ir.IntType(64)
-        m = [load(0, builder.add(q_, builder.mul(ir.Constant(i64, k), plane_))) for k in range(16)]
+        m = [load(0, builder.add(q_, builder.mul(ir.Constant(i64, k), plane_))) for k in range((n + 2) ** 2)]
         of_data = cgutils.create_struct_proxy(signature.args[3])(context, builder, value=args[3]).data
-        for i, y in enumerate(output_transform(builder, m)):  # output row i's two pixels, col apart
+        rows = output_transform(builder, m) if n == 2 else output_transform4(builder, m)
+        for i, y in enumerate(rows):  # output row i's pixels, col apart
             c0 = builder.add(d_, builder.mul(ir.Constant(i64, i), row_))
-            _store_through_epilogue(context, builder, args[7:], signature.args[7:], list(y), 2, 1,
+            _store_through_epilogue(context, builder, args[7:13], signature.args[7:13], list(y), n, 1,
                                     builder.gep(of_data, [c0]), c0, col_, bias_columns=True)
         return context.get_dummy_value()
 
-    return types.void(mf, q, plane, of, d, row, col, bias, bias0, lo, hi, top, res), codegen
+    return types.void(mf, q, plane, of, d, row, col, bias, bias0, lo, hi, top, res, tile), codegen
 
 
-def pack_winograd_blocked(weight: np.ndarray, block: int) -> np.ndarray:
+def pack_winograd_blocked(weight: np.ndarray, block: int, tile: int = 2) -> np.ndarray:
     """The Winograd-transformed weight U = G g G^T of a (O, C, 3, 3) float32 weight (winograd.py's
-    weight_transform) as winograd_blocked takes it: (16, O / block, C, block), U[k]'s output block q's
-    weights for input channel c side by side: each of the 16 products is a blocked 1x1 conv."""
-    u_ = weight_transform(weight)  # (16, O, C)
-    o_n, c_n = u_.shape[1:]
+    weight_transform; F(2x2, 3x3) for tile 2, F(4x4, 3x3) for 4) as winograd_blocked takes it: (a^2, O /
+    block, C, block), a = tile + 2, U[k]'s output block q's weights for input channel c side by side: each
+    of the a^2 products is a blocked 1x1 conv."""
+    u_ = weight_transform(weight, tile)  # (a^2, O, C)
+    planes, o_n, c_n = u_.shape
     if o_n % block != 0:
         raise ValueError(f"pack_winograd_blocked: {o_n} output channels are not whole blocks of {block}")
-    return np.ascontiguousarray(u_.reshape(16, o_n // block, block, c_n).transpose(0, 1, 3, 2), dtype=np.float32)
+    return np.ascontiguousarray(u_.reshape(planes, o_n // block, block, c_n).transpose(0, 1, 3, 2), dtype=np.float32)
 
 
 @numba.njit(**SEQ)
 def winograd_blocked(x, up, bias, residual, out, pt, pl, act, alpha, beta, post, post_alpha, post_beta):
     """out = post(act(conv2d(x, 3x3 weight, stride 1, padding top pt / left pl) + bias) + residual) by
-    Winograd F(2x2, 3x3) (winograd.py) on the blocked layout: x (N, C / B, H, W, B), up =
-    pack_winograd_blocked(weight, B), out and residual (N, O / B, OH, OW, B); bias may be None, residual
-    None or empty for none. The tiles take the pixels' place: V[k] (C / B, tiles, B) and the products
-    M[k] = V[k] U[k] (O / B, tiles, B), each a blocked 1x1 conv over the tiles (_blocked_out), and
-    both transforms run over a block's B channels at once, a vector per 4x4 window's pixel. Runs of
-    tile rows (of all the images, one after another) keep V and M under RUN_BYTES each."""
+    Winograd (winograd.py) on the blocked layout: x (N, C / B, H, W, B), up = pack_winograd_blocked(weight,
+    B, tile), out and residual (N, O / B, OH, OW, B); bias may be None, residual None or empty for none.
+    F(2x2, 3x3) for up's 16 planes, F(4x4, 3x3) for 36 (tile x tile outputs from a = tile + 2 square
+    windows). The tiles take the pixels' place: V[k] (C / B, tiles, B) and the products M[k] = V[k] U[k]
+    (O / B, tiles, B), each a blocked 1x1 conv over the tiles (_blocked_out), and both transforms run
+    over a block's B channels at once, a vector per window's pixel. Runs of tile rows (of all the
+    images, one after another) keep V and M under RUN_BYTES each."""
     n_n, cb_n, h, w, b = x.shape
     ob_n, oh, ow = out.shape[1], out.shape[2], out.shape[3]
-    c_n = cb_n * b
-    if b != taps_width() or up.shape != (16, ob_n, c_n, b) or out.shape[0] != n_n or out.shape[4] != b:
+    c_n, planes = cb_n * b, up.shape[0]
+    if (b != taps_width() or planes not in (16, 36) or up.shape[1:] != (ob_n, c_n, b) or out.shape[0] != n_n
+            or out.shape[4] != b):
         raise ValueError("winograd_blocked: blocks of another width, or operands of mismatched shapes")
-    th, tw = (oh + 1) // 2, (ow + 1) // 2
+    tile = 2 if planes == 16 else 4
+    th, tw = -(-oh // tile), -(-ow // tile)
     rows_n = n_n * th  # tile rows, image after image
-    per_row = 16 * max(c_n, ob_n * b) * tw * 4  # bytes of V or M per tile row
+    per_row = planes * max(c_n, ob_n * b) * tw * 4  # bytes of V or M per tile row
     run = max(1, min(rows_n, RUN_BYTES // per_row))
     t_max = run * tw
-    vbuf = np.empty(16 * cb_n * t_max * b, np.float32)
-    mbuf = np.empty(16 * ob_n * t_max * b, np.float32)
+    vbuf = np.empty(planes * cb_n * t_max * b, np.float32)
+    mbuf = np.empty(planes * ob_n * t_max * b, np.float32)
     pix = np.zeros(t_max + MR, np.int64)  # tile t's block of channels at t * B
     pix[:t_max] = np.arange(t_max) * b
     rows = np.empty(c_n, np.int64)
     xf, uf, of, rf = x.reshape(-1), up.reshape(-1), out.reshape(-1), residual_run(residual, out)
-    dims = (n_n, cb_n, h, w, b, ob_n, oh, ow, th, tw, pt, pl)
-    serial = 16 * n_n * th * tw * c_n * ob_n * b < PARALLEL_MIN_MACS  # the products' multiply-adds
+    dims = (n_n, cb_n, h, w, b, ob_n, oh, ow, th, tw, pt, pl, tile)
+    serial = planes * n_n * th * tw * c_n * ob_n * b < PARALLEL_MIN_MACS  # the products' multiply-adds
     for r0 in range(0, rows_n, run):
         r1 = min(rows_n, r0 + run)
         t_n = (r1 - r0) * tw
@@ -414,48 +426,55 @@ def winograd_blocked(x, up, bias, residual, out, pt, pl, act, alpha, beta, post,
         else:
             run_tasks(_wino_input_task, cb_n * (r1 - r0), (xf, vbuf, dims, r0, r1, v_plane))
         chunks, cg = _pixel_chunks(t_n)
-        n_g, per = _block_groups(16 * chunks, ob_n, serial)
+        n_g, per = _block_groups(planes * chunks, ob_n, serial)
         products = (uf, vbuf, mbuf, pix, rows, (c_n, ob_n, b, t_n, chunks, cg, n_g, per, v_plane, m_plane))
         outputs = (mbuf, of, bias, rf, dims, r0, r1, m_plane, (act, post), (alpha, beta, post_alpha, post_beta))
         if serial:
-            for t in range(16 * chunks * n_g):
+            for t in range(planes * chunks * n_g):
                 _wino_products_task(t, *products)
             for t in range(ob_n * (r1 - r0)):
                 _wino_output_task(t, *outputs)
         else:
-            run_tasks(_wino_products_task, 16 * chunks * n_g, products)
+            run_tasks(_wino_products_task, planes * chunks * n_g, products)
             run_tasks(_wino_output_task, ob_n * (r1 - r0), outputs)
 
 
 @numba.njit(**SEQ)
 def _wino_input_task(t, xf, vf, dims, r0, r1, v_plane):
-    """Task t of winograd_blocked's input transform: block cb's B channels of one tile row, V[4r + q]
-    = (B^T d B)[r, q] for each tile's 4x4 window d, a vector of channels at a time (_window_transform):
+    """Task t of winograd_blocked's input transform: block cb's B channels of one tile row, V[a*r + q]
+    = (B^T d B)[r, q] for each tile's a x a window d, a vector of channels at a time (_window_transform):
     read where it lies inside the image, from a zero-padded copy at its edges."""
-    n_n, cb_n, h, w, b, ob_n, oh, ow, th, tw, pt, pl = dims
+    n_n, cb_n, h, w, b, ob_n, oh, ow, th, tw, pt, pl, tile = dims
+    a = tile + 2
     cb, rr = t % cb_n, r0 + t // cb_n
     n, ty = rr // th, rr % th
     t_n = (r1 - r0) * tw
     n_v = vector_floats()
-    d = np.empty(16 * b, np.float32)  # an edge window: pixel (r, q)'s B channels at (4r + q) * B
+    d = np.empty(a * a * b, np.float32)  # an edge window: pixel (r, q)'s B channels at (a*r + q) * B
     x0 = (n * cb_n + cb) * h * w * b
-    iy0 = 2 * ty - pt
+    iy0 = tile * ty - pt
     for tx in range(tw):
-        ix0 = 2 * tx - pl
+        ix0 = tile * tx - pl
         o = cb * t_n * b + ((rr - r0) * tw + tx) * b
-        if iy0 >= 0 and iy0 + 4 <= h and ix0 >= 0 and ix0 + 4 <= w:
+        if iy0 >= 0 and iy0 + a <= h and ix0 >= 0 and ix0 + a <= w:
             for j in range(0, b, n_v):
-                _window_transform(xf, x0 + (iy0 * w + ix0) * b + j, w * b, b, vf, o + j, v_plane)
+                if tile == 2:
+                    _window_transform(xf, x0 + (iy0 * w + ix0) * b + j, w * b, b, vf, o + j, v_plane, 2)
+                else:
+                    _window_transform(xf, x0 + (iy0 * w + ix0) * b + j, w * b, b, vf, o + j, v_plane, 4)
             continue
-        for r in range(4):
-            for q in range(4):
-                iy, ix, e = iy0 + r, ix0 + q, (4 * r + q) * b
+        for r in range(a):
+            for q in range(a):
+                iy, ix, e = iy0 + r, ix0 + q, (a * r + q) * b
                 if iy >= 0 and iy < h and ix >= 0 and ix < w:
                     copy_run(d, e, xf, x0 + (iy * w + ix) * b, b)
                 else:
                     d[e:e + b] = 0
         for j in range(0, b, n_v):
-            _window_transform(d, j, 4 * b, b, vf, o + j, v_plane)
+            if tile == 2:
+                _window_transform(d, j, a * b, b, vf, o + j, v_plane, 2)
+            else:
+                _window_transform(d, j, a * b, b, vf, o + j, v_plane, 4)
 
 
 @numba.njit(**SEQ)
@@ -474,10 +493,10 @@ def _wino_products_task(t, uf, vf, mf, pix, rows, dims):
 @numba.njit(**SEQ)
 def _wino_output_task(t, mf, of, bias, rf, dims, r0, r1, m_plane, acts, params):
     """Task t of winograd_blocked's output transform: block ob's B channels of one tile row, each
-    tile's 2x2 outputs A^T m A a vector of channels at a time, stored through the one-pass epilogue
+    tile's outputs A^T m A a vector of channels at a time, stored through the one-pass epilogue
     from the registers (_tile_out); a tile past the output's last row or column through scratch;
-    activations of more than one pass by epilogue_run over the two output rows after."""
-    n_n, cb_n, h, w, b, ob_n, oh, ow, th, tw, pt, pl = dims
+    activations of more than one pass by epilogue_run over the tile row's output rows after."""
+    n_n, cb_n, h, w, b, ob_n, oh, ow, th, tw, pt, pl, tile = dims
     act, post = acts
     alpha, beta, post_alpha, post_beta = params
     one_pass = act <= ONE_PASS and post <= 1
@@ -488,28 +507,34 @@ def _wino_output_task(t, mf, of, bias, rf, dims, r0, r1, m_plane, acts, params):
     n, ty = rr // th, rr % th
     t_n = (r1 - r0) * tw
     n_v = vector_floats()
-    y = np.empty(4 * b, np.float32)  # an edge tile's outputs (i, jx) at (2i + jx) * B
+    y = np.empty(tile * tile * b, np.float32)  # an edge tile's outputs (i, jx) at (tile * i + jx) * B
     no = np.float32(-np.inf)
     o0 = (n * ob_n + ob) * oh * ow * b
     for tx in range(tw):
         m0 = ob * t_n * b + ((rr - r0) * tw + tx) * b
-        d = o0 + (2 * ty * ow + 2 * tx) * b
-        if 2 * ty + 2 <= oh and 2 * tx + 2 <= ow:
+        d = o0 + (tile * ty * ow + tile * tx) * b
+        if tile * ty + tile <= oh and tile * tx + tile <= ow:
             for j in range(0, b, n_v):
-                _tile_out(mf, m0 + j, m_plane, of, d + j, ow * b, b, bias, ob * b + j, lo, hi, top, res)
+                if tile == 2:
+                    _tile_out(mf, m0 + j, m_plane, of, d + j, ow * b, b, bias, ob * b + j, lo, hi, top, res, 2)
+                else:
+                    _tile_out(mf, m0 + j, m_plane, of, d + j, ow * b, b, bias, ob * b + j, lo, hi, top, res, 4)
             continue
         for j in range(0, b, n_v):
-            _tile_out(mf, m0 + j, m_plane, y, j, 2 * b, b, bias, ob * b + j, no, -no, no, y[:0])
-        for i in range(2):
-            for jx in range(2):
-                if 2 * ty + i < oh and 2 * tx + jx < ow:
+            if tile == 2:
+                _tile_out(mf, m0 + j, m_plane, y, j, tile * b, b, bias, ob * b + j, no, -no, no, y[:0], 2)
+            else:
+                _tile_out(mf, m0 + j, m_plane, y, j, tile * b, b, bias, ob * b + j, no, -no, no, y[:0], 4)
+        for i in range(tile):
+            for jx in range(tile):
+                if tile * ty + i < oh and tile * tx + jx < ow:
                     e = d + (i * ow + jx) * b
                     for j in range(b):
-                        v = min(max(y[(2 * i + jx) * b + j], lo), hi)
+                        v = min(max(y[(tile * i + jx) * b + j], lo), hi)
                         of[u(e + j)] = max(v + res[u(e + j)] if res.size != 0 else v, top)
     if not one_pass:
-        for i in range(2):
-            oy = 2 * ty + i
+        for i in range(tile):
+            oy = tile * ty + i
             if oy < oh:
                 e = o0 + oy * ow * b
                 epilogue_run(of, e, ow * b, of, e, 0.0, rf, act, alpha, beta, post, post_alpha, post_beta)

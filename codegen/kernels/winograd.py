@@ -42,16 +42,23 @@ MIN_PANELS = 4  # MR-channel panels per block of a product, at least
 K_CHUNK = 256  # input channels per microkernel call: a weight panel chunk (6 KB) stays in L1
 
 _G = np.array([[1.0, 0.0, 0.0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0.0, 0.0, 1.0]])
+# F(4x4, 3x3): 6x6 input windows, 4x4 output tiles, 36 products (2.25 multiplies a product per output
+# against F(2x2)'s 4); its B^T and A^T are written out in input_transform4 / output_transform4
+_G4 = np.array([[1 / 4, 0, 0], [-1 / 6, -1 / 6, -1 / 6], [-1 / 6, 1 / 6, -1 / 6], [1 / 24, 1 / 12, 1 / 6],
+                [1 / 24, -1 / 12, 1 / 6], [0, 0, 1]])
 
 
-def weight_transform(weight: np.ndarray) -> np.ndarray:
-    """U (16, O, C) with U[4i + j, o, c] = (G g G^T)[i, j] for g = weight[o, c] (3x3)."""
+def weight_transform(weight: np.ndarray, tile: int = 2) -> np.ndarray:
+    """U (a^2, O, C) with U[a*i + j, o, c] = (G g G^T)[i, j] for g = weight[o, c] (3x3), a = tile + 2: F(2x2,
+    3x3)'s G for tile 2, F(4x4, 3x3)'s for tile 4."""
     # two BLAS products over every (o, c) at once, in float64 (einsum took 3-5x as long: 0.1-0.2 s for
     # a 256 -> 256 conv, a tenth of ResNet-18's cold compile)
+    g_ = {2: _G, 4: _G4}[tile]
+    a = tile + 2
     g = np.moveaxis(weight.astype(np.float64), (2, 3), (0, 1))  # (3, 3, O, C): g[a, b]
-    t = np.tensordot(_G, g, axes=(1, 0))  # (4, 3, O, C): (G g)[i, b]
-    u = np.tensordot(_G, t, axes=(1, 1))  # (4, 4, O, C): (G g G^T)[i, j] at [j, i]
-    return u.transpose(1, 0, 2, 3).reshape(16, weight.shape[0], weight.shape[1]).astype(weight.dtype)
+    t = np.tensordot(g_, g, axes=(1, 0))  # (a, 3, O, C): (G g)[i, b]
+    u = np.tensordot(g_, t, axes=(1, 1))  # (a, a, O, C): (G g G^T)[i, j] at [j, i]
+    return u.transpose(1, 0, 2, 3).reshape(a * a, weight.shape[0], weight.shape[1]).astype(weight.dtype)
 
 
 def pack_transformed(weight: np.ndarray) -> np.ndarray:
@@ -100,6 +107,44 @@ def output_transform(builder, m):
     t = [builder.fsub(builder.fsub(m[4 + j], m[8 + j]), m[12 + j]) for j in range(4)]
     return [(builder.fadd(builder.fadd(a[0], a[1]), a[2]), builder.fsub(builder.fsub(a[1], a[2]), a[3]))
             for a in (s, t)]  # and along the columns
+
+
+def _fma_of(builder, vec):
+    """(fma(a, b, c), splat(constant)) for LLVM vectors of type vec."""
+    fma = cgutils.get_or_insert_function(builder.module, ir.FunctionType(vec, [vec] * 3),
+                                         f"llvm.fma.v{vec.count}f32")
+    return (lambda a, b, c: builder.call(fma, [a, b, c])), (lambda k: ir.Constant(vec, [float(k)] * vec.count))
+
+
+def _bt6(builder, d):
+    """F(4x4, 3x3)'s B^T times six vectors d (a column or a row of a 6x6 window), factored as ncnn's."""
+    fma, k = _fma_of(builder, d[0].type)
+    a, b = fma(k(-4), d[2], d[4]), fma(k(-4), d[1], d[3])  # d4 - 4 d2, d3 - 4 d1
+    c, e = builder.fsub(d[4], d[2]), builder.fsub(d[3], d[1])
+    return [fma(k(4), d[0], fma(k(-5), d[2], d[4])), builder.fadd(a, b), builder.fsub(a, b), fma(k(2), e, c),
+            fma(k(-2), e, c), fma(k(4), d[1], fma(k(-5), d[3], d[5]))]
+
+
+def _at6(builder, m):
+    """F(4x4, 3x3)'s A^T times six vectors m: four."""
+    fma, k = _fma_of(builder, m[0].type)
+    p, q = builder.fadd(m[1], m[2]), builder.fsub(m[1], m[2])
+    r, s = builder.fadd(m[3], m[4]), builder.fsub(m[3], m[4])
+    return [builder.fadd(builder.fadd(m[0], p), r), fma(k(2), s, q), fma(k(4), r, p),
+            builder.fadd(fma(k(8), s, q), m[5])]
+
+
+def input_transform4(builder, d):
+    """LLVM IR of F(4x4, 3x3)'s B^T d B for a 6x6 window of vectors (d[r][q]): its 36 values, (i, j) at 6i + j."""
+    columns = [_bt6(builder, [d[r][q] for r in range(6)]) for q in range(6)]  # columns[q][i] = (B^T d)[i, q]
+    return [v for i in range(6) for v in _bt6(builder, [columns[q][i] for q in range(6)])]
+
+
+def output_transform4(builder, m):
+    """LLVM IR of F(4x4, 3x3)'s A^T m A for the 36 product vectors of a tile (m[6i + j]): its four output
+    rows of four."""
+    columns = [_at6(builder, [m[6 * i + j] for i in range(6)]) for j in range(6)]  # columns[j][r] = (A^T m)[r, j]
+    return [_at6(builder, [columns[j][r] for j in range(6)]) for r in range(4)]
 
 
 @intrinsic
