@@ -18,6 +18,7 @@ from codegen.kernels.blocked import (
     pack_winograd_blocked,
     to_blocked,
     winograd_blocked,
+    winograd_f4_pays,
 )
 from codegen.kernels.conv import (
     PAD_CODES,
@@ -349,7 +350,7 @@ def _emit_conv2d(e: Emit) -> list[str]:
 @emits("blocked_conv2d")
 def _emit_blocked_conv2d(e: Emit) -> list[str]:
     """A conv on the channel-blocked layout (compiler/passes/block_channels.py): depthwise_blocked for a
-    depthwise one, winograd_blocked where the NCHW conv would take Winograd, conv1x1_blocked for a 1x1
+    depthwise one, winograd_blocked (blocked_winograd_tile), conv1x1_blocked for a 1x1
     unpadded one, conv2d_blocked for the others."""
     a = e.node.attrs
     bias = e.bias(2, e.node.outputs[0].shape[1] * e.node.outputs[0].shape[4])
@@ -360,8 +361,9 @@ def _emit_blocked_conv2d(e: Emit) -> list[str]:
         wd = e.prepack(1, f"depthwise_blocked{block}", lambda w: pack_depthwise_blocked(w, block))
         return [f"{e.call(depthwise_blocked)}({e.args[0]}, {wd}, {bias}, {residual}, {e.outs[0]}, "
                 f"{const_args(kernel, stride, padding, a['dilation'])}, {epilogue_args(a)})"]
-    if uses_winograd(unblocked_conv(e.node)):
-        up = e.prepack(1, f"winograd_blocked{block}", lambda w: pack_winograd_blocked(w, block))
+    tile = blocked_winograd_tile(e.node)
+    if tile:
+        up = e.prepack(1, f"winograd{tile}_blocked{block}", lambda w: pack_winograd_blocked(w, block, tile))
         return [f"{e.call(winograd_blocked)}({e.args[0]}, {up}, {bias}, {residual}, {e.outs[0]}, "
                 f"{const_args(padding[0], padding[1])}, {epilogue_args(a)})"]
     wt = e.prepack(1, f"blocked{block}", lambda w: pack_channel_panels(w, block))
@@ -370,6 +372,18 @@ def _emit_blocked_conv2d(e: Emit) -> list[str]:
                 f"{epilogue_args(a)})"]
     return [f"{e.call(conv2d_blocked)}({e.args[0]}, {wt}, {bias}, {residual}, {e.outs[0]}, "
             f"{const_args(kernel, stride, padding, a['dilation'])}, {epilogue_args(a)})"]
+
+
+def blocked_winograd_tile(node: Node) -> int:
+    """The Winograd tile a blocked_conv2d node runs: 4 (F(4x4, 3x3)) for a 3x3 stride-1 ungrouped conv where
+    blocked.winograd_f4_pays, else 2 (F(2x2, 3x3)) where the NCHW conv would take Winograd, else 0 (direct)."""
+    plain = unblocked_conv(node)
+    a, x, y = plain.attrs, plain.inputs[0], plain.outputs[0]
+    three_by_three = (plain.inputs[1].shape[2:] == (3, 3) and tuple(a["stride"]) == (1, 1)
+                      and tuple(a["dilation"]) == (1, 1) and a["groups"] == 1)
+    if three_by_three and winograd_f4_pays(y.shape[0], x.shape[1], y.shape[1], y.shape[2], y.shape[3]):
+        return 4
+    return 2 if uses_winograd(plain) else 0
 
 
 def unblocked_conv(node: Node) -> Node:

@@ -372,6 +372,21 @@ def _tile_out(typingctx, mf, q, plane, of, d, row, col, bias, bias0, lo, hi, top
     return types.void(mf, q, plane, of, d, row, col, bias, bias0, lo, hi, top, res, tile), codegen
 
 
+# Blocked 3x3 stride-1 convs run Winograd F(4x4, 3x3) with this many (input, output) channel pairs at least
+# and this many 4x4 tiles a batch: kernels alone, F(4x4) / direct conv2d_blocked (2 threads, Zen 3 EPYC,
+# AVX2): 32 -> 16 channels on 64 x 64 0.89, 16 -> 32 on 32 x 32 0.94, 32 -> 32 0.73, 64 -> 64 on 16 x 16
+# 0.63, on 56 x 56 0.43, 128 -> 128 on 28 x 28 0.34, 256 -> 256 on 14 x 14 0.46 (F(2x2): 0.51-1.27 on
+# those); 16 -> 16 on 64 x 64 1.13; with 4 tiles (8 x 8 and 7 x 7 images) F(2x2) did as well or better
+# (64 -> 128 on 8 x 8: 0.87 against 0.91; 512 -> 512 on 7 x 7 0.73 against 0.79)
+F4_MIN_CHANNEL_PAIRS = 512
+F4_MIN_TILES = 16
+
+
+def winograd_f4_pays(n: int, c: int, o: int, oh: int, ow: int) -> bool:
+    """Whether a blocked 3x3 stride-1 conv of c -> o channels with n output planes oh x ow runs F(4x4, 3x3)."""
+    return c * o >= F4_MIN_CHANNEL_PAIRS and n * -(-oh // 4) * -(-ow // 4) >= F4_MIN_TILES
+
+
 def pack_winograd_blocked(weight: np.ndarray, block: int, tile: int = 2) -> np.ndarray:
     """The Winograd-transformed weight U = G g G^T of a (O, C, 3, 3) float32 weight (winograd.py's
     weight_transform; F(2x2, 3x3) for tile 2, F(4x4, 3x3) for 4) as winograd_blocked takes it: (a^2, O /

@@ -1,5 +1,4 @@
-"""block-channels: run chains of convs on the channel-blocked layout, reordering at
-their edges.
+"""block-channels: run chains of convs on the channel-blocked layout, reordering at their edges.
 
     x -> fused_conv2d -> fused_conv2d (+ residual) -> ... -> y
         ==>   x -> to_blocked -> blocked_conv2d -> blocked_conv2d -> ... -> from_blocked -> y
@@ -12,17 +11,18 @@ Blocked: conv2d with a bias and fused_conv2d nodes on float32 with constant weig
 depthwise (groups == input channels == output channels), zero-padded, whose input and output channels
 are whole blocks. A conv whose input does not come from a blocked conv and none of whose readers is one
 would pay two reorders for one conv, and stays on NCHW (dropped until no such conv is left). In chains
-without a depthwise conv, convs of fewer than BLOCKED_MIN_PIXELS output pixels stay on NCHW too; a
-chain with one runs whole (MobileNetV2 at batch 1: 0.88-0.93 of the NCHW forward's time). Chains of
-fewer than MIN_MACS_PER_REORDERED multiply-adds (depthwise ones weighted) per element they reorder stay
-on NCHW. Each value enters the layout once (one to_blocked however many blocked convs read it)
-and leaves it once, just after its producer, if anything else reads it or it is a graph output;
-the NCHW value keeps its name.
+without a depthwise conv or a 3x3 conv that runs Winograd F(4x4, 3x3) blocked (blocked.winograd_f4_pays),
+convs of fewer than BLOCKED_MIN_PIXELS output pixels stay on NCHW too; a chain with one runs whole.
+In-process A/B of the whole forward at batch 1 (AVX2), blocked / NCHW: MobileNetV2 0.88-0.93,
+ResNet-18 0.84, ResNet-50 0.92, YOLOv5s at 320 0.91, UNet-small 0.80. Chains of fewer than
+MIN_MACS_PER_REORDERED multiply-adds (depthwise ones weighted) per element they reorder stay on NCHW.
+
+Each value enters the layout once (one to_blocked however many blocked convs read it) and leaves it
+once, just after its producer, if anything else reads it or it is a graph output; the NCHW value keeps
+its name.
 
 The block is the channels of one microkernel call (taps_width: 16 on AVX2). On AVX-512 (64) the
 pipeline does not run the pass: its kernels there have not been measured against the NCHW ones.
-
-ResNet-50 at batch 1 (AVX2, in-process A/B of the whole forward): 0.936 of the NCHW forward's time.
 
 Pre: the fusion passes have run. Post: no conv of a blocked chain reads or writes NCHW.
 """
@@ -69,9 +69,9 @@ def block_channels(graph: Graph, block: int | None = None) -> Graph:
     chosen = {n for n in graph.nodes if _blockable(n, block)}
     while True:
         chosen -= _lone(chosen, users)
-        # convs on small planes, in chains without a depthwise conv (whose gain pays for them)
-        small = {n for chain in _chains(chosen) if not any(map(_is_depthwise, chain)) for n in chain
-                 if n.outputs[0].shape[2] * n.outputs[0].shape[3] < BLOCKED_MIN_PIXELS}
+        # convs on small planes, in chains without a depthwise or an F(4x4) Winograd conv (whose gain pays for them)
+        small = {n for chain in _chains(chosen) if not any(_is_depthwise(m) or _runs_f4(m) for m in chain)
+                 for n in chain if n.outputs[0].shape[2] * n.outputs[0].shape[3] < BLOCKED_MIN_PIXELS}
         if not small:
             break
         chosen -= small
@@ -122,6 +122,15 @@ def _lone(chosen: set[Node], users: dict[Value, list[Node]]) -> set[Node]:
 
 def _is_depthwise(node: Node) -> bool:
     return node.attrs["groups"] > 1
+
+
+def _runs_f4(node: Node) -> bool:
+    """Whether the conv runs Winograd F(4x4, 3x3) once blocked (codegen/emit/conv.py's blocked_winograd_tile)."""
+    from codegen.kernels.blocked import winograd_f4_pays
+
+    a, x, y = node.attrs, node.inputs[0], node.outputs[0]
+    return (node.inputs[1].shape[2:] == (3, 3) and tuple(a["stride"]) == (1, 1) and tuple(a["dilation"]) == (1, 1)
+            and a["groups"] == 1 and winograd_f4_pays(y.shape[0], x.shape[1], y.shape[1], y.shape[2], y.shape[3]))
 
 
 def _chains(chosen: set[Node]) -> list[set[Node]]:

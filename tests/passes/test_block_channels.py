@@ -63,10 +63,12 @@ def ops(graph) -> list[str]:
 def test_a_chain_enters_the_layout_once_and_leaves_it_where_something_else_reads():
     text, w = bottleneck(2 * B, 4 * B), weights(2 * B, 4 * B)
     after = blocked(text, w)
-    # conv4's output plane (14 x 14) is under BLOCKED_MIN_PIXELS: it reads the chain's end on NCHW
+    # conv4's output plane (14 x 14) is under BLOCKED_MIN_PIXELS, but conv2 (64 -> 64 channels) runs F(4x4)
+    # Winograd blocked, which pays for the whole chain
     assert ops(after) == ["to_blocked", "blocked_conv2d", "blocked_conv2d", "blocked_conv2d", "from_blocked",
-                          "conv2d", "sigmoid"]
+                          "blocked_conv2d", "from_blocked", "sigmoid"]
     to, conv1, conv2, conv3, back = after.nodes[:5]
+    assert after.nodes[5].inputs[0] is conv3.outputs[0], "conv4 reads the chain's end on the blocked layout"
     assert to.inputs[0].name == "x" and conv1.inputs[0] is to.outputs[0]
     assert conv3.inputs[3] is to.outputs[0], "the residual reads the same blocked copy of x"
     assert back.outputs[0].name == "r3" and back.outputs[0].shape == (1, 2 * B, S, S)
@@ -84,7 +86,7 @@ def test_a_graph_output_made_in_the_layout_leaves_it_under_its_name():
 
 @pytest.mark.parametrize("c, m, s, why", [
     (2 * B, B // 2, S, "8 channels are not a whole block"),
-    (2 * B, 4 * B, 20, "400 pixels: under BLOCKED_MIN_PIXELS"),
+    (2 * B, B, 20, "400 pixels, and no depthwise or F(4x4) Winograd conv to pay for them"),
 ])
 def test_convs_the_layout_does_not_serve_stay_on_nchw(c, m, s, why):
     after = blocked(bottleneck(c, m, s), weights(c, m))
@@ -157,8 +159,8 @@ def test_grouped_convs_other_than_depthwise_stay_on_nchw():
 
 
 def test_the_compiled_forward_on_the_blocked_layout_matches_the_interpreter(tmp_path):
-    """Every blocked kernel in one forward: a 1x1 conv, a 3x3 one by Winograd, a 1x1 one with its
-    residual, the reorders; at the block this CPU's kernels take (64 on AVX-512, where the pipeline
+    """Every blocked kernel in one forward: a 1x1 conv, a 3x3 one by Winograd F(4x4), a 1x1 one with its
+    residual, a strided 3x3 one (direct), the reorders; at the block this CPU's kernels take (64 on AVX-512, where the pipeline
     itself does not run the pass)."""
     from codegen.kernels.microkernel import taps_channels
     from codegen.kernels.vectors import target_vector_floats
@@ -168,7 +170,7 @@ def test_the_compiled_forward_on_the_blocked_layout_matches_the_interpreter(tmp_
     c, m = 2 * block, 4 * block
     text, w = bottleneck(c, m), weights(c, m)
     graph = block_channels(optimize(parse_graph(text, w)), block)
-    assert ops(graph).count("blocked_conv2d") == 3
+    assert ops(graph).count("blocked_conv2d") == 4
     model = NumbaModel.build(graph, tmp_path)
     x = RNG.normal(size=(1, c, S, S)).astype(np.float32)
     for got, want in zip(model(x), Interpreter(parse_graph(text, w))(x)):
@@ -188,6 +190,18 @@ def test_a_compiled_depthwise_chain_on_the_blocked_layout_matches_the_interprete
     x = RNG.normal(size=(1, block, 9, 9)).astype(np.float32)
     np.testing.assert_allclose(NumbaModel.build(graph, tmp_path)(x), Interpreter(parse_graph(text, w))(x),
                                rtol=1e-4, atol=1e-4)
+
+
+def test_blocked_3x3_convs_take_f4x4_winograd_where_it_pays():
+    """F(4x4, 3x3) for stride-1 3x3 convs of enough channel pairs and tiles (F4_MIN_CHANNEL_PAIRS,
+    F4_MIN_TILES); none for a strided one, which runs direct."""
+    from codegen.emit.conv import blocked_winograd_tile
+    from codegen.kernels.blocked import F4_MIN_CHANNEL_PAIRS, F4_MIN_TILES
+
+    after = blocked(bottleneck(2 * B, 4 * B), weights(2 * B, 4 * B))
+    tiles = {n.name.split("+")[0]: blocked_winograd_tile(n) for n in after.nodes if n.op == "blocked_conv2d"}
+    assert tiles == {"conv1": 0, "conv2": 4, "conv3": 0, "conv4": 0}
+    assert 4 * B * 4 * B >= F4_MIN_CHANNEL_PAIRS and (S // 4) ** 2 >= F4_MIN_TILES
 
 
 def test_the_pipeline_blocks_only_where_the_kernels_were_measured():
