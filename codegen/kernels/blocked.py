@@ -16,15 +16,18 @@ on 56 x 56 0.82-0.99 against 1.01-1.30; 128 -> 512 on 28 x 28 0.87 against 1.10;
 - to_blocked / from_blocked: the reorders at the edges of a blocked chain, n x n squares transposed
   in registers.
 - conv1x1_blocked: a 1x1 unpadded ungrouped conv (any stride) with its epilogue, blocked in and out.
-- winograd_blocked: a 3x3 stride-1 conv by Winograd F(2x2, 3x3), the tiles in the pixels' place:
-  each of the 16 products a blocked 1x1 conv over the tiles, the transforms a vector of channels at
-  a time (in ResNet-50 at batch 1: 0.8-1.0 of winograd_conv2d's time on 56 x 56 to 14 x 14).
+- winograd_blocked: a 3x3 stride-1 conv by Winograd F(2x2, 3x3) or F(4x4, 3x3) (winograd_f4_pays), the
+  tiles in the pixels' place: each of the 16 or 36 products a blocked 1x1 conv over the tiles, the
+  transforms a vector of channels at a time (F(2x2) in ResNet-50 at batch 1: 0.8-1.0 of
+  winograd_conv2d's time on 56 x 56 to 14 x 14; F(4x4) alone 0.34-0.65 of the direct conv's).
+- depthwise_blocked: a depthwise conv, each tap one vector multiply-add of a block's channels (0.65-0.9
+  of the NCHW depthwise kernels' time on MobileNet and EfficientNet shapes).
 - conv2d_blocked: any other ungrouped conv (kernel, stride, dilation, zero padding): each task copies
   its band of output rows' input rows, zero-padded, into scratch, where every (channel, tap) of
   every output pixel lies at a fixed offset from the pixel's window.
 
 The convs take their weights as conv_channels.pack_channel_panels(weight, B) packs them
-(pack_winograd_blocked for Winograd's).
+(pack_winograd_blocked for Winograd's, pack_depthwise_blocked for depthwise ones').
 """
 from __future__ import annotations
 

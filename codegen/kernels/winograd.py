@@ -18,6 +18,9 @@ side in V's rows, so a batch of 7x7 or 14x14 images makes one set of wide GEMMs.
 transforms take W tiles at once (W the vector width) in LLVM IR (`_input_vector`,
 `_output_vector`), from a zero-padded copy of the run's rows split into even and odd
 columns; rows of fewer than W tiles (7x7 and 14x14 images on AVX2) go tile by tile.
+
+F(4x4, 3x3)'s transforms (input_transform4, output_transform4, weight_transform(weight, 4)) serve the
+channel-blocked kernel (blocked.py's winograd_blocked) only.
 """
 
 from __future__ import annotations
