@@ -66,18 +66,21 @@ def block_channels(graph: Graph, block: int | None = None) -> Graph:
         return graph
     graph = graph.copy()
     users = graph.users()
-    chosen = {n for n in graph.nodes if _blockable(n, block)}
+    chosen = {n for n in graph.nodes if _blockable(n, block) or _joinable(n, block)}
     while True:
+        before = set(chosen)
         chosen -= _lone(chosen, users)
+        # a concat joins blocked parts only, for a blocked conv
+        chosen -= {n for n in chosen if n.op == "concat" and not (
+            all(v.producer in chosen for v in n.inputs) and any(r in chosen for r in users.get(n.outputs[0], [])))}
         # convs on small planes, in chains without a depthwise or an F(4x4) Winograd conv (whose gain pays for them)
-        small = {n for chain in _chains(chosen) if not any(_is_depthwise(m) or _runs_f4(m) for m in chain)
-                 for n in chain if n.outputs[0].shape[2] * n.outputs[0].shape[3] < BLOCKED_MIN_PIXELS}
-        if not small:
+        chosen -= {n for chain in _chains(chosen) if not any(_is_depthwise(m) or _runs_f4(m) for m in chain)
+                   for n in chain if n.op != "concat" and _pixels(n) < BLOCKED_MIN_PIXELS}
+        for chain in _chains(chosen):  # and the chains too short to pay for their reorders
+            if _macs(chain) < MIN_MACS_PER_REORDERED * _reordered(chain, users, set(graph.outputs)):
+                chosen -= chain
+        if chosen == before:
             break
-        chosen -= small
-    for chain in _chains(chosen):  # and the chains too short to pay for their reorders
-        if _macs(chain) < MIN_MACS_PER_REORDERED * _reordered(chain, users, set(graph.outputs)):
-            chosen -= chain
     if not chosen:
         return graph
     outputs = set(graph.outputs)
@@ -95,11 +98,14 @@ def block_channels(graph: Graph, block: int | None = None) -> Graph:
         if node not in chosen:
             nodes.append(node)
             continue
-        x, weight, bias, *residual = node.inputs
-        ins = [blocked(x), weight, bias, *(blocked(r) for r in residual)]
         y = node.outputs[0]
         yb = Value(f"{y.name}.b{block}", TensorType(blocked_shape(y.shape, block), y.dtype))
-        nodes.append(Node("blocked_conv2d", node.name, ins, [yb], {**node.attrs, "block": block}))
+        if node.op == "concat":  # of blocked values along their blocks: dim 1 of either layout
+            nodes.append(Node("concat", node.name, [blocked(v) for v in node.inputs], [yb], {**node.attrs, "dim": 1}))
+        else:
+            x, weight, bias, *residual = node.inputs
+            ins = [blocked(x), weight, bias, *(blocked(r) for r in residual)]
+            nodes.append(Node("blocked_conv2d", node.name, ins, [yb], {**node.attrs, "block": block}))
         entered[y] = yb
         if y in outputs or any(r not in chosen for r in users.get(y, [])):
             nodes.append(Node("from_blocked", f"{y.name}.from_blocked", [yb], [y], {"block": block}))
@@ -109,19 +115,24 @@ def block_channels(graph: Graph, block: int | None = None) -> Graph:
 
 def _lone(chosen: set[Node], users: dict[Value, list[Node]]) -> set[Node]:
     """The chosen convs that would pay a reorder on each side: neither their input's producer nor any
-    reader of their output is chosen (dropping them may leave others lone: drop until none is)."""
+    reader of their output is chosen (dropping them may leave others lone: drop until none is); not
+    those that run F(4x4) Winograd blocked, whose gain may pay for both (MIN_MACS_PER_REORDERED decides)."""
     dropped: set[Node] = set()
     while True:
         kept = chosen - dropped
-        lone = {n for n in kept if n.inputs[0].producer not in kept
+        lone = {n for n in kept if n.op != "concat" and not _runs_f4(n) and n.inputs[0].producer not in kept
                 and not any(r in kept for r in users.get(n.outputs[0], []))}
         if not lone:
             return dropped
         dropped |= lone
 
 
+def _pixels(node: Node) -> int:
+    return node.outputs[0].shape[2] * node.outputs[0].shape[3]
+
+
 def _is_depthwise(node: Node) -> bool:
-    return node.attrs["groups"] > 1
+    return node.op != "concat" and node.attrs["groups"] > 1
 
 
 def _runs_f4(node: Node) -> bool:
@@ -129,12 +140,18 @@ def _runs_f4(node: Node) -> bool:
     from codegen.kernels.blocked import winograd_f4_pays
 
     a, x, y = node.attrs, node.inputs[0], node.outputs[0]
-    return (node.inputs[1].shape[2:] == (3, 3) and tuple(a["stride"]) == (1, 1) and tuple(a["dilation"]) == (1, 1)
+    return (node.op != "concat" and node.inputs[1].shape[2:] == (3, 3) and tuple(a["stride"]) == (1, 1)
+            and tuple(a["dilation"]) == (1, 1)
             and a["groups"] == 1 and winograd_f4_pays(y.shape[0], x.shape[1], y.shape[1], y.shape[2], y.shape[3]))
 
 
+def _layout_inputs(node: Node) -> list[Value]:
+    """The inputs a chosen node reads on the layout: a conv's x and residual, a concat's parts."""
+    return list(node.inputs) if node.op == "concat" else [node.inputs[0], *node.inputs[3:]]
+
+
 def _chains(chosen: set[Node]) -> list[set[Node]]:
-    """The chosen convs in connected chains: a conv and the chosen producers of its inputs."""
+    """The chosen nodes in connected chains: a node and the chosen producers of its layout inputs."""
     parent = {n: n for n in chosen}
 
     def root(n: Node) -> Node:
@@ -144,7 +161,7 @@ def _chains(chosen: set[Node]) -> list[set[Node]]:
         return n
 
     for n in chosen:
-        for v in (n.inputs[0], *n.inputs[3:]):
+        for v in _layout_inputs(n):
             if v.producer in chosen:
                 parent[root(v.producer)] = root(n)
     chains: dict[Node, set[Node]] = {}
@@ -156,15 +173,22 @@ def _chains(chosen: set[Node]) -> list[set[Node]]:
 def _macs(chain: set[Node]) -> int:
     """The chain's multiply-adds, a depthwise conv's counted DEPTHWISE_MAC_WEIGHT times."""
     return sum(int(np.prod(n.outputs[0].shape)) * int(np.prod(n.inputs[1].shape[1:]))
-               * (DEPTHWISE_MAC_WEIGHT if _is_depthwise(n) else 1) for n in chain)
+               * (DEPTHWISE_MAC_WEIGHT if _is_depthwise(n) else 1) for n in chain if n.op != "concat")
 
 
 def _reordered(chain: set[Node], users: dict[Value, list[Node]], outputs: set[Value]) -> int:
     """Elements a chain reorders: the values it reads from outside, and those something else reads."""
-    entering = {v for n in chain for v in (n.inputs[0], *n.inputs[3:]) if v.producer not in chain}
+    entering = {v for n in chain for v in _layout_inputs(n) if v.producer not in chain}
     leaving = {n.outputs[0] for n in chain
                if n.outputs[0] in outputs or any(r not in chain for r in users.get(n.outputs[0], []))}
     return sum(int(np.prod(v.shape)) for v in entering | leaving)
+
+
+def _joinable(node: Node, block: int) -> bool:
+    """Whether a concat may join blocked values: 4-D, along the channels, every part whole blocks (on the
+    layout, a concat along dim 1 of (N, C / B, H, W, B) tensors)."""
+    return (node.op == "concat" and len(node.outputs[0].shape) == 4 and node.attrs["dim"] % 4 == 1
+            and all(v.shape[1] % block == 0 for v in node.inputs))
 
 
 def _blockable(node: Node, block: int) -> bool:

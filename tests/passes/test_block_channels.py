@@ -148,6 +148,46 @@ def test_a_chain_with_a_depthwise_conv_runs_blocked_whatever_its_planes():
     assert "blocked_conv2d" not in ops(blocked(plain, w2)), "without the depthwise conv: small planes, NCHW"
 
 
+def concat_block(c: int, read_by: str) -> tuple[str, dict[str, np.ndarray]]:
+    """YOLOv5's C3 in small: a 1x1 conv, a 3x3 conv of it, both joined along the channels, then read
+    by `read_by` (a 1x1 conv, or a sine)."""
+    def w(*shape):
+        return (RNG.normal(size=shape) / np.sqrt(np.prod(shape[1:]))).astype(np.float32)
+    tail = (f"%out0: f32[1,{c},{S},{S}] = conv2d(%cat, %w3, %b3) @conv3" if read_by == "conv"
+            else f"%out0: f32[1,{2 * c},{S},{S}] = sin(%cat) @sin")
+    text = f"""
+    graph g(%x: f32[1,{c},{S},{S}]) {{
+      const %w1: f32[{c},{c},1,1]
+      const %b1: f32[{c}]
+      const %w2: f32[{c},{c},3,3]
+      const %b2: f32[{c}]
+      const %w3: f32[{c},{2 * c},1,1]
+      const %b3: f32[{c}]
+      %c1: f32[1,{c},{S},{S}] = conv2d(%x, %w1, %b1) @conv1
+      %c2: f32[1,{c},{S},{S}] = conv2d(%c1, %w2, %b2) {{padding=[1, 1, 1, 1]}} @conv2
+      %cat: f32[1,{2 * c},{S},{S}] = concat(%c1, %c2) {{dim=1}} @cat
+      {tail}
+      return %out0
+    }}"""
+    return text, {"w1": w(c, c, 1, 1), "b1": w(c), "w2": w(c, c, 3, 3), "b2": w(c), "w3": w(c, 2 * c, 1, 1),
+                  "b3": w(c)}
+
+
+def test_a_concat_of_blocked_convs_that_a_blocked_conv_reads_joins_the_chain():
+    """The concat joins the blocked parts along their blocks: no reorder for the parts or the result."""
+    text, w = concat_block(2 * B, "conv")
+    after = blocked(text, w)
+    assert ops(after) == ["to_blocked", "blocked_conv2d", "blocked_conv2d", "concat", "blocked_conv2d",
+                          "from_blocked"]
+    cat = after.nodes[3]
+    assert cat.attrs["dim"] == 1 and cat.outputs[0].shape == (1, 4, S, S, B)
+    x = RNG.normal(size=(1, 2 * B, S, S)).astype(np.float32)
+    np.testing.assert_allclose(Interpreter(after)(x), Interpreter(parse_graph(text, w))(x), rtol=1e-4, atol=1e-5)
+    read_by_sine = blocked(*concat_block(2 * B, "sine"))
+    assert next(n for n in read_by_sine.nodes if n.op == "concat").inputs[0].shape == (1, 2 * B, S, S), \
+        "a concat that no blocked conv reads stays on NCHW"
+
+
 def test_grouped_convs_other_than_depthwise_stay_on_nchw():
     text = bottleneck(2 * B, 4 * B).replace("{padding=[1, 1, 1, 1]} @conv2", "{padding=[1, 1, 1, 1], groups=2} @conv2")
     w = weights(2 * B, 4 * B)
@@ -188,6 +228,24 @@ def test_a_compiled_depthwise_chain_on_the_blocked_layout_matches_the_interprete
     graph = block_channels(optimize(parse_graph(text, w)), block)
     assert ops(graph).count("blocked_conv2d") == 3
     x = RNG.normal(size=(1, block, 9, 9)).astype(np.float32)
+    np.testing.assert_allclose(NumbaModel.build(graph, tmp_path)(x), Interpreter(parse_graph(text, w))(x),
+                               rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("batch", [1, 2])
+def test_a_compiled_blocked_concat_matches_the_interpreter(tmp_path, batch):
+    """A concat of blocked values in a forward: written in place by its parts' convs at batch 1, copied
+    at batch 2 (its parts are not end to end there)."""
+    from codegen.kernels.microkernel import taps_channels
+    from codegen.kernels.vectors import target_vector_floats
+    from compiler.api import optimize
+
+    block = taps_channels(target_vector_floats())
+    text, w = concat_block(2 * block, "conv")
+    text = text.replace("%x: f32[1,", f"%x: f32[{batch},").replace(": f32[1,", f": f32[{batch},")
+    graph = block_channels(optimize(parse_graph(text, w)), block)
+    assert "concat" in ops(graph) and ops(graph).count("blocked_conv2d") == 3
+    x = RNG.normal(size=(batch, 2 * block, S, S)).astype(np.float32)
     np.testing.assert_allclose(NumbaModel.build(graph, tmp_path)(x), Interpreter(parse_graph(text, w))(x),
                                rtol=1e-4, atol=1e-4)
 
