@@ -305,21 +305,29 @@ def _conv2d_task(t, xf, wf, bias, rf, of, rows, dims, window, acts, params, scra
     y0 = p0 // ow
     iy0 = y0 * sh - pt  # the band's first gathered row in the image
     n_rows = ((p1 - 1) // ow - y0) * sh + (kh - 1) * dh + 1
-    left, right = min(pl, wp), max(0, min(wp, pl + w))  # the row's columns inside the image: [left, right)
     for cb in range(cb_n):
-        for r in range(n_rows):
-            iy, d = iy0 + r, (cb * hin + r) * wp * b
-            if iy < 0 or iy >= h:
-                src[d:d + wp * b] = 0
-                continue
-            src[d:d + left * b] = 0
-            copy_run(src, d + left * b, xf, ((n * cb_n + cb) * h + iy) * w * b + (left - pl) * b, (right - left) * b)
-            src[d + right * b:d + wp * b] = 0
+        _gather_rows(src, cb * hin * wp * b, xf, (n * cb_n + cb) * h * w * b, iy0, n_rows, h, w, wp, pl, b)
     pix = np.zeros(p1 - p0 + MR, np.int64)  # each pixel's window in the scratch; MR past the band, the first's
     for p in range(p0, p1):
         pix[p - p0] = (((p // ow - y0) * sh) * wp + p % ow * sw) * b
     _blocked_out(src, 0, pix, 0, p0, p1, rows, k, wf, bias, rf, of, n * ob_n, oh * ow, b, gi * per,
                  min(ob_n, (gi + 1) * per), acts, params)
+
+
+@numba.njit(inline="always", **SEQ)
+def _gather_rows(src, d0, xf, x0, iy0, n_rows, h, w, wp, pl, b):
+    """Rows iy0 .. iy0 + n_rows - 1 of one block of an image (at xf[x0:], h rows of w pixels' B channels)
+    into src[d0:] as rows of wp pixels, the image's column 0 at column pl; zeros outside the image."""
+    left, right = min(pl, wp), max(min(pl, wp), min(wp, pl + w))  # a row's columns inside the image
+    for r in range(n_rows):
+        iy, d = iy0 + r, d0 + r * wp * b
+        if iy < 0 or iy >= h:
+            src[d:d + wp * b] = 0
+            continue
+        src[d:d + left * b] = 0
+        if right > left:
+            copy_run(src, d + left * b, xf, x0 + iy * w * b + (left - pl) * b, (right - left) * b)
+        src[d + right * b:d + wp * b] = 0
 
 
 @intrinsic
@@ -678,17 +686,7 @@ def _depthwise_task(t, xf, wf, bias, rf, of, offsets, dims, window, acts, params
     y0, y1 = bi * rpb, min(oh, (bi + 1) * rpb)
     iy0 = y0 * sh - pt
     n_rows = (y1 - 1 - y0) * sh + (hin - (rpb - 1) * sh)
-    right = max(0, min(wp, pl + w))  # columns [pl, right) of a gathered row lie inside the image
-    left = min(pl, wp)
-    for r in range(n_rows):
-        iy, d = iy0 + r, r * wp * b
-        if iy < 0 or iy >= h:
-            src[d:d + wp * b] = 0
-            continue
-        src[d:d + left * b] = 0
-        if right > left:
-            copy_run(src, d + left * b, xf, (m * h + iy) * w * b + (left - pl) * b, (right - left) * b)
-        src[d + max(right, left) * b:d + wp * b] = 0
+    _gather_rows(src, 0, xf, m * h * w * b, iy0, n_rows, h, w, wp, pl, b)
     w0 = cb * offsets.size * b
     whole = ow // DEPTHWISE_GROUP * DEPTHWISE_GROUP
     for oy in range(y0, y1):
