@@ -10,10 +10,12 @@ from codegen.emit import Emit, const, const_args, emits, lit
 from codegen.emit.data import contiguous_strides, copy_call
 from codegen.emit.gemm import NO_EPILOGUE, epilogue_args, linear_call, no_residual
 from codegen.kernels.blocked import (
+    channel_scale_blocked,
     conv1x1_blocked,
     conv2d_blocked,
     depthwise_blocked,
     from_blocked,
+    global_avg_pool_blocked,
     pack_depthwise_blocked,
     pack_winograd_blocked,
     to_blocked,
@@ -401,6 +403,16 @@ def unblocked_conv(node: Node) -> Node:
 @emits("to_blocked")
 def _emit_to_blocked(e: Emit) -> list[str]:
     return [f"{e.call(to_blocked)}({e.args[0]}, {e.outs[0]})"]
+
+
+@emits("blocked_global_avg_pool")
+def _emit_blocked_global_avg_pool(e: Emit) -> list[str]:
+    return [f"{e.call(global_avg_pool_blocked)}({e.args[0]}, {e.outs[0]})"]
+
+
+@emits("blocked_channel_scale")
+def _emit_blocked_channel_scale(e: Emit) -> list[str]:
+    return [f"{e.call(channel_scale_blocked)}({e.args[0]}, {e.args[1]}, {e.outs[0]})"]
 
 
 @emits("from_blocked")

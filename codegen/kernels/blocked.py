@@ -20,6 +20,8 @@ on 56 x 56 0.82-0.99 against 1.01-1.30; 128 -> 512 on 28 x 28 0.87 against 1.10;
   tiles in the pixels' place: each of the 16 or 36 products a blocked 1x1 conv over the tiles, the
   transforms a vector of channels at a time (F(2x2) in ResNet-50 at batch 1: 0.8-1.0 of
   winograd_conv2d's time on 56 x 56 to 14 x 14; F(4x4) alone 0.34-0.65 of the direct conv's).
+- global_avg_pool_blocked / channel_scale_blocked: a squeeze-and-excitation block's pool (into NCHW
+  (N, C, 1, 1), the same bytes as blocked) and scale, inside a chain.
 - depthwise_blocked: a depthwise conv, each tap one vector multiply-add of a block's channels (0.65-0.9
   of the NCHW depthwise kernels' time on MobileNet and EfficientNet shapes).
 - conv2d_blocked: any other ungrouped conv (kernel, stride, dilation, zero padding): each task copies
@@ -50,7 +52,7 @@ from codegen.kernels.microkernel import (
     taps_width,
 )
 from codegen.kernels.tasks import run_tasks
-from codegen.kernels.vectors import copy_run, fma_sums, transpose_out, vector_floats, vector_width
+from codegen.kernels.vectors import copy_run, fma_sums, transpose_out, vector_floats, vector_loop, vector_width
 from codegen.kernels.winograd import (
     RUN_BYTES,
     _int64s,
@@ -566,6 +568,7 @@ def _wino_output_task(t, mf, of, bias, rf, dims, r0, r1, m_plane, acts, params):
                 epilogue_run(of, e, ow * b, of, e, 0.0, rf, act, alpha, beta, post, post_alpha, post_beta)
 
 
+PIXEL_SPLIT = 4  # interleaved runs of pixels _block_sums sums apart
 DEPTHWISE_GROUP = MR  # output pixels _depthwise_taps sums at once: MR x (B / W) independent vector sums
 
 
@@ -704,3 +707,123 @@ def _depthwise_task(t, xf, wf, bias, rf, of, offsets, dims, window, acts, params
     if not one_pass:
         e = (m * oh + y0) * ow * b
         epilogue_run(of, e, (y1 - y0) * ow * b, of, e, 0.0, rf, act, alpha, beta, post, post_alpha, post_beta)
+
+
+@numba.njit(**SEQ)
+def global_avg_pool_blocked(x, out):
+    """out[n, cb * B + j, 0, 0] = the mean of x[n, cb, :, :, j] over the pixels: a blocked x's global
+    average pool into (N, C, 1, 1) (_block_sums). Tasks of one (image, block)."""
+    n_n, cb_n, h, w, b = x.shape
+    if out.size != n_n * cb_n * b:
+        raise ValueError("global_avg_pool_blocked: the output is not one value per image and channel")
+    xf, of = x.reshape(-1), out.reshape(-1)
+    if x.size < PARALLEL_MIN_ELEMENTS:
+        for m in range(n_n * cb_n):
+            _pool_task(m, xf, of, h * w, b)
+    else:
+        run_tasks(_pool_task, n_n * cb_n, (xf, of, h * w, b))
+
+
+@numba.njit(**SEQ)
+def _pool_task(m, xf, of, hw, b):
+    _block_sums(xf, m * hw * b, hw, of, m * b, 1.0 / hw)
+
+
+@numba.njit(**SEQ)
+def channel_scale_blocked(x, scale, out):
+    """out = x * scale on the blocked layout, scale (N, C, 1, 1): each image's channel c times scale[n, c]
+    (a squeeze-and-excitation block's scale). out may be x. Tasks of one (image, block)."""
+    n_n, cb_n, h, w, b = x.shape
+    if scale.size != n_n * cb_n * b or out.shape != x.shape:
+        raise ValueError("channel_scale_blocked: operands of mismatched shapes")
+    xf, sf, of = x.reshape(-1), scale.reshape(-1), out.reshape(-1)
+    if x.size < PARALLEL_MIN_ELEMENTS:
+        for m in range(n_n * cb_n):
+            _scale_task(m, xf, sf, of, h * w, b)
+    else:
+        run_tasks(_scale_task, n_n * cb_n, (xf, sf, of, h * w, b))
+
+
+@numba.njit(**SEQ)
+def _scale_task(m, xf, sf, of, hw, b):
+    _scale_block(xf, m * hw * b, hw, sf, m * b, of)
+
+
+@intrinsic
+def _block_sums(typingctx, x, x0, pixels, out, o0, factor):
+    """out[o0:o0 + B] = factor * the sum over p < pixels of x[x0 + p * B:][:B] (B = taps_width()): B / W
+    vectors of sums, each over PIXEL_SPLIT interleaved runs of pixels (independent additions, and
+    float32 sums a quarter as long), in LLVM IR (numba's loop over a block's lanes keeps the sums in memory)."""
+    if not (isinstance(x, types.Array) and isinstance(out, types.Array) and x.dtype == out.dtype == types.float32):
+        return None
+
+    def codegen(context, builder, signature, args):
+        width = vector_width(context)
+        nv = taps_channels(width) // width
+        vec, i64 = ir.VectorType(ir.FloatType(), width), ir.IntType(64)
+        x_ptr, out_ptr = (cgutils.create_struct_proxy(signature.args[k])(context, builder, value=args[k]).data
+                          for k in (0, 3))
+        x0_, pixels_, o0_ = _int64s(context, builder, signature, args, (1, 2, 4))
+        factor = context.cast(builder, args[5], signature.args[5], types.float32)
+
+        def at(pointer, index):
+            return builder.bitcast(builder.gep(pointer, [index]), vec.as_pointer())
+
+        block = ir.Constant(i64, nv * width)
+        whole = builder.mul(builder.sdiv(pixels_, ir.Constant(i64, PIXEL_SPLIT)), ir.Constant(i64, PIXEL_SPLIT))
+
+        def step(p, accs, runs):
+            base = builder.add(x0_, builder.mul(p, block))
+            return [builder.fadd(accs[r * nv + j], builder.load(at(x_ptr, builder.add(
+                base, ir.Constant(i64, r * nv * width + j * width))), align=4)) for r in range(runs) for j in range(nv)]
+
+        zero = ir.Constant(vec, [0.0] * width)
+        accs = vector_loop(builder, "sums", whole, PIXEL_SPLIT, [zero] * (PIXEL_SPLIT * nv),
+                           lambda p, accs: step(p, accs, PIXEL_SPLIT))
+        rest = vector_loop(builder, "rest", builder.sub(pixels_, whole), 1, [zero] * nv,
+                           lambda p, accs: step(builder.add(p, whole), accs, 1))
+        lane0 = builder.insert_element(ir.Constant(vec, ir.Undefined), factor, ir.Constant(ir.IntType(32), 0))
+        scale = builder.shuffle_vector(lane0, ir.Constant(vec, ir.Undefined), ir.Constant(
+            ir.VectorType(ir.IntType(32), width), [0] * width))
+        for j in range(nv):
+            total = rest[j]
+            for r in range(PIXEL_SPLIT):
+                total = builder.fadd(total, accs[r * nv + j])
+            builder.store(builder.fmul(total, scale), at(out_ptr, builder.add(o0_, ir.Constant(i64, j * width))),
+                          align=4)
+        return context.get_dummy_value()
+
+    return types.void(x, x0, pixels, out, o0, factor), codegen
+
+
+@intrinsic
+def _scale_block(typingctx, x, x0, pixels, s, s0, out):
+    """out[x0 + p * B:][:B] = x[x0 + p * B:][:B] * s[s0:s0 + B] for p < pixels (B = taps_width()), the scale
+    in registers; in LLVM IR."""
+    if not (all(isinstance(a, types.Array) and a.dtype == types.float32 for a in (x, s, out))):
+        return None
+
+    def codegen(context, builder, signature, args):
+        width = vector_width(context)
+        nv = taps_channels(width) // width
+        vec, i64 = ir.VectorType(ir.FloatType(), width), ir.IntType(64)
+        x_ptr, s_ptr, out_ptr = (cgutils.create_struct_proxy(signature.args[k])(context, builder, value=args[k]).data
+                                 for k in (0, 3, 5))
+        x0_, pixels_, s0_ = _int64s(context, builder, signature, args, (1, 2, 4))
+
+        def at(pointer, index):
+            return builder.bitcast(builder.gep(pointer, [index]), vec.as_pointer())
+
+        scale = [builder.load(at(s_ptr, builder.add(s0_, ir.Constant(i64, j * width))), align=4) for j in range(nv)]
+
+        def step(p, accs):
+            base = builder.add(x0_, builder.mul(p, ir.Constant(i64, nv * width)))
+            for j in range(nv):
+                i = builder.add(base, ir.Constant(i64, j * width))
+                builder.store(builder.fmul(builder.load(at(x_ptr, i), align=4), scale[j]), at(out_ptr, i), align=4)
+            return []
+
+        vector_loop(builder, "scale", pixels_, 1, [], step)
+        return context.get_dummy_value()
+
+    return types.void(x, x0, pixels, s, s0, out), codegen

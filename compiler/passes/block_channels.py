@@ -70,12 +70,10 @@ def block_channels(graph: Graph, block: int | None = None) -> Graph:
     while True:
         before = set(chosen)
         chosen -= _lone(chosen, users)
-        # a concat joins blocked parts only, for a blocked conv
-        chosen -= {n for n in chosen if n.op == "concat" and not (
-            all(v.producer in chosen for v in n.inputs) and any(r in chosen for r in users.get(n.outputs[0], [])))}
+        chosen -= {n for n in chosen if n.op not in _CONVS and not _joins(n, chosen, users)}
         # convs on small planes, in chains without a depthwise or an F(4x4) Winograd conv (whose gain pays for them)
         chosen -= {n for chain in _chains(chosen) if not any(_is_depthwise(m) or _runs_f4(m) for m in chain)
-                   for n in chain if n.op != "concat" and _pixels(n) < BLOCKED_MIN_PIXELS}
+                   for n in chain if n.op in _CONVS and _pixels(n) < BLOCKED_MIN_PIXELS}
         for chain in _chains(chosen):  # and the chains too short to pay for their reorders
             if _macs(chain) < MIN_MACS_PER_REORDERED * _reordered(chain, users, set(graph.outputs)):
                 chosen -= chain
@@ -99,15 +97,21 @@ def block_channels(graph: Graph, block: int | None = None) -> Graph:
             nodes.append(node)
             continue
         y = node.outputs[0]
+        if node.op == "adaptive_avg_pool2d":  # its (N, C, 1, 1) result is the same in either layout
+            nodes.append(Node("blocked_global_avg_pool", node.name, [blocked(node.inputs[0])], [y], {"block": block}))
+            continue
         yb = Value(f"{y.name}.b{block}", TensorType(blocked_shape(y.shape, block), y.dtype))
         if node.op == "concat":  # of blocked values along their blocks: dim 1 of either layout
             nodes.append(Node("concat", node.name, [blocked(v) for v in node.inputs], [yb], {**node.attrs, "dim": 1}))
+        elif node.op == "mul":
+            x, scale = _scaled(node)
+            nodes.append(Node("blocked_channel_scale", node.name, [blocked(x), scale], [yb], {"block": block}))
         else:
             x, weight, bias, *residual = node.inputs
             ins = [blocked(x), weight, bias, *(blocked(r) for r in residual)]
             nodes.append(Node("blocked_conv2d", node.name, ins, [yb], {**node.attrs, "block": block}))
         entered[y] = yb
-        if y in outputs or any(r not in chosen for r in users.get(y, [])):
+        if y in outputs or any(_reads_unblocked(r, y, chosen) for r in users.get(y, [])):
             nodes.append(Node("from_blocked", f"{y.name}.from_blocked", [yb], [y], {"block": block}))
     graph.nodes = nodes  # each to_blocked just before its first reader, each from_blocked just after its producer
     return graph
@@ -120,7 +124,7 @@ def _lone(chosen: set[Node], users: dict[Value, list[Node]]) -> set[Node]:
     dropped: set[Node] = set()
     while True:
         kept = chosen - dropped
-        lone = {n for n in kept if n.op != "concat" and not _runs_f4(n) and n.inputs[0].producer not in kept
+        lone = {n for n in kept if n.op in _CONVS and not _runs_f4(n) and n.inputs[0].producer not in kept
                 and not any(r in kept for r in users.get(n.outputs[0], []))}
         if not lone:
             return dropped
@@ -132,7 +136,7 @@ def _pixels(node: Node) -> int:
 
 
 def _is_depthwise(node: Node) -> bool:
-    return node.op != "concat" and node.attrs["groups"] > 1
+    return node.op in _CONVS and node.attrs["groups"] > 1
 
 
 def _runs_f4(node: Node) -> bool:
@@ -140,14 +144,37 @@ def _runs_f4(node: Node) -> bool:
     from codegen.kernels.blocked import winograd_f4_pays
 
     a, x, y = node.attrs, node.inputs[0], node.outputs[0]
-    return (node.op != "concat" and node.inputs[1].shape[2:] == (3, 3) and tuple(a["stride"]) == (1, 1)
+    return (node.op in _CONVS and node.inputs[1].shape[2:] == (3, 3) and tuple(a["stride"]) == (1, 1)
             and tuple(a["dilation"]) == (1, 1)
             and a["groups"] == 1 and winograd_f4_pays(y.shape[0], x.shape[1], y.shape[1], y.shape[2], y.shape[3]))
 
 
 def _layout_inputs(node: Node) -> list[Value]:
-    """The inputs a chosen node reads on the layout: a conv's x and residual, a concat's parts."""
-    return list(node.inputs) if node.op == "concat" else [node.inputs[0], *node.inputs[3:]]
+    """The inputs a chosen node reads on the layout: a conv's x and residual, a concat's parts, a pool's
+    input, a scale's scaled input."""
+    if node.op == "concat":
+        return list(node.inputs)
+    if node.op == "mul":
+        return [_scaled(node)[0]]
+    return [node.inputs[0], *node.inputs[3:]]
+
+
+def _scaled(node: Node) -> tuple[Value, Value]:
+    """(x, scale) of a mul of a (N, C, H, W) x by a (N, C, 1, 1) scale, in either order."""
+    a, b = node.inputs
+    return (a, b) if a.shape == node.outputs[0].shape else (b, a)
+
+
+def _reads_unblocked(reader: Node, v: Value, chosen: set[Node]) -> bool:
+    """Whether reader reads v on NCHW: it is not chosen, or v is not one of its layout inputs (a scale's scale)."""
+    return reader not in chosen or v not in _layout_inputs(reader)
+
+
+def _joins(node: Node, chosen: set[Node], users: dict[Value, list[Node]]) -> bool:
+    """Whether a chosen node other than a conv stays on the layout: its layout inputs all come from chosen
+    nodes, and (but for a pool, whose result is NCHW) a chosen node reads its result."""
+    return all(v.producer in chosen for v in _layout_inputs(node)) and (
+        node.op == "adaptive_avg_pool2d" or any(r in chosen for r in users.get(node.outputs[0], [])))
 
 
 def _chains(chosen: set[Node]) -> list[set[Node]]:
@@ -173,22 +200,33 @@ def _chains(chosen: set[Node]) -> list[set[Node]]:
 def _macs(chain: set[Node]) -> int:
     """The chain's multiply-adds, a depthwise conv's counted DEPTHWISE_MAC_WEIGHT times."""
     return sum(int(np.prod(n.outputs[0].shape)) * int(np.prod(n.inputs[1].shape[1:]))
-               * (DEPTHWISE_MAC_WEIGHT if _is_depthwise(n) else 1) for n in chain if n.op != "concat")
+               * (DEPTHWISE_MAC_WEIGHT if _is_depthwise(n) else 1) for n in chain if n.op in _CONVS)
 
 
 def _reordered(chain: set[Node], users: dict[Value, list[Node]], outputs: set[Value]) -> int:
     """Elements a chain reorders: the values it reads from outside, and those something else reads."""
     entering = {v for n in chain for v in _layout_inputs(n) if v.producer not in chain}
-    leaving = {n.outputs[0] for n in chain
-               if n.outputs[0] in outputs or any(r not in chain for r in users.get(n.outputs[0], []))}
+    leaving = {n.outputs[0] for n in chain if n.op != "adaptive_avg_pool2d" and (
+        n.outputs[0] in outputs or any(_reads_unblocked(r, n.outputs[0], chain) for r in users.get(n.outputs[0], [])))}
     return sum(int(np.prod(v.shape)) for v in entering | leaving)
 
 
 def _joinable(node: Node, block: int) -> bool:
-    """Whether a concat may join blocked values: 4-D, along the channels, every part whole blocks (on the
-    layout, a concat along dim 1 of (N, C / B, H, W, B) tensors)."""
-    return (node.op == "concat" and len(node.outputs[0].shape) == 4 and node.attrs["dim"] % 4 == 1
-            and all(v.shape[1] % block == 0 for v in node.inputs))
+    """Whether a node other than a conv may run on the layout: a concat along the channels whose parts are
+    whole blocks (a concat along dim 1 of (N, C / B, H, W, B) tensors); a squeeze-and-excitation block's
+    float32 global average pool (adaptive_avg_pool2d to 1 x 1) and its scale (a mul of a (N, C, H, W)
+    value by a (N, C, 1, 1) one), C whole blocks."""
+    y = node.outputs[0]
+    if len(y.shape) != 4 or y.shape[1] % block != 0:
+        return False
+    if node.op == "concat":
+        return node.attrs["dim"] % 4 == 1 and all(v.shape[1] % block == 0 for v in node.inputs)
+    if node.op == "adaptive_avg_pool2d":
+        return tuple(node.attrs["output_size"]) == (1, 1) and y.dtype == "float32"
+    if node.op == "mul" and len(node.inputs) == 2 and y.dtype == "float32":
+        x, scale = _scaled(node)
+        return x.shape == y.shape and scale.shape == (*y.shape[:2], 1, 1) and x.dtype == scale.dtype == y.dtype
+    return False
 
 
 def _blockable(node: Node, block: int) -> bool:
@@ -199,5 +237,5 @@ def _blockable(node: Node, block: int) -> bool:
     depthwise = a["groups"] == x.shape[1] == y.shape[1] and w.shape[1] == 1
     return (x.dtype == y.dtype == w.dtype == "float32" and w.is_constant and len(x.shape) == 4
             and (a["groups"] == 1 or depthwise) and a["padding_mode"] == "zeros" and x.shape[1] % block == 0
-            and y.shape[1] % block == 0)
+            and y.shape[1] % block == 0 and _pixels(node) > 1)  # (on one pixel a conv is a linear layer)
 

@@ -1,6 +1,7 @@
 """The channel-blocked layout: a (N, C, H, W) tensor stored as (N, C / block, H, W, block), each
 pixel's `block` channels of one block side by side (onnxruntime's NCHWc). The block-channels pass
-(compiler/passes/block_channels.py) runs chains of convs on it, with reorders at the chains' edges.
+(compiler/passes/block_channels.py) runs chains of convs on it, with reorders at the chains' edges,
+and the pool and scale of squeeze-and-excitation blocks inside them.
 """
 
 from __future__ import annotations
@@ -66,3 +67,36 @@ def blocked_conv2d(x, weight, bias, residual=None, *, block, **conv_and_epilogue
     plain = None if residual is None else from_blocked(residual, block=block)
     y = fused_conv2d(from_blocked(x, block=block), weight, bias, plain, **conv_and_epilogue)
     return to_blocked(y, block=block)
+
+
+def _blocked_dims(t: TensorType, block: int, op: str) -> tuple[int, ...]:
+    if t.rank != 5 or t.shape[4] != block:
+        raise ValueError(f"{op} expects a blocked input with blocks of {block}, got {t}")
+    return t.shape
+
+
+def _blocked_pool_type(types: list[TensorType], attrs: dict) -> TensorType:
+    n, cb, _, _, b = _blocked_dims(types[0], attrs["block"], "blocked_global_avg_pool")
+    return TensorType((n, cb * b, 1, 1), types[0].dtype)
+
+
+@register("blocked_global_avg_pool", ["x"], {"block": INT()}, infer=_blocked_pool_type)
+def blocked_global_avg_pool(x, *, block):
+    """adaptive_avg_pool2d to 1 x 1 of a blocked x: the (N, C, 1, 1) means, on NCHW (a squeeze-and-excitation
+    block's pool: its result's bytes are the same in either layout)."""
+    n, cb, _, _, b = x.shape
+    return x.mean(axis=(2, 3), dtype=x.dtype).reshape(n, cb * b, 1, 1)
+
+
+def _blocked_scale_type(types: list[TensorType], attrs: dict) -> TensorType:
+    n, cb, _, _, b = _blocked_dims(types[0], attrs["block"], "blocked_channel_scale")
+    if types[1].shape != (n, cb * b, 1, 1) or types[1].dtype != types[0].dtype:
+        raise ValueError(f"blocked_channel_scale: the scale {types[1]} is not one per image and channel of {types[0]}")
+    return types[0]
+
+
+@register("blocked_channel_scale", ["x", "scale"], {"block": INT()}, infer=_blocked_scale_type)
+def blocked_channel_scale(x, scale, *, block):
+    """x * scale of a blocked x by a (N, C, 1, 1) scale (a squeeze-and-excitation block's), blocked."""
+    n, cb, _, _, b = x.shape
+    return x * scale.reshape(n, cb, 1, 1, b)

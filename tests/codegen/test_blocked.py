@@ -12,10 +12,12 @@ import pytest
 
 from codegen.kernels.blocked import (
     DEPTHWISE_GROUP,
+    channel_scale_blocked,
     conv1x1_blocked,
     conv2d_blocked,
     depthwise_blocked,
     from_blocked,
+    global_avg_pool_blocked,
     pack_depthwise_blocked,
     pack_winograd_blocked,
     to_blocked,
@@ -327,3 +329,30 @@ def test_depthwise_blocked_refuses_mismatched_operands():
                           (1, 1), 0, 0.0, 0.0, 0, 0.0, 0.0)
     with pytest.raises(ValueError, match="pack_depthwise_blocked"):
         pack_depthwise_blocked(np.zeros((B + 1, 1, 3, 3), np.float32), B)
+
+
+@pytest.mark.parametrize("n, cb, hw", [(1, 1, (1, 1)), (2, 3, (7, 7)), (1, 2, (5, 3)), (1, 4, (57, 61))])
+def test_squeeze_excitation_pool_and_scale_on_the_blocked_layout_match_numpy(n, cb, hw):
+    """The global average pool into NCHW (N, C, 1, 1), in float64 to 1e-6 (pixel counts that are and are not
+    whole runs of PIXEL_SPLIT, work small enough for the calling thread and large enough for tasks), and the
+    channel scale, in place too."""
+    rng = np.random.default_rng(cb * hw[0])
+    x = rng.standard_normal((n, cb * B, *hw)).astype(np.float32)
+    out = np.full((n, cb * B, 1, 1), np.nan, np.float32)
+    global_avg_pool_blocked(blocked(x), out)
+    np.testing.assert_allclose(out, x.astype(np.float64).mean(axis=(2, 3), keepdims=True), rtol=1e-6, atol=1e-6)
+    scale = rng.standard_normal((n, cb * B, 1, 1)).astype(np.float32)
+    xb = blocked(x)
+    got = np.full(xb.shape, np.nan, np.float32)
+    channel_scale_blocked(xb, read_only(scale), got)
+    np.testing.assert_array_equal(unblocked(got), x * scale)
+    channel_scale_blocked(xb, read_only(scale), xb)  # the memory plan may give the result its input's buffer
+    np.testing.assert_array_equal(unblocked(xb), x * scale)
+
+
+def test_squeeze_excitation_kernels_refuse_mismatched_operands():
+    x = np.zeros((1, 2, 3, 3, B), np.float32)
+    with pytest.raises(ValueError, match="global_avg_pool_blocked"):
+        global_avg_pool_blocked(x, np.zeros((1, B, 1, 1), np.float32))
+    with pytest.raises(ValueError, match="channel_scale_blocked"):
+        channel_scale_blocked(x, np.zeros((1, B, 1, 1), np.float32), np.zeros_like(x))

@@ -188,6 +188,56 @@ def test_a_concat_of_blocked_convs_that_a_blocked_conv_reads_joins_the_chain():
         "a concat that no blocked conv reads stays on NCHW"
 
 
+def squeeze_excitation(c: int, m: int, s: int = 7) -> tuple[str, dict[str, np.ndarray]]:
+    """EfficientNet's MBConv in small: 1x1 expand -> SiLU -> 3x3 depthwise -> SiLU -> squeeze-and-excitation
+    (global average pool, 1x1 conv -> SiLU, 1x1 conv -> sigmoid, scale) -> 1x1 project, read by a sine."""
+    def w(*shape):
+        return (RNG.normal(size=shape) / np.sqrt(np.prod(shape[1:]))).astype(np.float32)
+    q = c // 4
+    text = f"""
+    graph g(%x: f32[1,{c},{s},{s}]) {{
+      const %w1: f32[{m},{c},1,1]
+      const %b1: f32[{m}]
+      const %w2: f32[{m},1,3,3]
+      const %b2: f32[{m}]
+      const %wf1: f32[{q},{m},1,1]
+      const %bf1: f32[{q}]
+      const %wf2: f32[{m},{q},1,1]
+      const %bf2: f32[{m}]
+      const %w3: f32[{c},{m},1,1]
+      const %b3: f32[{c}]
+      %c1: f32[1,{m},{s},{s}] = conv2d(%x, %w1, %b1) @expand
+      %r1: f32[1,{m},{s},{s}] = silu(%c1) @silu1
+      %c2: f32[1,{m},{s},{s}] = conv2d(%r1, %w2, %b2) {{padding=[1, 1, 1, 1], groups={m}}} @depthwise
+      %r2: f32[1,{m},{s},{s}] = silu(%c2) @silu2
+      %p: f32[1,{m},1,1] = adaptive_avg_pool2d(%r2) {{output_size=[1, 1]}} @pool
+      %f1: f32[1,{q},1,1] = conv2d(%p, %wf1, %bf1) @fc1
+      %g1: f32[1,{q},1,1] = silu(%f1) @silu3
+      %f2: f32[1,{m},1,1] = conv2d(%g1, %wf2, %bf2) @fc2
+      %g2: f32[1,{m},1,1] = sigmoid(%f2) @gate
+      %sc: f32[1,{m},{s},{s}] = mul(%g2, %r2) @scale
+      %c3: f32[1,{c},{s},{s}] = conv2d(%sc, %w3, %b3) @project
+      %out0: f32[1,{c},{s},{s}] = sin(%c3) @sin
+      return %out0
+    }}"""
+    return text, {"w1": w(m, c, 1, 1), "b1": w(m), "w2": w(m, 1, 3, 3), "b2": w(m), "wf1": w(q, m, 1, 1),
+                  "bf1": w(q), "wf2": w(m, q, 1, 1), "bf2": w(m), "w3": w(c, m, 1, 1), "b3": w(c)}
+
+
+def test_a_squeeze_excitation_block_runs_inside_its_chain():
+    """The pool reads the blocked depthwise output and writes NCHW (N, C, 1, 1) for the gate's convs, which
+    stay on NCHW; the scale multiplies the blocked value by the gate: one reorder in, one out."""
+    text, w = squeeze_excitation(4 * B, 8 * B)
+    after = blocked(text, w)
+    assert ops(after).count("to_blocked") == 1 and ops(after).count("from_blocked") == 1
+    pool = next(n for n in after.nodes if n.op == "blocked_global_avg_pool")
+    scale = next(n for n in after.nodes if n.op == "blocked_channel_scale")
+    assert pool.outputs[0].shape == (1, 8 * B, 1, 1) and scale.inputs[1].shape == (1, 8 * B, 1, 1)
+    assert [n.op for n in after.nodes if n.name.startswith("fc")] == ["fused_conv2d", "fused_conv2d"]
+    x = RNG.normal(size=(1, 4 * B, 7, 7)).astype(np.float32)
+    np.testing.assert_allclose(Interpreter(after)(x), Interpreter(parse_graph(text, w))(x), rtol=1e-4, atol=1e-5)
+
+
 def test_grouped_convs_other_than_depthwise_stay_on_nchw():
     text = bottleneck(2 * B, 4 * B).replace("{padding=[1, 1, 1, 1]} @conv2", "{padding=[1, 1, 1, 1], groups=2} @conv2")
     w = weights(2 * B, 4 * B)
@@ -228,6 +278,23 @@ def test_a_compiled_depthwise_chain_on_the_blocked_layout_matches_the_interprete
     graph = block_channels(optimize(parse_graph(text, w)), block)
     assert ops(graph).count("blocked_conv2d") == 3
     x = RNG.normal(size=(1, block, 9, 9)).astype(np.float32)
+    np.testing.assert_allclose(NumbaModel.build(graph, tmp_path)(x), Interpreter(parse_graph(text, w))(x),
+                               rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("side", [7, 23])
+def test_a_compiled_squeeze_excitation_chain_matches_the_interpreter(tmp_path, side):
+    """global_avg_pool_blocked and channel_scale_blocked in a forward (7 x 7: in the calling thread; 23 x 23:
+    in tasks), at this CPU's block."""
+    from codegen.kernels.microkernel import taps_channels
+    from codegen.kernels.vectors import target_vector_floats
+    from compiler.api import optimize
+
+    block = taps_channels(target_vector_floats())
+    text, w = squeeze_excitation(4 * block, 8 * block, side)
+    graph = block_channels(optimize(parse_graph(text, w)), block)
+    assert {"blocked_global_avg_pool", "blocked_channel_scale"} <= set(ops(graph))
+    x = RNG.normal(size=(1, 4 * block, side, side)).astype(np.float32)
     np.testing.assert_allclose(NumbaModel.build(graph, tmp_path)(x), Interpreter(parse_graph(text, w))(x),
                                rtol=1e-4, atol=1e-4)
 
