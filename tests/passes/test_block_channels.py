@@ -17,9 +17,12 @@ S = 28  # the planes: 784 pixels, BLOCKED_MIN_PIXELS
 RNG = np.random.default_rng(5)
 
 
+def w(*shape: int) -> np.ndarray:
+    """A random float32 weight (or bias) of the shape, scaled by its fan-in."""
+    return (RNG.normal(size=shape) / np.sqrt(np.prod(shape[1:]))).astype(np.float32)
+
+
 def weights(c: int, m: int) -> dict[str, np.ndarray]:
-    def w(*shape):
-        return (RNG.normal(size=shape) / np.sqrt(np.prod(shape[1:]))).astype(np.float32)
     return {"w1": w(m, c, 1, 1), "b1": w(m), "w2": w(m, m, 3, 3), "b2": w(m), "w3": w(c, m, 1, 1), "b3": w(c),
             "w4": w(c, c, 3, 3), "b4": w(c)}
 
@@ -110,8 +113,6 @@ def test_a_lone_conv_would_pay_two_reorders_and_stays_on_nchw():
 def inverted_residual(c: int, m: int, s: int = 7) -> tuple[str, dict[str, np.ndarray]]:
     """A MobileNetV2 block on a small plane: 1x1 expand -> ReLU6 -> 3x3 depthwise -> ReLU6 -> 1x1
     project + x, read by a sine."""
-    def w(*shape):
-        return (RNG.normal(size=shape) / np.sqrt(np.prod(shape[1:]))).astype(np.float32)
     text = f"""
     graph g(%x: f32[1,{c},{s},{s}]) {{
       const %w1: f32[{m},{c},1,1]
@@ -151,8 +152,6 @@ def test_a_chain_with_a_depthwise_conv_runs_blocked_whatever_its_planes():
 def concat_block(c: int, read_by: str) -> tuple[str, dict[str, np.ndarray]]:
     """YOLOv5's C3 in small: a 1x1 conv, a 3x3 conv of it, both joined along the channels, then read
     by `read_by` (a 1x1 conv, or a sine)."""
-    def w(*shape):
-        return (RNG.normal(size=shape) / np.sqrt(np.prod(shape[1:]))).astype(np.float32)
     tail = (f"%out0: f32[1,{c},{S},{S}] = conv2d(%cat, %w3, %b3) @conv3" if read_by == "conv"
             else f"%out0: f32[1,{2 * c},{S},{S}] = sin(%cat) @sin")
     text = f"""
@@ -191,8 +190,6 @@ def test_a_concat_of_blocked_convs_that_a_blocked_conv_reads_joins_the_chain():
 def squeeze_excitation(c: int, m: int, s: int = 7) -> tuple[str, dict[str, np.ndarray]]:
     """EfficientNet's MBConv in small: 1x1 expand -> SiLU -> 3x3 depthwise -> SiLU -> squeeze-and-excitation
     (global average pool, 1x1 conv -> SiLU, 1x1 conv -> sigmoid, scale) -> 1x1 project, read by a sine."""
-    def w(*shape):
-        return (RNG.normal(size=shape) / np.sqrt(np.prod(shape[1:]))).astype(np.float32)
     q = c // 4
     text = f"""
     graph g(%x: f32[1,{c},{s},{s}]) {{
