@@ -380,12 +380,17 @@ def blocked_winograd_tile(node: Node) -> int:
     """The Winograd tile a blocked_conv2d node runs: 4 (F(4x4, 3x3)) for a 3x3 stride-1 ungrouped conv where
     blocked.winograd_f4_pays, else 2 (F(2x2, 3x3)) where the NCHW conv would take Winograd, else 0 (direct)."""
     plain = unblocked_conv(node)
-    a, x, y = plain.attrs, plain.inputs[0], plain.outputs[0]
-    three_by_three = (plain.inputs[1].shape[2:] == (3, 3) and tuple(a["stride"]) == (1, 1)
-                      and tuple(a["dilation"]) == (1, 1) and a["groups"] == 1)
-    if three_by_three and winograd_f4_pays(y.shape[0], x.shape[1], y.shape[1], y.shape[2], y.shape[3]):
+    if runs_winograd_f4(plain):
         return 4
     return 2 if uses_winograd(plain) else 0
+
+
+def runs_winograd_f4(node: Node) -> bool:
+    """Whether conv node (on NCHW shapes) runs Winograd F(4x4, 3x3) once blocked: 3x3, stride 1, no
+    dilation or groups, where blocked.winograd_f4_pays."""
+    a, x, y = node.attrs, node.inputs[0], node.outputs[0]
+    return (node.inputs[1].shape[2:] == (3, 3) and tuple(a["stride"]) == (1, 1) and tuple(a["dilation"]) == (1, 1)
+            and a["groups"] == 1 and winograd_f4_pays(y.shape[0], x.shape[1], y.shape[1], y.shape[2], y.shape[3]))
 
 
 def unblocked_conv(node: Node) -> Node:

@@ -140,13 +140,10 @@ def _is_depthwise(node: Node) -> bool:
 
 
 def _runs_f4(node: Node) -> bool:
-    """Whether the conv runs Winograd F(4x4, 3x3) once blocked (codegen/emit/conv.py's blocked_winograd_tile)."""
-    from codegen.kernels.blocked import winograd_f4_pays
+    """Whether the conv runs Winograd F(4x4, 3x3) once blocked (codegen/emit/conv.py's rule)."""
+    from codegen.emit.conv import runs_winograd_f4
 
-    a, x, y = node.attrs, node.inputs[0], node.outputs[0]
-    return (node.op in _CONVS and node.inputs[1].shape[2:] == (3, 3) and tuple(a["stride"]) == (1, 1)
-            and tuple(a["dilation"]) == (1, 1)
-            and a["groups"] == 1 and winograd_f4_pays(y.shape[0], x.shape[1], y.shape[1], y.shape[2], y.shape[3]))
+    return node.op in _CONVS and runs_winograd_f4(node)
 
 
 def _layout_inputs(node: Node) -> list[Value]:
