@@ -18,6 +18,7 @@ from codegen.kernels.blocked import (
     global_avg_pool_blocked,
     pack_depthwise_blocked,
     pack_winograd_blocked,
+    pad_to_blocks,
     to_blocked,
     winograd_blocked,
     winograd_f4_pays,
@@ -355,9 +356,13 @@ def _emit_blocked_conv2d(e: Emit) -> list[str]:
     depthwise one, winograd_blocked (blocked_winograd_tile), conv1x1_blocked for a 1x1
     unpadded one, conv2d_blocked for the others."""
     a = e.node.attrs
-    bias = e.bias(2, e.node.outputs[0].shape[1] * e.node.outputs[0].shape[4])
-    residual = e.args[3] if len(e.args) > 3 else no_residual(e.outs[0])
     block = a["block"]
+    padded = e.node.outputs[0].shape[1] * block  # the output's channels and those padding its last block
+    if len(e.args) > 2 and e.node.inputs[2].is_constant and e.node.inputs[2].shape[0] != padded:
+        bias = e.prepack(2, f"blocks{block}", lambda b: np.pad(b, (0, padded - b.shape[0])))
+    else:
+        bias = e.bias(2, padded)
+    residual = e.args[3] if len(e.args) > 3 else no_residual(e.outs[0])
     kernel, stride, padding = e.node.inputs[1].shape[2:], tuple(a["stride"]), tuple(a["padding"])
     if a["groups"] > 1:  # depthwise (the op takes no other groups)
         wd = e.prepack(1, f"depthwise_blocked{block}", lambda w: pack_depthwise_blocked(w, block))
@@ -368,7 +373,7 @@ def _emit_blocked_conv2d(e: Emit) -> list[str]:
         up = e.prepack(1, f"winograd{tile}_blocked{block}", lambda w: pack_winograd_blocked(w, block, tile))
         return [f"{e.call(winograd_blocked)}({e.args[0]}, {up}, {bias}, {residual}, {e.outs[0]}, "
                 f"{const_args(padding[0], padding[1])}, {epilogue_args(a)})"]
-    wt = e.prepack(1, f"blocked{block}", lambda w: pack_channel_panels(w, block))
+    wt = e.prepack(1, f"blocked{block}", lambda w: pack_channel_panels(pad_to_blocks(w, block), block))
     if kernel == (1, 1) and not any(padding):
         return [f"{e.call(conv1x1_blocked)}({e.args[0]}, {wt}, {bias}, {residual}, {e.outs[0]}, {const(stride)}, "
                 f"{epilogue_args(a)})"]
@@ -396,13 +401,14 @@ def runs_winograd_f4(node: Node) -> bool:
 def unblocked_conv(node: Node) -> Node:
     """The fused_conv2d a blocked_conv2d node computes, on NCHW values of its shapes (for the rules that
     choose a conv's kernel)."""
-    def plain(v: Value) -> Value:
-        n, cb, h, w, b = v.shape
-        return Value(v.name, TensorType((n, cb * b, h, w), v.dtype), v.data)
+    def plain(v: Value, channels: int) -> Value:
+        n, _, h, w, _ = v.shape
+        return Value(v.name, TensorType((n, channels, h, w), v.dtype), v.data)
 
     attrs = {k: v for k, v in node.attrs.items() if k != "block"}
-    return Node("fused_conv2d", node.name, [plain(node.inputs[0]), *node.inputs[1:3]], [plain(node.outputs[0])],
-                attrs)
+    weight = node.inputs[1]
+    x = plain(node.inputs[0], weight.shape[1] * attrs["groups"])
+    return Node("fused_conv2d", node.name, [x, *node.inputs[1:3]], [plain(node.outputs[0], weight.shape[0])], attrs)
 
 
 @emits("to_blocked")

@@ -1,6 +1,6 @@
-"""Kernels on the channel-blocked layout: a (N, C, H, W) tensor stored as (N, C / B, H, W, B), each
-pixel's B channels of one block side by side, B = taps_width() (16 on AVX2, 64 on AVX-512; C a
-multiple of B). compiler/passes/block_channels.py puts chains of convs on it.
+"""Kernels on the channel-blocked layout: a (N, C, H, W) tensor stored as (N, ceil(C / B), H, W, B), each
+pixel's B channels of one block side by side, B = taps_width() (16 on AVX2, 64 on AVX-512; the last
+block padded where C is not a multiple of B). compiler/passes/block_channels.py puts chains of convs on it.
 
 It is onnxruntime's NCHWc. A 1x1 conv on it is micro_gemm_taps with the pixels in the broadcasts and
 the channels in the vectors, as conv2d_by_channels, but without the transposes: the input's MR pixels
@@ -28,8 +28,9 @@ on 56 x 56 0.82-0.99 against 1.01-1.30; 128 -> 512 on 28 x 28 0.87 against 1.10;
   its band of output rows' input rows, zero-padded, into scratch, where every (channel, tap) of
   every output pixel lies at a fixed offset from the pixel's window.
 
-The convs take their weights as conv_channels.pack_channel_panels(weight, B) packs them
-(pack_winograd_blocked for Winograd's, pack_depthwise_blocked for depthwise ones').
+The convs take their weights as conv_channels.pack_channel_panels(pad_to_blocks(weight, B), B) packs them
+(pack_winograd_blocked for Winograd's, pack_depthwise_blocked for depthwise ones'), and biases of whole
+blocks: channels that are not whole blocks pad the last one (ir/ops/layout.py), with zero weights.
 """
 from __future__ import annotations
 
@@ -71,30 +72,31 @@ BAND_BYTES = 1 << 18  # a conv2d_blocked task's gathered input rows, at most (wh
 
 @numba.njit(**SEQ)
 def to_blocked(x, out):
-    """out[n, c // B, h, w, c % B] = x[n, c, h, w]: NCHW into the blocked layout (B = out.shape[4])."""
+    """out[n, c // B, h, w, c % B] = x[n, c, h, w]: NCHW into the blocked layout (B = out.shape[4]), the
+    channels past C that pad the last block zero."""
     n_n, c_n, h, w = x.shape
-    b = out.shape[4]
     if not _is_blocked_shape(x.shape, out.shape):
         raise ValueError("to_blocked: the output is not the input's blocked shape")
-    _reorder(x.reshape(-1), out.reshape(-1), n_n * c_n // b, h * w, b, True)
+    _reorder(x.reshape(-1), out.reshape(-1), n_n, c_n, h * w, out.shape[4], True)
 
 
 @numba.njit(**SEQ)
 def from_blocked(x, out):
-    """out[n, c, h, w] = x[n, c // B, h, w, c % B]: the blocked layout back into NCHW (B = x.shape[4])."""
+    """out[n, c, h, w] = x[n, c // B, h, w, c % B]: the blocked layout back into NCHW (B = x.shape[4]), the
+    channels past out's C dropped."""
     n_n, c_n, h, w = out.shape
-    b = x.shape[4]
     if not _is_blocked_shape(out.shape, x.shape):
         raise ValueError("from_blocked: the input is not the output's blocked shape")
-    _reorder(x.reshape(-1), out.reshape(-1), n_n * c_n // b, h * w, b, False)
+    _reorder(x.reshape(-1), out.reshape(-1), n_n, c_n, h * w, x.shape[4], False)
 
 
 @numba.njit(inline="always", **SEQ)
 def _is_blocked_shape(nchw, blocked):
-    """Whether `blocked` is the blocked shape of `nchw` (its block, blocked[4], dividing the channels)."""
+    """Whether `blocked` is the blocked shape of `nchw`: its C channels in blocks of blocked[4], the last
+    one padded."""
     n_n, c_n, h, w = nchw
     b = blocked[4]
-    return c_n % b == 0 and blocked[1] * b == c_n and blocked[0] == n_n and blocked[2] == h and blocked[3] == w
+    return b > 0 and blocked[1] == -(-c_n // b) and blocked[0] == n_n and blocked[2] == h and blocked[3] == w
 
 
 @numba.njit(inline="always", **SEQ)
@@ -118,36 +120,44 @@ def _block_groups(jobs, ob_n, serial):
 
 
 @numba.njit(**SEQ)
-def _reorder(xf, of, blocks, hw, b, into):
-    """Each of `blocks` (image, block) pairs' B planes of hw pixels into one run of hw pixels' B
+def _reorder(xf, of, n_n, c_n, hw, b, into):
+    """Each (image, block) pair's B planes of hw pixels (C channels on NCHW) into one run of hw pixels' B
     channels (into), or back; tasks of whole pairs (below PARALLEL_MIN_ELEMENTS, in the calling thread)."""
-    if blocks * hw * b < PARALLEL_MIN_ELEMENTS:
-        for m in range(blocks):
-            _reorder_task(m, xf, of, hw, b, into)
+    cb_n = -(-c_n // b)
+    if n_n * cb_n * hw * b < PARALLEL_MIN_ELEMENTS:
+        for m in range(n_n * cb_n):
+            _reorder_task(m, xf, of, c_n, cb_n, hw, b, into)
     else:
-        run_tasks(_reorder_task, blocks, (xf, of, hw, b, into))
+        run_tasks(_reorder_task, n_n * cb_n, (xf, of, c_n, cb_n, hw, b, into))
 
 
 @numba.njit(**SEQ)
-def _reorder_task(m, xf, of, hw, b, into):
-    """Pair m of _reorder: n x n squares transposed in registers (transpose_out), the last hw % n
-    pixels one element at a time."""
-    base = m * b * hw  # the pair's first element, in both layouts
+def _reorder_task(m, xf, of, c_n, cb_n, hw, b, into):
+    """Pair m of _reorder: n x n squares of channels and pixels transposed in registers (transpose_out),
+    the last hw % n pixels, and vectors of channels partly past C, one element at a time; into the
+    layout, the channels past C zero."""
+    flat = ((m // cb_n) * c_n + (m % cb_n) * b) * hw  # the pair's first element on NCHW
+    base = m * b * hw  # and blocked
+    real = min(b, c_n - (m % cb_n) * b)  # the block's channels that are not padding
     n = vector_floats()
     whole = hw // n * n
     no = -np.inf
     for j in range(0, b, n):
-        for p in range(0, whole, n):
+        squares = whole if j + n <= real else 0
+        for p in range(0, squares, n):
             if into:  # x[j + r][p + c] -> out[p + c][j + r]
-                transpose_out(xf, base + j * hw + p, hw, of, base + p * b + j, b, None, 0, no, -no, no, None)
+                transpose_out(xf, flat + j * hw + p, hw, of, base + p * b + j, b, None, 0, no, -no, no, None)
             else:
-                transpose_out(xf, base + p * b + j, b, of, base + j * hw + p, hw, None, 0, no, -no, no, None)
-    for p in range(whole, hw):
-        for j in range(b):
-            if into:
-                of[u(base + p * b + j)] = xf[u(base + j * hw + p)]
-            else:
-                of[u(base + j * hw + p)] = xf[u(base + p * b + j)]
+                transpose_out(xf, base + p * b + j, b, of, flat + j * hw + p, hw, None, 0, no, -no, no, None)
+        for p in range(squares, hw):
+            for i in range(j, j + n):
+                if i >= real:
+                    if into:
+                        of[u(base + p * b + i)] = 0.0
+                elif into:
+                    of[u(base + p * b + i)] = xf[u(flat + i * hw + p)]
+                else:
+                    of[u(flat + i * hw + p)] = xf[u(base + p * b + i)]
 
 
 @numba.njit(**SEQ)
@@ -400,15 +410,25 @@ def winograd_f4_pays(n: int, c: int, o: int, oh: int, ow: int) -> bool:
     return c * o >= F4_MIN_CHANNEL_PAIRS and n * -(-oh // 4) * -(-ow // 4) >= F4_MIN_TILES
 
 
+def pad_to_blocks(weight: np.ndarray, block: int, depthwise: bool = False) -> np.ndarray:
+    """A conv's (O, C, KH, KW) weight with zero channels appended, so that its output channels and (but for
+    a depthwise conv's) its input channels are whole blocks: the channels that pad a value's last block
+    (ir/ops/layout.py) neither reach a real channel nor get anything but act(0 + 0) themselves."""
+    o_n, c_n = weight.shape[:2]
+    extra_o = -o_n % block
+    extra_c = 0 if depthwise else -c_n % block
+    if not (extra_o or extra_c):
+        return weight
+    return np.pad(weight, ((0, extra_o), (0, extra_c), (0, 0), (0, 0)))
+
+
 def pack_winograd_blocked(weight: np.ndarray, block: int, tile: int = 2) -> np.ndarray:
     """The Winograd-transformed weight U = G g G^T of a (O, C, 3, 3) float32 weight (winograd.py's
     weight_transform; F(2x2, 3x3) for tile 2, F(4x4, 3x3) for 4) as winograd_blocked takes it: (a^2, O /
-    block, C, block), a = tile + 2, U[k]'s output block q's weights for input channel c side by side: each
-    of the a^2 products is a blocked 1x1 conv."""
-    u_ = weight_transform(weight, tile)  # (a^2, O, C)
+    block, C, block), a = tile + 2, O and C padded to whole blocks (pad_to_blocks), U[k]'s output block q's
+    weights for input channel c side by side: each of the a^2 products is a blocked 1x1 conv."""
+    u_ = weight_transform(pad_to_blocks(weight, block), tile)  # (a^2, O, C), padded
     planes, o_n, c_n = u_.shape
-    if o_n % block != 0:
-        raise ValueError(f"pack_winograd_blocked: {o_n} output channels are not whole blocks of {block}")
     return np.ascontiguousarray(u_.reshape(planes, o_n // block, block, c_n).transpose(0, 1, 3, 2), dtype=np.float32)
 
 
@@ -617,12 +637,12 @@ def _depthwise_taps(typingctx, src, base, step, offsets, wt, w0, of, o0, bias, b
 
 
 def pack_depthwise_blocked(weight: np.ndarray, block: int) -> np.ndarray:
-    """A depthwise conv's (C, 1, KH, KW) weight as depthwise_blocked takes it: (C / block, KH * KW, block),
-    each tap's weights of a block's channels side by side."""
+    """A depthwise conv's (C, 1, KH, KW) weight as depthwise_blocked takes it: (ceil(C / block), KH * KW,
+    block), each tap's weights of a block's channels side by side (zero in the channels past C)."""
+    if weight.ndim != 4 or weight.shape[1] != 1:
+        raise ValueError(f"pack_depthwise_blocked: a {weight.shape} weight is not a depthwise one")
+    weight = pad_to_blocks(weight, block, depthwise=True)
     c_n, kh, kw = weight.shape[0], weight.shape[2], weight.shape[3]
-    if weight.shape[1] != 1 or c_n % block != 0:
-        raise ValueError(f"pack_depthwise_blocked: a {weight.shape} weight is not a depthwise one of whole blocks of "
-                         f"{block} channels")
     return np.ascontiguousarray(weight.reshape(c_n // block, block, kh * kw).transpose(0, 2, 1), dtype=np.float32)
 
 

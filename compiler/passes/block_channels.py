@@ -7,15 +7,17 @@ On the blocked layout (ir/ops/layout.py; onnxruntime's NCHWc) a conv's microkern
 reduction step's pixels from one contiguous block and stores its block of outputs, epilogue and
 residual included, as one contiguous run from the registers (codegen/kernels/blocked.py).
 
-Blocked: conv2d with a bias and fused_conv2d nodes on float32 with constant weights, ungrouped or
-depthwise (groups == input channels == output channels), zero-padded, whose input and output channels
-are whole blocks. A conv whose input does not come from a blocked conv and none of whose readers is one
-would pay two reorders for one conv, and stays on NCHW (dropped until no such conv is left). In chains
-without a depthwise conv or a 3x3 conv that runs Winograd F(4x4, 3x3) blocked (blocked.winograd_f4_pays),
-convs of fewer than BLOCKED_MIN_PIXELS output pixels stay on NCHW too; a chain with one runs whole.
-In-process A/B of the whole forward at batch 1 (AVX2), blocked / NCHW: MobileNetV2 0.88-0.93,
-ResNet-18 0.84, ResNet-50 0.92, YOLOv5s at 320 0.91, UNet-small 0.80. Chains of fewer than
-MIN_MACS_PER_REORDERED multiply-adds (depthwise ones weighted) per element they reorder stay on NCHW.
+Blocked: conv2d with a bias and fused_conv2d nodes on float32 with constant weights and biases, ungrouped or
+depthwise (groups == input channels == output channels), zero-padded, whose multiply-adds with its input and
+output channels padded to whole blocks are at most MAX_PADDING more (ir/ops/layout.py: the padding channels
+are zero in the weights; concats and squeeze-and-excitation blocks take whole blocks only). A conv whose input
+does not come from a blocked conv and none of whose readers is one would pay two reorders for one conv, and
+stays on NCHW (dropped until no such conv is left). In chains without a depthwise conv or a 3x3 conv that runs
+Winograd F(4x4, 3x3) blocked (blocked.winograd_f4_pays), convs of fewer than BLOCKED_MIN_PIXELS output pixels
+stay on NCHW too; a chain with one runs whole.
+In-process A/B of the whole forward at batch 1 (AVX2), blocked / NCHW: MobileNetV2 0.88-0.93, ResNet-18 0.84,
+ResNet-50 0.92, YOLOv5s at 320 0.91, UNet-small 0.80. Chains of fewer than MIN_MACS_PER_REORDERED multiply-
+adds (depthwise ones weighted) per element they reorder stay on NCHW.
 
 Each value enters the layout once (one to_blocked however many blocked convs read it) and leaves it
 once, just after its producer, if anything else reads it or it is a graph output; the NCHW value keeps
@@ -49,6 +51,10 @@ MIN_MACS_PER_REORDERED = 128
 # what a depthwise conv's multiply-add counts for in that rule: blocked, one saves 0.015-0.04 ns (kernels
 # alone, 144 channels on 56 x 56 to 960 on 7 x 7), a dense conv's 0.001-0.0025
 DEPTHWISE_MAC_WEIGHT = 16
+# multiply-adds a conv may gain with its input and output channels padded to whole blocks, as a share of its
+# own: a 1x1 conv 24 -> 144 or 144 -> 24 (MobileNetV2's and EfficientNet-B0's 24-channel stage) a third, 40
+# -> 240 a fifth; not 8 -> 16 channels, nor a 3x3 24 -> 24 (32 x 32 / 24 x 24: 1.78)
+MAX_PADDING = 1 / 3
 
 
 def channel_block() -> int | None:
@@ -112,7 +118,8 @@ def block_channels(graph: Graph, block: int | None = None) -> Graph:
             nodes.append(Node("blocked_conv2d", node.name, ins, [yb], {**node.attrs, "block": block}))
         entered[y] = yb
         if y in outputs or any(_reads_unblocked(r, y, chosen) for r in users.get(y, [])):
-            nodes.append(Node("from_blocked", f"{y.name}.from_blocked", [yb], [y], {"block": block}))
+            attrs = {"block": block, "channels": y.shape[1]}
+            nodes.append(Node("from_blocked", f"{y.name}.from_blocked", [yb], [y], attrs))
     graph.nodes = nodes  # each to_blocked just before its first reader, each from_blocked just after its producer
     return graph
 
@@ -232,7 +239,17 @@ def _blockable(node: Node, block: int) -> bool:
     x, w, y = node.inputs[0], node.inputs[1], node.outputs[0]
     a = node.attrs
     depthwise = a["groups"] == x.shape[1] == y.shape[1] and w.shape[1] == 1
-    return (x.dtype == y.dtype == w.dtype == "float32" and w.is_constant and len(x.shape) == 4
-            and (a["groups"] == 1 or depthwise) and a["padding_mode"] == "zeros" and x.shape[1] % block == 0
-            and y.shape[1] % block == 0 and _pixels(node) > 1)  # (on one pixel a conv is a linear layer)
+    return (x.dtype == y.dtype == w.dtype == "float32" and w.is_constant and node.inputs[2].is_constant
+            and len(x.shape) == 4 and (a["groups"] == 1 or depthwise) and a["padding_mode"] == "zeros"
+            and _padded_macs(x.shape[1], 1 if depthwise else y.shape[1], block) <= 1 + MAX_PADDING
+            and _pixels(node) > 1)  # (on one pixel a conv is a linear layer)
+
+
+def _padded_macs(c: int, o: int, block: int) -> float:
+    """A conv's multiply-adds with c input and o output channels padded to whole blocks, as a share of its own
+    (a depthwise conv's: o = 1)."""
+    def padded(n: int) -> int:
+        return -(-n // block) * block if n > 1 else 1
+
+    return padded(c) * padded(o) / (c * o)
 

@@ -1,7 +1,12 @@
-"""The channel-blocked layout: a (N, C, H, W) tensor stored as (N, C / block, H, W, block), each
+"""The channel-blocked layout: a (N, C, H, W) tensor stored as (N, ceil(C / block), H, W, block), each
 pixel's `block` channels of one block side by side (onnxruntime's NCHWc). The block-channels pass
 (compiler/passes/block_channels.py) runs chains of convs on it, with reorders at the chains' edges,
 and the pool and scale of squeeze-and-excitation blocks inside them.
+
+Channels that are not whole blocks pad the last block: to_blocked writes zeros there, the convs' packed
+weights and biases are zero in the padded channels (in and out), so a padded lane holds act(0) plus any
+padded residual's lane (finite) and no real channel reads it; from_blocked drops it. Only convs and the
+reorders take padded values (the pass keeps concats and squeeze-and-excitation blocks to whole blocks).
 """
 
 from __future__ import annotations
@@ -15,18 +20,19 @@ from ir.types import TensorType
 
 
 def blocked_shape(shape: tuple[int, ...], block: int) -> tuple[int, ...]:
-    """The blocked shape of an NCHW shape (its channels a multiple of block)."""
+    """The blocked shape of an NCHW shape: its channels in blocks, the last one padded."""
     n, c, h, w = shape
-    if block < 1 or c % block != 0:
-        raise ValueError(f"{c} channels are not whole blocks of {block}")
-    return n, c // block, h, w, block
+    if block < 1:
+        raise ValueError(f"blocks of {block} channels")
+    return n, -(-c // block), h, w, block
 
 
-def unblocked_shape(shape: tuple[int, ...], block: int) -> tuple[int, ...]:
-    if len(shape) != 5 or shape[4] != block:
-        raise ValueError(f"{shape} is not a blocked shape with blocks of {block}")
-    n, cb, h, w, _ = shape
-    return n, cb * block, h, w
+def unblocked_shape(shape: tuple[int, ...], block: int, channels: int) -> tuple[int, ...]:
+    """The NCHW shape of `channels` channels whose blocked shape is `shape`."""
+    if len(shape) != 5 or shape[4] != block or blocked_shape((shape[0], channels, *shape[2:4]), block) != shape:
+        raise ValueError(f"{shape} is not the blocked shape of {channels} channels in blocks of {block}")
+    n, _, h, w, _ = shape
+    return n, channels, h, w
 
 
 def _to_blocked_type(types: list[TensorType], attrs: dict) -> TensorType:
@@ -38,21 +44,27 @@ def _to_blocked_type(types: list[TensorType], attrs: dict) -> TensorType:
 @register("to_blocked", ["x"], {"block": INT()}, infer=_to_blocked_type)
 def to_blocked(x, *, block):
     n, c, h, w = x.shape
-    return np.ascontiguousarray(x.reshape(n, c // block, block, h, w).transpose(0, 1, 3, 4, 2))
+    cb = -(-c // block)
+    padded = np.zeros((n, cb * block, h, w), x.dtype)
+    padded[:, :c] = x
+    return np.ascontiguousarray(padded.reshape(n, cb, block, h, w).transpose(0, 1, 3, 4, 2))
 
 
-@register("from_blocked", ["x"], {"block": INT()},
-          infer=lambda t, a: TensorType(unblocked_shape(t[0].shape, a["block"]), t[0].dtype))
-def from_blocked(x, *, block):
+@register("from_blocked", ["x"], {"block": INT(), "channels": INT()},
+          infer=lambda t, a: TensorType(unblocked_shape(t[0].shape, a["block"], a["channels"]), t[0].dtype))
+def from_blocked(x, *, block, channels):
+    """The NCHW tensor of a blocked x's first `channels` channels (the rest pad its last block)."""
     n, cb, h, w, _ = x.shape
-    return np.ascontiguousarray(x.transpose(0, 1, 4, 2, 3).reshape(n, cb * block, h, w))
+    return np.ascontiguousarray(x.transpose(0, 1, 4, 2, 3).reshape(n, cb * block, h, w)[:, :channels])
 
 
 def _blocked_conv_type(types: list[TensorType], attrs: dict) -> TensorType:
-    block = attrs["block"]
-    plain = [TensorType(unblocked_shape(types[0].shape, block), types[0].dtype), *types[1:3]]
+    block, groups = attrs["block"], attrs["groups"]
+    if types[1].rank != 4:
+        raise ValueError(f"blocked_conv2d expects a 4-D weight, got {types[1]}")
+    channels = types[1].shape[1] * groups  # the input's channels but those padding its last block
+    plain = [TensorType(unblocked_shape(types[0].shape, block, channels), types[0].dtype), *types[1:3]]
     out = _conv2d_type(plain, attrs)
-    groups, channels = attrs["groups"], plain[0].shape[1]
     if groups != 1 and not (groups == channels == out.shape[1]):
         raise ValueError("blocked_conv2d: grouped convs other than depthwise ones are not blocked")
     blocked = TensorType(blocked_shape(out.shape, block), out.dtype)
@@ -62,10 +74,12 @@ def _blocked_conv_type(types: list[TensorType], attrs: dict) -> TensorType:
 @register("blocked_conv2d", ["x", "weight", "bias", "residual?"], {**_CONV_ATTRS, **_EPILOGUE_ATTRS, "block": INT()},
           infer=_blocked_conv_type)
 def blocked_conv2d(x, weight, bias, residual=None, *, block, **conv_and_epilogue):
-    """fused_conv2d on the blocked layout (ungrouped or depthwise): x, residual and the result (N, C / block,
-    H, W, block)."""
-    plain = None if residual is None else from_blocked(residual, block=block)
-    y = fused_conv2d(from_blocked(x, block=block), weight, bias, plain, **conv_and_epilogue)
+    """fused_conv2d on the blocked layout (ungrouped or depthwise): x, residual and the result (N, ceil(C /
+    block), H, W, block)."""
+    groups = conv_and_epilogue["groups"]
+    plain = None if residual is None else from_blocked(residual, block=block, channels=weight.shape[0])
+    y = fused_conv2d(from_blocked(x, block=block, channels=weight.shape[1] * groups), weight, bias, plain,
+                     **conv_and_epilogue)
     return to_blocked(y, block=block)
 
 

@@ -4,7 +4,8 @@ dilation, asymmetric padding) with each kind of epilogue (bias or none, a one-pa
 residual that is the output's own buffer, a post ReLU, an activation of more than one pass), images whose pixels end in
 a partial group of MR, reductions of one chunk and of several, work small enough for one task in
 the calling thread and large enough for many. Channel counts are multiples of the block, whatever
-the CPU (16 on AVX2, 64 on AVX-512)."""
+the CPU (16 on AVX2, 64 on AVX-512), and, for the reorders and each conv kernel, counts that pad the
+last block (zero weights in the padding channels, which stay zero)."""
 
 import numba
 import numpy as np
@@ -20,6 +21,7 @@ from codegen.kernels.blocked import (
     global_avg_pool_blocked,
     pack_depthwise_blocked,
     pack_winograd_blocked,
+    pad_to_blocks,
     to_blocked,
     winograd_blocked,
 )
@@ -34,16 +36,28 @@ ACTS = {"none": lambda v: v, "relu": lambda v: np.maximum(v, 0),
         "clamp": lambda v: np.clip(v, -0.5, 0.75), "silu": lambda v: v / (1 + np.exp(-v))}
 
 
+def blocks(channels: int) -> int:
+    return -(-channels // B)
+
+
 def blocked(a: np.ndarray) -> np.ndarray:
-    out = np.full((a.shape[0], a.shape[1] // B, *a.shape[2:], B), np.nan, np.float32)
+    out = np.full((a.shape[0], blocks(a.shape[1]), *a.shape[2:], B), np.nan, np.float32)
     to_blocked(a, out)
     return out
 
 
-def unblocked(a: np.ndarray) -> np.ndarray:
-    out = np.full((a.shape[0], a.shape[1] * B, *a.shape[2:4]), np.nan, np.float32)
+def unblocked(a: np.ndarray, channels: int | None = None) -> np.ndarray:
+    out = np.full((a.shape[0], a.shape[1] * B if channels is None else channels, *a.shape[2:4]), np.nan, np.float32)
     from_blocked(a, out)
     return out
+
+
+def block_bias(bias: np.ndarray | None, o: int) -> np.ndarray:
+    """A blocked conv's bias as the forward passes it: read-only, zeros in the channels padding its last block."""
+    padded = np.zeros(blocks(o) * B, np.float32)
+    if bias is not None:
+        padded[:o] = bias
+    return read_only(padded)
 
 
 def reference(x, w, bias, residual, act, post, stride=(1, 1), padding=(0, 0, 0, 0), dilation=(1, 1)):
@@ -76,16 +90,16 @@ def run(x, w, bias, residual, act, post, out_hw, stride=(1, 1), padding=(0, 0, 0
         out=None):
     """The blocked conv on x's blocked copy, its output back on NCHW; out: the blocked output's buffer."""
     n, o = x.shape[0], w.shape[0]
-    out = np.full((n, o // B, *out_hw, B), np.nan, np.float32) if out is None else out
+    out = np.full((n, blocks(o), *out_hw, B), np.nan, np.float32) if out is None else out
     res = out[:0] if residual is None else residual  # a forward's arguments: an empty view, read-only weights
-    bias = read_only(bias) if bias is not None else zero_bias(o)
+    bias = block_bias(bias, o)
     codes = ACTIVATION_CODES[act], -0.5, 0.75, ACTIVATION_CODES[post], 0.0, 0.0
+    wt = read_only(pack_channel_panels(pad_to_blocks(w, B), B))
     if w.shape[2:] == (1, 1) and padding == (0, 0, 0, 0):
-        conv1x1_blocked(blocked(x), read_only(pack_channel_panels(w, B)), bias, res, out, stride, *codes)
+        conv1x1_blocked(blocked(x), wt, bias, res, out, stride, *codes)
     else:
-        conv2d_blocked(blocked(x), read_only(pack_channel_panels(w, B)), bias, res, out, w.shape[2:], stride,
-                       padding, dilation, *codes)
-    return unblocked(out)
+        conv2d_blocked(blocked(x), wt, bias, res, out, w.shape[2:], stride, padding, dilation, *codes)
+    return unblocked(out, o)
 
 
 def test_reorders_round_trip_exactly():
@@ -95,12 +109,29 @@ def test_reorders_round_trip_exactly():
     np.testing.assert_array_equal(unblocked(b), x)
 
 
+# channels that pad the last block: half a block (whole vectors), and counts that end inside a vector
+PADDED_CHANNELS = [B // 2, B + B // 2, B + 3, 2 * B - 1]
+
+
+@pytest.mark.parametrize("c", PADDED_CHANNELS)
+@pytest.mark.parametrize("hw", [(5, 7), (16, 16)])
+def test_reorders_pad_the_last_block_with_zeros_and_drop_it(c, hw):
+    x = np.random.default_rng(c).standard_normal((2, c, *hw)).astype(np.float32)
+    b = blocked(x)
+    assert b.shape == (2, blocks(c), *hw, B)
+    np.testing.assert_array_equal(b.transpose(0, 1, 4, 2, 3).reshape(2, -1, *hw)[:, :c], x)
+    assert np.all(b[:, -1, :, :, c % B:] == 0)
+    np.testing.assert_array_equal(unblocked(b, c), x)
+
+
 def test_reorders_refuse_a_shape_that_is_not_the_blocked_one():
     x = np.zeros((1, 2 * B, 4, 4), np.float32)
     with pytest.raises(ValueError, match="blocked shape"):
         to_blocked(x, np.zeros((1, 1, 4, 4, B), np.float32))
     with pytest.raises(ValueError, match="blocked shape"):
         from_blocked(np.zeros((1, 2, 4, 5, B), np.float32), x)
+    with pytest.raises(ValueError, match="blocked shape"):  # B + 1 channels take two blocks
+        to_blocked(np.zeros((1, B + 1, 4, 4), np.float32), np.zeros((1, 1, 4, 4, B), np.float32))
 
 
 # (n, c, o, (h, w)) in blocks: pixels in whole groups of MR, a partial last group, one short
@@ -211,12 +242,11 @@ WINOGRAD_TOLERANCE = {2: 2e-5, 4: 1e-4}
 def run_winograd(x, w, bias, residual, act, post, padding, out=None, tile=2):
     n, o, (h, wd) = x.shape[0], w.shape[0], x.shape[2:]
     oh, ow = h + 2 * padding[0] - 2, wd + 2 * padding[1] - 2
-    out = np.full((n, o // B, oh, ow, B), np.nan, np.float32) if out is None else out
+    out = np.full((n, blocks(o), oh, ow, B), np.nan, np.float32) if out is None else out
     res = out[:0] if residual is None else residual
-    bias = read_only(bias) if bias is not None else zero_bias(o)
-    winograd_blocked(blocked(x), read_only(pack_winograd_blocked(w, B, tile)), bias, res, out, padding[0], padding[1],
-                     ACTIVATION_CODES[act], -0.5, 0.75, ACTIVATION_CODES[post], 0.0, 0.0)
-    return unblocked(out)
+    winograd_blocked(blocked(x), read_only(pack_winograd_blocked(w, B, tile)), block_bias(bias, o), res, out,
+                     padding[0], padding[1], ACTIVATION_CODES[act], -0.5, 0.75, ACTIVATION_CODES[post], 0.0, 0.0)
+    return unblocked(out, o)
 
 
 @pytest.mark.parametrize("n, cb, ob, hw, padding", WINOGRAD)
@@ -279,11 +309,11 @@ DEPTHWISE_WINDOWS = [
 def run_depthwise(x, w, bias, residual, act, post, stride, padding, dilation, out=None):
     n, c = x.shape[:2]
     out_hw = out_size(x.shape[2:], w.shape[2:], stride, padding, dilation)
-    out = np.full((n, c // B, *out_hw, B), np.nan, np.float32) if out is None else out
+    out = np.full((n, blocks(c), *out_hw, B), np.nan, np.float32) if out is None else out
     codes = ACTIVATION_CODES[act], -0.5, 0.75, ACTIVATION_CODES[post], 0.0, 0.0
-    depthwise_blocked(blocked(x), read_only(pack_depthwise_blocked(w, B)), None if bias is None else read_only(bias),
+    depthwise_blocked(blocked(x), read_only(pack_depthwise_blocked(w, B)), None if bias is None else block_bias(bias, c),
                       out[:0] if residual is None else residual, out, w.shape[2:], stride, padding, dilation, *codes)
-    return unblocked(out)
+    return unblocked(out, c)
 
 
 @pytest.mark.parametrize("kernel, stride, padding, dilation, hw", DEPTHWISE_WINDOWS)
@@ -328,7 +358,7 @@ def test_depthwise_blocked_refuses_mismatched_operands():
         depthwise_blocked(x, w, None, x[:0], np.zeros((1, 2, 4, 4, B), np.float32), (3, 3), (1, 1), (1, 1, 1, 1),
                           (1, 1), 0, 0.0, 0.0, 0, 0.0, 0.0)
     with pytest.raises(ValueError, match="pack_depthwise_blocked"):
-        pack_depthwise_blocked(np.zeros((B + 1, 1, 3, 3), np.float32), B)
+        pack_depthwise_blocked(np.zeros((B, 2, 3, 3), np.float32), B)
 
 
 @pytest.mark.parametrize("n, cb, hw", [(1, 1, (1, 1)), (2, 3, (7, 7)), (1, 2, (5, 3)), (1, 4, (57, 61))])
@@ -356,3 +386,41 @@ def test_squeeze_excitation_kernels_refuse_mismatched_operands():
         global_avg_pool_blocked(x, np.zeros((1, B, 1, 1), np.float32))
     with pytest.raises(ValueError, match="channel_scale_blocked"):
         channel_scale_blocked(x, np.zeros((1, B, 1, 1), np.float32), np.zeros_like(x))
+
+
+def padding_lanes(out: np.ndarray, o: int) -> np.ndarray:
+    return out[:, -1, :, :, o % B:] if o % B else out[:, :0]
+
+
+@pytest.mark.parametrize("c, o", [(B + B // 2, B // 2), (B // 2 + 3, B + B // 2), (B + 3, B + 3)])
+@pytest.mark.parametrize("kind", ["1x1", "3x3 stride 2", "winograd 2", "winograd 4", "depthwise"])
+def test_convs_on_channels_that_pad_the_last_block_match_float64(c, o, kind):
+    """Every blocked conv kernel with the input's and output's last blocks padded (weights and bias padded
+    with zeros as the emitter packs them): the real channels match, the padding ones stay zero (SiLU and
+    a residual whose padding is zero keep zero zero)."""
+    if kind == "depthwise":
+        o = c
+    kernel = (1, 1) if kind == "1x1" else ((3, 3) if kind != "depthwise" else (5, 5))
+    x, w, bias = operands(2, c, o, (11, 9), kernel, seed=c + o)
+    if kind == "depthwise":
+        w = w[:, :1] * np.sqrt(c)
+    residual = np.random.default_rng(3).standard_normal((2, o, 11, 9)).astype(np.float32)
+    stride, padding = ((2, 2), (1, 1, 1, 1)) if kind == "3x3 stride 2" else ((1, 1), (0, 0, 0, 0))
+    out_hw = out_size((11, 9), kernel, stride, padding, (1, 1))
+    out = np.full((2, blocks(o), *out_hw, B), np.nan, np.float32)
+    res = blocked(residual[:, :, :out_hw[0], :out_hw[1]].copy()) if kind != "3x3 stride 2" else None
+    if kind.startswith("winograd"):
+        got = run_winograd(x, w, bias, res, "silu", "none", (0, 0), out=out, tile=int(kind[-1]))
+    elif kind == "depthwise":
+        padding = (2, 2, 2, 2)
+        out = np.full((2, blocks(o), 11, 9, B), np.nan, np.float32)
+        res = blocked(residual)
+        got = run_depthwise(x, w, bias, res, "silu", "none", (1, 1), padding, (1, 1), out=out)
+        want = depthwise_reference(x, w, bias, residual, "silu", "none", (1, 1), padding, (1, 1))
+    else:
+        got = run(x, w, bias, res, "silu", "none", out_hw, stride, padding, out=out)
+    if kind != "depthwise":
+        plain = None if res is None else unblocked(res, o)
+        want = reference(x, w, bias, plain, "silu", "none", stride, padding)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 if kind == "winograd 4" else 2e-5)
+    assert np.all(padding_lanes(out, o) == 0)

@@ -7,7 +7,13 @@ import pytest
 
 from compiler.interpreter import Interpreter
 from compiler.numba_backend import NumbaModel
-from compiler.passes.block_channels import BLOCKED_MIN_PIXELS, MIN_MACS_PER_REORDERED, block_channels, channel_block
+from compiler.passes.block_channels import (
+    BLOCKED_MIN_PIXELS,
+    MAX_PADDING,
+    MIN_MACS_PER_REORDERED,
+    block_channels,
+    channel_block,
+)
 from compiler.passes.fuse_conv_epilogue import fuse_conv_epilogue
 from ir import parse_graph
 from tests.passes.golden import run_pass
@@ -88,13 +94,13 @@ def test_a_graph_output_made_in_the_layout_leaves_it_under_its_name():
 
 
 @pytest.mark.parametrize("c, m, s, why", [
-    (2 * B, B // 2, S, "8 channels are not a whole block"),
+    (2 * B, B // 2, S, "8 channels would pad to 16: twice the multiply-adds, more than MAX_PADDING"),
     (2 * B, B, 20, "400 pixels, and no depthwise or F(4x4) Winograd conv to pay for them"),
 ])
 def test_convs_the_layout_does_not_serve_stay_on_nchw(c, m, s, why):
     after = blocked(bottleneck(c, m, s), weights(c, m))
     assert "blocked_conv2d" not in ops(after), why
-    assert s * s < BLOCKED_MIN_PIXELS or m % B != 0
+    assert s * s < BLOCKED_MIN_PIXELS or -(-m // B) * B > m * (1 + MAX_PADDING)
 
 
 def test_a_lone_conv_would_pay_two_reorders_and_stays_on_nchw():
@@ -147,6 +153,35 @@ def test_a_chain_with_a_depthwise_conv_runs_blocked_whatever_its_planes():
         "const %w2: f32[64,1,3,3]", "const %w2: f32[64,32,3,3]")
     w2 = {**w, "w2": RNG.normal(size=(64, 32, 3, 3)).astype(np.float32)}
     assert "blocked_conv2d" not in ops(blocked(plain, w2)), "without the depthwise conv: small planes, NCHW"
+
+
+def test_channels_that_pad_the_last_block_run_blocked():
+    """MobileNetV2's 24-channel stage: the projection's 24 outputs and the expansion's 24 inputs pad their
+    last block (24 -> 32); the padding never reaches the NCHW result."""
+    c = B + B // 2
+    text, w = inverted_residual(c, 6 * c)
+    after = blocked(text, w)
+    assert ops(after) == ["to_blocked", "blocked_conv2d", "blocked_conv2d", "blocked_conv2d", "from_blocked", "sin"]
+    assert after.nodes[0].outputs[0].shape == (1, 2, 7, 7, B)
+    assert after.nodes[4].attrs["channels"] == c and after.nodes[4].outputs[0].shape == (1, c, 7, 7)
+    x = RNG.normal(size=(1, c, 7, 7)).astype(np.float32)
+    np.testing.assert_allclose(Interpreter(after)(x), Interpreter(parse_graph(text, w))(x), rtol=1e-4, atol=1e-5)
+
+
+def test_concats_and_squeeze_excitation_blocks_take_whole_blocks_only():
+    """Their parts and gates are laid out by channel number, which padding in the middle would shift: a
+    concat of padded parts stays on NCHW, and so does the pool and scale of a padded SE block (their convs
+    are blocked)."""
+    c = B + B // 2
+    after = blocked(*concat_block(c, "conv"))
+    assert next(n for n in after.nodes if n.op == "concat").inputs[0].shape == (1, c, S, S)
+    m = 6 * B + B // 2
+    text, w = squeeze_excitation(4 * B, m)
+    after = blocked(text, w)
+    assert "blocked_global_avg_pool" not in ops(after) and "blocked_channel_scale" not in ops(after)
+    assert ops(after).count("blocked_conv2d") == 2  # the expansion and the depthwise conv
+    x = RNG.normal(size=(1, 4 * B, 7, 7)).astype(np.float32)
+    np.testing.assert_allclose(Interpreter(after)(x), Interpreter(parse_graph(text, w))(x), rtol=1e-4, atol=1e-5)
 
 
 def concat_block(c: int, read_by: str) -> tuple[str, dict[str, np.ndarray]]:
@@ -275,6 +310,25 @@ def test_a_compiled_depthwise_chain_on_the_blocked_layout_matches_the_interprete
     graph = block_channels(optimize(parse_graph(text, w)), block)
     assert ops(graph).count("blocked_conv2d") == 3
     x = RNG.normal(size=(1, block, 9, 9)).astype(np.float32)
+    np.testing.assert_allclose(NumbaModel.build(graph, tmp_path)(x), Interpreter(parse_graph(text, w))(x),
+                               rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("batch", [1, 3])
+def test_a_compiled_chain_on_channels_that_pad_the_last_block_matches_the_interpreter(tmp_path, batch):
+    """The reorders, the padded weights and biases, and the kernels on padded blocks in a forward, at this
+    CPU's block: an inverted residual on 1.5 blocks of channels, expanded to 6 times as many."""
+    from codegen.kernels.microkernel import taps_channels
+    from codegen.kernels.vectors import target_vector_floats
+    from compiler.api import optimize
+
+    block = taps_channels(target_vector_floats())
+    c = block + block // 2
+    text, w = inverted_residual(c, 6 * c, 9)
+    text = text.replace("f32[1,", f"f32[{batch},")
+    graph = block_channels(optimize(parse_graph(text, w)), block)
+    assert ops(graph).count("blocked_conv2d") == 3
+    x = RNG.normal(size=(batch, c, 9, 9)).astype(np.float32)
     np.testing.assert_allclose(NumbaModel.build(graph, tmp_path)(x), Interpreter(parse_graph(text, w))(x),
                                rtol=1e-4, atol=1e-4)
 
