@@ -32,6 +32,7 @@ from bench.pnnx_export import _CWD_LOCK, _captured_fds, _chdir, _zoo_key, build_
 from bench.zoo_probe import limit_numpy_blas
 from ir.graph import Graph
 from ir.ops.fused import CONV_OPS, conv_weight
+from ir.ops.layout import expand_depthwise_macs
 
 # seconds to wait before timing a runtime, so the threads of the one timed before it stop spinning:
 # onnxruntime's intra-op threads keep two cores busy for more than 20 ms after a run, and our ResNet-18
@@ -164,6 +165,8 @@ def node_flops(node) -> int:
     if op in CONV_OPS:
         out, (_, cg, kh, kw) = node.outputs[0].shape, conv_weight(node).shape
         return 2 * math.prod(out) * cg * kh * kw  # each output: Cin/groups * KH * KW multiply-adds
+    if op == "blocked_expand_depthwise":
+        return 2 * expand_depthwise_macs(node)
     if op == "conv_transpose2d":
         (n, c, h, w), (_, og, kh, kw) = node.inputs[0].shape, node.inputs[1].shape
         return 2 * n * c * h * w * og * kh * kw  # each input pixel and channel: Cout/groups * KH * KW taps

@@ -72,6 +72,7 @@ from compiler.step_stats import NodeStat
 from ir.errors import NodeExecutionError, RunCancelledError
 from ir.graph import Graph, Node, Value
 from ir.ops.fused import CONV_OPS, conv_weight
+from ir.ops.layout import expand_depthwise_macs
 from ir.printer import print_graph
 
 # -- what a node costs: the one place that decides ---------------------------------------------------
@@ -109,6 +110,8 @@ def node_cost(node: Node) -> tuple[int, int]:
     flops = 0
     if node.op in CONV_OPS:
         flops = 2 * math.prod(out) * math.prod(conv_weight(node).shape[1:])
+    elif node.op == "blocked_expand_depthwise":
+        flops = 2 * expand_depthwise_macs(node)
     elif node.op == "conv_transpose2d":
         flops = 2 * math.prod(node.inputs[0].shape) * math.prod(node.inputs[1].shape[1:])
     elif node.op in ("linear", "fused_linear", "matmul"):

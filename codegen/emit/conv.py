@@ -14,6 +14,7 @@ from codegen.kernels.blocked import (
     conv1x1_blocked,
     conv2d_blocked,
     depthwise_blocked,
+    expand_depthwise_blocked,
     from_blocked,
     global_avg_pool_blocked,
     pack_depthwise_blocked,
@@ -357,11 +358,7 @@ def _emit_blocked_conv2d(e: Emit) -> list[str]:
     unpadded one, conv2d_blocked for the others."""
     a = e.node.attrs
     block = a["block"]
-    padded = e.node.outputs[0].shape[1] * block  # the output's channels and those padding its last block
-    if len(e.args) > 2 and e.node.inputs[2].is_constant and e.node.inputs[2].shape[0] != padded:
-        bias = e.prepack(2, f"blocks{block}", lambda b: np.pad(b, (0, padded - b.shape[0])))
-    else:
-        bias = e.bias(2, padded)
+    bias = _blocked_bias(e, 2, e.node.outputs[0].shape[1] * block)
     residual = e.args[3] if len(e.args) > 3 else no_residual(e.outs[0])
     kernel, stride, padding = e.node.inputs[1].shape[2:], tuple(a["stride"]), tuple(a["padding"])
     if a["groups"] > 1:  # depthwise (the op takes no other groups)
@@ -379,6 +376,30 @@ def _emit_blocked_conv2d(e: Emit) -> list[str]:
                 f"{epilogue_args(a)})"]
     return [f"{e.call(conv2d_blocked)}({e.args[0]}, {wt}, {bias}, {residual}, {e.outs[0]}, "
             f"{const_args(kernel, stride, padding, a['dilation'])}, {epilogue_args(a)})"]
+
+
+def _blocked_bias(e: Emit, index: int, padded: int) -> str:
+    """Input `index`, a blocked conv's bias, zero-padded to `padded` channels (whole blocks), or zeros."""
+    bias = e.node.inputs[index] if len(e.node.inputs) > index else None
+    if bias is not None and bias.is_constant and bias.shape[0] != padded:
+        return e.prepack(index, f"blocks{e.node.attrs['block']}", lambda b: np.pad(b, (0, padded - b.shape[0])))
+    return e.bias(index, padded)
+
+
+@emits("blocked_expand_depthwise")
+def _emit_blocked_expand_depthwise(e: Emit) -> list[str]:
+    """A 1x1 expansion and the depthwise conv of its result in one kernel (compiler/passes/fuse_expand_depthwise.py)."""
+    a = e.node.attrs
+    block = a["block"]
+    padded = e.node.outputs[0].shape[1] * block
+    we = e.prepack(1, f"blocked{block}", lambda w: pack_channel_panels(pad_to_blocks(w, block), block))
+    wd = e.prepack(3, f"depthwise_blocked{block}", lambda w: pack_depthwise_blocked(w, block))
+    residual = e.args[5] if len(e.args) > 5 else no_residual(e.outs[0])
+    expand = const_args(ACTIVATION_CODES[a["expand_activation"]], float(a["expand_alpha"]), float(a["expand_beta"]))
+    return [f"{e.call(expand_depthwise_blocked)}({e.args[0]}, {we}, {_blocked_bias(e, 2, padded)}, {wd}, "
+            f"{_blocked_bias(e, 4, padded)}, {residual}, {e.outs[0]}, "
+            f"{const_args(e.node.inputs[3].shape[2:], a['stride'], a['padding'], a['dilation'])}, ({expand}), "
+            f"{epilogue_args(a)})"]
 
 
 def blocked_winograd_tile(node: Node) -> int:

@@ -24,6 +24,9 @@ on 56 x 56 0.82-0.99 against 1.01-1.30; 128 -> 512 on 28 x 28 0.87 against 1.10;
   (N, C, 1, 1), the same bytes as blocked) and scale, inside a chain.
 - depthwise_blocked: a depthwise conv, each tap one vector multiply-add of a block's channels (0.65-0.9
   of the NCHW depthwise kernels' time on MobileNet and EfficientNet shapes).
+- expand_depthwise_blocked: a MobileNet block's 1x1 expansion and the depthwise conv of it in one kernel,
+  the expansion computed a band of rows and a block of channels at a time into scratch, never stored whole
+  (0.86-0.97 of the two kernels' time on MobileNetV2 and EfficientNet shapes at batch 1 and 8).
 - conv2d_blocked: any other ungrouped conv (kernel, stride, dilation, zero padding): each task copies
   its band of output rows' input rows, zero-padded, into scratch, where every (channel, tap) of
   every output pixel lies at a fixed offset from the pixel's window.
@@ -656,12 +659,30 @@ def depthwise_blocked(x, wt, bias, residual, out, kernel, stride, padding, dilat
     (_depthwise_taps, DEPTHWISE_GROUP pixels at once). Tasks: (image, block, band of output rows), at least
     MIN_TASKS where the rows allow (below PARALLEL_MIN_ELEMENTS outputs, one); each copies the input rows
     its band reads into scratch, zero-padded, where every tap lies at a fixed offset from its window."""
-    (kh, kw), (sh, sw), (dh, dw), pt, pl = kernel, stride, dilation, padding[0], padding[1]
+    kh, kw = kernel
     n_n, cb_n, h, w, b = x.shape
     oh, ow = out.shape[2], out.shape[3]
     if b != taps_width() or wt.shape != (cb_n, kh * kw, b) or out.shape[:2] != (n_n, cb_n) or out.shape[4] != b:
         raise ValueError("depthwise_blocked: blocks of another width, or operands of mismatched shapes")
     serial = out.size < PARALLEL_MIN_ELEMENTS
+    window, offsets, scratch, tasks = _depthwise_bands(n_n, cb_n, b, oh, ow, kernel, stride, padding, dilation,
+                                                       serial)
+    data = (x.reshape(-1), wt.reshape(-1), bias, residual_run(residual, out), out.reshape(-1), offsets,
+            (n_n, cb_n, h, w, b, oh, ow), window, (act, post), (alpha, beta, post_alpha, post_beta), scratch)
+    if serial:
+        for t in range(tasks):
+            _depthwise_task(t, *data)
+    else:
+        run_tasks(_depthwise_task, tasks, data)
+
+
+@numba.njit(inline="always", **SEQ)
+def _depthwise_bands(n_n, cb_n, b, oh, ow, kernel, stride, padding, dilation, serial):
+    """(window, offsets, scratch, tasks) of a depthwise conv's tasks of (image, block, band of output rows):
+    at least MIN_TASKS where the rows allow (one when serial), each band's input rows (hin of wp pixels, the
+    image's column 0 at pl) at most BAND_BYTES where one output row's fit; the taps' offsets in them, and
+    scratch for each thread's band. window = (sh, sw, pt, pl, hin, wp, rpb, bands)."""
+    (kh, kw), (sh, sw), (dh, dw), pt, pl = kernel, stride, dilation, padding[0], padding[1]
     bands = 1 if serial else max(1, min(oh, -(-MIN_TASKS // (n_n * cb_n))))
     rpb = -(-oh // bands)  # output rows per band
     while rpb > 1 and ((rpb - 1) * sh + (kh - 1) * dh + 1) * ((ow - 1) * sw + (kw - 1) * dw + 1) * b * 4 > BAND_BYTES:
@@ -674,24 +695,37 @@ def depthwise_blocked(x, wt, bias, residual, out, kernel, stride, padding, dilat
         for j in range(kw):
             offsets[i * kw + j] = (i * dh * wp + j * dw) * b
     tasks = n_n * cb_n * bands
-    size = hin * wp * b
-    scratch = np.empty((1 if serial else min(num_threads(), tasks)) * size, np.float32)
-    data = (x.reshape(-1), wt.reshape(-1), bias, residual_run(residual, out), out.reshape(-1), offsets,
-            (n_n, cb_n, h, w, b, oh, ow), (sh, sw, pt, pl, hin, wp, rpb, bands), (act, post),
-            (alpha, beta, post_alpha, post_beta), scratch)
-    if serial:
-        for t in range(tasks):
-            _depthwise_task(t, *data)
-    else:
-        run_tasks(_depthwise_task, tasks, data)
+    scratch = np.empty((1 if serial else min(num_threads(), tasks)) * hin * wp * b, np.float32)
+    return (sh, sw, pt, pl, hin, wp, rpb, bands), offsets, scratch, tasks
 
 
 @numba.njit(**SEQ)
 def _depthwise_task(t, xf, wf, bias, rf, of, offsets, dims, window, acts, params, scratch):
     """Task t of depthwise_blocked: its band's input rows into this thread's scratch (zeros outside the
-    image), then each output row in groups of DEPTHWISE_GROUP pixels (the rest in pairs, then one) stored
-    through the one-pass epilogue from the registers; activations of more than one pass by
-    epilogue_run over the band after."""
+    image), then its output rows (_depthwise_rows)."""
+    n_n, cb_n, h, w, b, oh, ow = dims
+    sh, sw, pt, pl, hin, wp, rpb, bands = window
+    bi, m = t % bands, t // bands  # m: (image, block)
+    src = _band_scratch(scratch, hin * wp * b)
+    y0, y1 = bi * rpb, min(oh, (bi + 1) * rpb)
+    _gather_rows(src, 0, xf, m * h * w * b, y0 * sh - pt, (y1 - 1 - y0) * sh + (hin - (rpb - 1) * sh), h, w, wp, pl, b)
+    _depthwise_rows(src, m, m % cb_n, y0, y1, wf, bias, rf, of, offsets, dims, window, acts, params)
+
+
+@numba.njit(inline="always", **SEQ)
+def _band_scratch(scratch, size):
+    """This thread's `size` floats of scratch (the first's where the calling thread is not a worker)."""
+    tid = thread_id()
+    own = (tid if tid < scratch.size // size else 0) * size
+    return scratch[own:own + size]
+
+
+@numba.njit(**SEQ)
+def _depthwise_rows(src, m, cb, y0, y1, wf, bias, rf, of, offsets, dims, window, acts, params):
+    """Output rows y0 .. y1 - 1 of (image, block) pair m (block cb) of a depthwise conv from its band's input
+    rows in src, each row in groups of DEPTHWISE_GROUP pixels (the rest in pairs, then one) stored through
+    the one-pass epilogue from the registers; activations of more than one pass by epilogue_run over the
+    band after."""
     n_n, cb_n, h, w, b, oh, ow = dims
     sh, sw, pt, pl, hin, wp, rpb, bands = window
     act, post = acts
@@ -700,16 +734,6 @@ def _depthwise_task(t, xf, wf, bias, rf, of, offsets, dims, window, acts, params
     bounds = one_pass_bounds(act, alpha, beta, post) if one_pass else (-np.inf, np.inf, -np.inf)
     lo, hi, top = np.float32(bounds[0]), np.float32(bounds[1]), np.float32(bounds[2])
     res = rf if one_pass else rf[:0]
-    bi, m = t % bands, t // bands  # m: (image, block)
-    cb = m % cb_n
-    size = hin * wp * b
-    tid = thread_id()
-    own = (tid if tid < scratch.size // size else 0) * size
-    src = scratch[own:own + size]
-    y0, y1 = bi * rpb, min(oh, (bi + 1) * rpb)
-    iy0 = y0 * sh - pt
-    n_rows = (y1 - 1 - y0) * sh + (hin - (rpb - 1) * sh)
-    _gather_rows(src, 0, xf, m * h * w * b, iy0, n_rows, h, w, wp, pl, b)
     w0 = cb * offsets.size * b
     whole = ow // DEPTHWISE_GROUP * DEPTHWISE_GROUP
     for oy in range(y0, y1):
@@ -727,6 +751,71 @@ def _depthwise_task(t, xf, wf, bias, rf, of, offsets, dims, window, acts, params
     if not one_pass:
         e = (m * oh + y0) * ow * b
         epilogue_run(of, e, (y1 - y0) * ow * b, of, e, 0.0, rf, act, alpha, beta, post, post_alpha, post_beta)
+
+
+@numba.njit(**SEQ)
+def expand_depthwise_blocked(x, we, be, wt, bias, residual, out, kernel, stride, padding, dilation, expand_acts,
+                             act, alpha, beta, post, post_alpha, post_beta):
+    """A MobileNet block's expansion and depthwise conv in one: out = depthwise_blocked(e) for e =
+    act_e(conv1x1(x, We) + be), e never stored whole. x (N, C / B, H, W, B); we = pack_channel_panels(We, B)
+    (M / B, C, B), be its bias (M, not None); wt, bias, residual, out, the depthwise conv's operands as
+    depthwise_blocked takes them (M channels); expand_acts = (code, alpha, beta) of act_e. Each task (image,
+    block of e, band of output rows) computes the expansion's rows its band reads, that block only, by
+    _blocked_out, gathers them into its scratch as depthwise_blocked gathers its input's, then computes the
+    depthwise rows from there. A band's halo rows are computed twice (by the band above too). Below
+    PARALLEL_MIN_ELEMENTS outputs and PARALLEL_MIN_MACS of the expansion, one task in the calling thread."""
+    kh, kw = kernel
+    n_n, cb_n, h, w, b = x.shape
+    mb_n, oh, ow = out.shape[1], out.shape[2], out.shape[3]
+    c_n = cb_n * b
+    if (b != taps_width() or we.shape != (mb_n, c_n, b) or be.size != mb_n * b or wt.shape != (mb_n, kh * kw, b)
+            or out.shape[0] != n_n or out.shape[4] != b):
+        raise ValueError("expand_depthwise_blocked: blocks of another width, or operands of mismatched shapes")
+    serial = out.size < PARALLEL_MIN_ELEMENTS and n_n * h * w * mb_n * b * c_n < PARALLEL_MIN_MACS
+    window, offsets, scratch, tasks = _depthwise_bands(n_n, mb_n, b, oh, ow, kernel, stride, padding, dilation,
+                                                       serial)
+    hin = window[4]
+    # each thread's expansion rows (hin of w pixels), after its band's scratch
+    scratch = np.empty(scratch.size // (hin * window[5] * b) * hin * (window[5] + w) * b, np.float32)
+    pix = np.zeros(h * w + MR, np.int64)  # pixel p of the image (MR entries past it for the last group's calls)
+    for p in range(h * w):
+        pix[p] = p * b
+    rows = np.empty(c_n, np.int64)  # reduction step c: input channel c of each pixel
+    for c in range(c_n):
+        rows[c] = (c // b) * h * w * b + c % b
+    data = (x.reshape(-1), we.reshape(-1), be, pix, rows, expand_acts, wt.reshape(-1), bias,
+            residual_run(residual, out), out.reshape(-1), offsets, (n_n, mb_n, h, w, b, oh, ow), window,
+            (act, post), (alpha, beta, post_alpha, post_beta), scratch)
+    if serial:
+        for t in range(tasks):
+            _expand_depthwise_task(t, *data)
+    else:
+        run_tasks(_expand_depthwise_task, tasks, data)
+
+
+@numba.njit(**SEQ)
+def _expand_depthwise_task(t, xf, wef, be, pix, rows, expand_acts, wf, bias, rf, of, offsets, dims, window, acts,
+                           params, scratch):
+    """Task t of expand_depthwise_blocked: the expansion's rows its band reads, block mb of them, in one run
+    of pixels (_blocked_out), gathered into its band's scratch as depthwise_blocked gathers its input's
+    (zeros outside the image), then its output rows."""
+    n_n, mb_n, h, w, b, oh, ow = dims
+    sh, sw, pt, pl, hin, wp, rpb, bands = window
+    e_act, e_alpha, e_beta = expand_acts
+    bi, m = t % bands, t // bands  # m: (image, block of the expansion)
+    mb, n = m % mb_n, m // mb_n
+    c_n = rows.size
+    own = _band_scratch(scratch, hin * (wp + w) * b)
+    src, expanded = own[:hin * wp * b], own[hin * wp * b:]
+    y0, y1 = bi * rpb, min(oh, (bi + 1) * rpb)
+    iy0 = y0 * sh - pt
+    n_rows = (y1 - 1 - y0) * sh + (hin - (rpb - 1) * sh)
+    lo, hi = max(0, iy0), min(h, iy0 + n_rows)  # the rows inside the image
+    if hi > lo:
+        _blocked_out(xf, n * c_n * h * w, pix, lo * w, 0, (hi - lo) * w, rows, c_n, wef, be, expanded[:0], expanded,
+                     0, 0, b, mb, mb + 1, (e_act, 0), (e_alpha, e_beta, 0.0, 0.0))
+    _gather_rows(src, 0, expanded, -lo * w * b, iy0, n_rows, h, w, wp, pl, b)
+    _depthwise_rows(src, m, mb, y0, y1, wf, bias, rf, of, offsets, dims, window, acts, params)
 
 
 @numba.njit(**SEQ)

@@ -15,6 +15,7 @@ from compiler.passes.fold_constants import fold_constants
 from compiler.passes.fuse_conv_epilogue import fuse_conv_epilogue
 from compiler.passes.fuse_conv_prologue import fuse_conv_prologue
 from compiler.passes.fuse_elementwise import fuse_elementwise
+from compiler.passes.fuse_expand_depthwise import fuse_expand_depthwise
 from compiler.passes.hoist_activations import hoist_activations
 from compiler.passes.lower_expressions import lower_expressions
 from compiler.passes.manager import Pass, PassManager
@@ -43,6 +44,7 @@ def pipeline(outputs: Sequence[str] | None = None, fuse: bool = True, feeds: Seq
             Pass("fuse-elementwise", fuse_elementwise),
             Pass("fuse-conv-prologue", fuse_conv_prologue),
             Pass("block-channels", block_channels),
+            Pass("fuse-expand-depthwise", fuse_expand_depthwise),
         ]
     passes.append(Pass("schedule", schedule))
     return passes

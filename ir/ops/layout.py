@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ir.op_registry import INT, register
+from ir.op_registry import FLOAT, INT, STR, register
 from ir.ops.conv import _conv2d_type
 from ir.ops.fused import _CONV_ATTRS, _EPILOGUE_ATTRS, _check_epilogue, fused_conv2d
 from ir.types import TensorType
@@ -81,6 +81,45 @@ def blocked_conv2d(x, weight, bias, residual=None, *, block, **conv_and_epilogue
     y = fused_conv2d(from_blocked(x, block=block, channels=weight.shape[1] * groups), weight, bias, plain,
                      **conv_and_epilogue)
     return to_blocked(y, block=block)
+
+
+_EXPAND_ATTRS = {"expand_activation": STR("none"), "expand_alpha": FLOAT(0.0), "expand_beta": FLOAT(0.0)}
+_POINTWISE = {"stride": (1, 1), "padding": (0, 0, 0, 0), "dilation": (1, 1), "groups": 1, "padding_mode": "zeros",
+              "post_activation": "none", "post_alpha": 0.0, "post_beta": 0.0}
+
+
+def _expansion_attrs(attrs: dict) -> dict:
+    """blocked_expand_depthwise's expansion as a blocked_conv2d's attributes."""
+    return {**_POINTWISE, "block": attrs["block"], "activation": attrs["expand_activation"],
+            "alpha": attrs["expand_alpha"], "beta": attrs["expand_beta"]}
+
+
+def _depthwise_attrs(attrs: dict) -> dict:
+    return {k: v for k, v in attrs.items() if k not in _EXPAND_ATTRS}
+
+
+def _expand_depthwise_type(types: list[TensorType], attrs: dict) -> TensorType:
+    expanded = _blocked_conv_type(types[:3], _expansion_attrs(attrs))
+    if attrs["groups"] == 1:
+        raise ValueError("blocked_expand_depthwise: the second conv is not a depthwise one")
+    return _blocked_conv_type([expanded, *types[3:]], _depthwise_attrs(attrs))
+
+
+@register("blocked_expand_depthwise", ["x", "expand_weight", "expand_bias", "weight", "bias", "residual?"],
+          {**_CONV_ATTRS, **_EPILOGUE_ATTRS, **_EXPAND_ATTRS, "block": INT()}, infer=_expand_depthwise_type)
+def blocked_expand_depthwise(x, expand_weight, expand_bias, weight, bias, residual=None, **attrs):
+    """A MobileNet block's 1x1 expansion (its bias and expand_activation) and the depthwise conv of its result
+    (the other attributes), on the blocked layout, the expansion never stored whole (the fuse-expand-depthwise
+    pass)."""
+    e = blocked_conv2d(x, expand_weight, expand_bias, **_expansion_attrs(attrs))
+    return blocked_conv2d(e, weight, bias, residual, **_depthwise_attrs(attrs))
+
+
+def expand_depthwise_macs(node) -> int:
+    """The multiply-adds of a blocked_expand_depthwise node: its expansion's and its depthwise conv's."""
+    x, we, wd, y = node.inputs[0], node.inputs[1], node.inputs[3], node.outputs[0]
+    (n, _, h, w, _), (_, _, oh, ow, _) = x.shape, y.shape
+    return n * h * w * we.shape[0] * we.shape[1] + n * oh * ow * wd.shape[0] * wd.shape[2] * wd.shape[3]
 
 
 def _blocked_dims(t: TensorType, block: int, op: str) -> tuple[int, ...]:

@@ -17,6 +17,7 @@ from codegen.kernels.blocked import (
     conv1x1_blocked,
     conv2d_blocked,
     depthwise_blocked,
+    expand_depthwise_blocked,
     from_blocked,
     global_avg_pool_blocked,
     pack_depthwise_blocked,
@@ -311,7 +312,8 @@ def run_depthwise(x, w, bias, residual, act, post, stride, padding, dilation, ou
     out_hw = out_size(x.shape[2:], w.shape[2:], stride, padding, dilation)
     out = np.full((n, blocks(c), *out_hw, B), np.nan, np.float32) if out is None else out
     codes = ACTIVATION_CODES[act], -0.5, 0.75, ACTIVATION_CODES[post], 0.0, 0.0
-    depthwise_blocked(blocked(x), read_only(pack_depthwise_blocked(w, B)), None if bias is None else block_bias(bias, c),
+    wd = read_only(pack_depthwise_blocked(w, B))
+    depthwise_blocked(blocked(x), wd, None if bias is None else block_bias(bias, c),
                       out[:0] if residual is None else residual, out, w.shape[2:], stride, padding, dilation, *codes)
     return unblocked(out, c)
 
@@ -424,3 +426,50 @@ def test_convs_on_channels_that_pad_the_last_block_match_float64(c, o, kind):
         want = reference(x, w, bias, plain, "silu", "none", stride, padding)
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 if kind == "winograd 4" else 2e-5)
     assert np.all(padding_lanes(out, o) == 0)
+
+
+# (n, c, m, hw, kernel, stride, padding): MobileNetV2's 3x3 stride 1 and 2, EfficientNet's 5x5 stride 2,
+# asymmetric padding, a long reduction (PACKED_K_CHUNK), channels that pad their last block, a plane
+# large enough for tasks and bands
+EXPAND_DEPTHWISE = [
+    (1, B, 4 * B, (9, 13), (3, 3), (1, 1), (1, 1, 1, 1)),
+    (2, B + B // 2, 6 * (B + B // 2), (14, 14), (3, 3), (2, 2), (1, 1, 1, 1)),
+    (1, 2 * B, 3 * B, (11, 11), (5, 5), (2, 2), (2, 2, 2, 2)),
+    (1, B, 2 * B, (14, 15), (3, 3), (2, 2), (0, 0, 1, 1)),
+    (1, PACKED_K_CHUNK + B, 2 * B, (7, 7), (3, 3), (1, 1), (1, 1, 1, 1)),
+    (2, B, 6 * B, (56, 56), (3, 3), (1, 1), (1, 1, 1, 1)),
+]
+
+
+@pytest.mark.parametrize("n, c, m, hw, kernel, stride, padding", EXPAND_DEPTHWISE)
+@pytest.mark.parametrize("e_act, act, with_residual", [("clamp", "clamp", False), ("silu", "silu", False),
+                                                        ("none", "none", True)])
+def test_expansion_and_depthwise_in_one_kernel_match_float64(n, c, m, hw, kernel, stride, padding, e_act, act,
+                                                             with_residual):
+    """expand_depthwise_blocked against the float64 expansion (1x1 conv, bias, activation), then the depthwise
+    conv; the expansion's padding rows and columns are zeros, as the depthwise conv reads them."""
+    x, we, be = operands(n, c, m, hw, (1, 1), seed=c + m + kernel[0])
+    rng = np.random.default_rng(m)
+    wd = (rng.standard_normal((m, 1, *kernel)) / kernel[0]).astype(np.float32)
+    bd = rng.standard_normal(m).astype(np.float32)
+    out_hw = out_size(hw, kernel, stride, padding, (1, 1))
+    residual = rng.standard_normal((n, m, *out_hw)).astype(np.float32) if with_residual else None
+    out = np.full((n, blocks(m), *out_hw, B), np.nan, np.float32)
+    acts = ACTIVATION_CODES[act], -0.5, 0.75, ACTIVATION_CODES["none"], 0.0, 0.0
+    expand_depthwise_blocked(blocked(x), read_only(pack_channel_panels(pad_to_blocks(we, B), B)), block_bias(be, m),
+                             read_only(pack_depthwise_blocked(wd, B)), block_bias(bd, m),
+                             out[:0] if residual is None else blocked(residual), out, kernel, stride, padding, (1, 1),
+                             (ACTIVATION_CODES[e_act], -0.5, 0.75), *acts)
+    e = reference(x, we, be, None, e_act, "none")
+    want = depthwise_reference(e, wd, bd, residual, act, "none", stride, padding, (1, 1))
+    np.testing.assert_allclose(unblocked(out, m), want, rtol=1e-4, atol=2e-5)
+    assert np.all(padding_lanes(out, m) == 0)
+
+
+def test_expansion_and_depthwise_in_one_kernel_refuse_mismatched_operands():
+    x = np.zeros((1, 1, 4, 4, B), np.float32)
+    we, be = np.zeros((2, B, B), np.float32), np.zeros(2 * B, np.float32)
+    wt, out = np.zeros((2, 9, B), np.float32), np.zeros((1, 2, 4, 4, B), np.float32)
+    with pytest.raises(ValueError, match="expand_depthwise_blocked"):
+        expand_depthwise_blocked(x, we, be[:B], wt, be, out[:0], out, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1),
+                                 (0, 0.0, 0.0), 0, 0.0, 0.0, 0, 0.0, 0.0)

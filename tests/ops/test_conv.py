@@ -280,8 +280,9 @@ class PreActivation(nn.Module):
 
 
 def test_batchnorm_relu_before_convs_folds_into_them():
+    # outputs reach ~350 after randomized norms: float32 sums that large differ by ~1e-4 in absolute terms
     param = check_module(randomize_norms(PreActivation()), torch.randn(2, 12, 20, 19), torch.randn(3, 24, 7, 7),
-                         backends=("interpreter", "numba", "executor"))
+                         backends=("interpreter", "numba", "executor"), atol=5e-4)
     graph = compiler.compile(param).graph
     fused = sorted(n.attrs["in_activation"] for n in graph.nodes if n.op == "fused_affine_conv2d")
     assert fused == ["none", "relu", "relu", "relu", "relu"]

@@ -307,7 +307,8 @@ def test_a_compiled_depthwise_chain_on_the_blocked_layout_matches_the_interprete
 
     block = taps_channels(target_vector_floats())
     text, w = inverted_residual(block, 2 * block, 9)
-    graph = block_channels(optimize(parse_graph(text, w)), block)
+    graph = block_channels(optimize(parse_graph(text, w), stop_after="block-channels"), block)  # (unfused: the
+    # depthwise kernel itself, not fuse-expand-depthwise's)
     assert ops(graph).count("blocked_conv2d") == 3
     x = RNG.normal(size=(1, block, 9, 9)).astype(np.float32)
     np.testing.assert_allclose(NumbaModel.build(graph, tmp_path)(x), Interpreter(parse_graph(text, w))(x),
@@ -326,7 +327,7 @@ def test_a_compiled_chain_on_channels_that_pad_the_last_block_matches_the_interp
     c = block + block // 2
     text, w = inverted_residual(c, 6 * c, 9)
     text = text.replace("f32[1,", f"f32[{batch},")
-    graph = block_channels(optimize(parse_graph(text, w)), block)
+    graph = block_channels(optimize(parse_graph(text, w), stop_after="block-channels"), block)  # (unfused)
     assert ops(graph).count("blocked_conv2d") == 3
     x = RNG.normal(size=(batch, c, 9, 9)).astype(np.float32)
     np.testing.assert_allclose(NumbaModel.build(graph, tmp_path)(x), Interpreter(parse_graph(text, w))(x),
