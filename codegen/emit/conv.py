@@ -20,6 +20,7 @@ from codegen.kernels.blocked import (
     pack_depthwise_blocked,
     pack_winograd_blocked,
     pad_to_blocks,
+    pool_blocked,
     to_blocked,
     winograd_blocked,
     winograd_f4_pays,
@@ -435,6 +436,15 @@ def unblocked_conv(node: Node) -> Node:
 @emits("to_blocked")
 def _emit_to_blocked(e: Emit) -> list[str]:
     return [f"{e.call(to_blocked)}({e.args[0]}, {e.outs[0]})"]
+
+
+@emits("blocked_max_pool2d", "blocked_avg_pool2d")
+def _emit_blocked_pool2d(e: Emit) -> list[str]:
+    a = e.node.attrs
+    is_max = e.node.op == "blocked_max_pool2d"
+    flags = const_args(is_max, bool(a.get("count_include_pad", True)), int(a.get("divisor_override") or 0))
+    return [f"{e.call(pool_blocked)}({e.args[0]}, {e.outs[0]}, "
+            f"{const_args(a['kernel'], a['stride'], a['padding'], a.get('dilation', (1, 1)))}, {flags})"]
 
 
 @emits("blocked_global_avg_pool")

@@ -20,6 +20,7 @@ on 56 x 56 0.82-0.99 against 1.01-1.30; 128 -> 512 on 28 x 28 0.87 against 1.10;
   tiles in the pixels' place: each of the 16 or 36 products a blocked 1x1 conv over the tiles, the
   transforms a vector of channels at a time (F(2x2) in ResNet-50 at batch 1: 0.8-1.0 of
   winograd_conv2d's time on 56 x 56 to 14 x 14; F(4x4) alone 0.34-0.65 of the direct conv's).
+- pool_blocked: max and average window pools inside a chain, a vector of a block's channels per tap.
 - global_avg_pool_blocked / channel_scale_blocked: a squeeze-and-excitation block's pool (into NCHW
   (N, C, 1, 1), the same bytes as blocked) and scale, inside a chain.
 - depthwise_blocked: a depthwise conv, each tap one vector multiply-add of a block's channels (0.65-0.9
@@ -330,19 +331,19 @@ def _conv2d_task(t, xf, wf, bias, rf, of, rows, dims, window, acts, params, scra
 
 
 @numba.njit(inline="always", **SEQ)
-def _gather_rows(src, d0, xf, x0, iy0, n_rows, h, w, wp, pl, b):
+def _gather_rows(src, d0, xf, x0, iy0, n_rows, h, w, wp, pl, b, fill=0.0):
     """Rows iy0 .. iy0 + n_rows - 1 of one block of an image (at xf[x0:], h rows of w pixels' B channels)
-    into src[d0:] as rows of wp pixels, the image's column 0 at column pl; zeros outside the image."""
+    into src[d0:] as rows of wp pixels, the image's column 0 at column pl; `fill` outside the image."""
     left, right = min(pl, wp), max(min(pl, wp), min(wp, pl + w))  # a row's columns inside the image
     for r in range(n_rows):
         iy, d = iy0 + r, d0 + r * wp * b
         if iy < 0 or iy >= h:
-            src[d:d + wp * b] = 0
+            src[d:d + wp * b] = fill
             continue
-        src[d:d + left * b] = 0
+        src[d:d + left * b] = fill
         if right > left:
             copy_run(src, d + left * b, xf, x0 + iy * w * b + (left - pl) * b, (right - left) * b)
-        src[d + right * b:d + wp * b] = 0
+        src[d + right * b:d + wp * b] = fill
 
 
 @intrinsic
@@ -816,6 +817,120 @@ def _expand_depthwise_task(t, xf, wef, be, pix, rows, expand_acts, wf, bias, rf,
                      0, 0, b, mb, mb + 1, (e_act, 0), (e_alpha, e_beta, 0.0, 0.0))
     _gather_rows(src, 0, expanded, -lo * w * b, iy0, n_rows, h, w, wp, pl, b)
     _depthwise_rows(src, m, mb, y0, y1, wf, bias, rf, of, offsets, dims, window, acts, params)
+
+
+@numba.njit(**SEQ)
+def pool_blocked(x, out, kernel, stride, padding, dilation, is_max, count_include_pad, divisor):
+    """Window max (is_max) or average pooling of a blocked float32 x into a blocked out (N, C / B, OH, OW, B),
+    as depthwise_blocked runs a depthwise conv: each task (image, block, band of output rows) gathers its
+    band's input rows into scratch, -inf (max) or 0 (average) outside the image, and combines each window's
+    taps a vector of a block's channels at a time, DEPTHWISE_GROUP pixels in registers (_window_taps). A
+    max propagates NaN (pool.py's _pmax); an average divides by divisor if > 0, else by torch's count (the
+    window clipped to the padded input, and to the input unless pads count)."""
+    n_n, cb_n, h, w, b = x.shape
+    oh, ow = out.shape[2], out.shape[3]
+    if b != taps_width() or out.shape[0] != n_n or out.shape[1] != cb_n or out.shape[4] != b:
+        raise ValueError("pool_blocked: blocks of another width, or the output not blocked as the input is")
+    serial = out.size < PARALLEL_MIN_ELEMENTS
+    window, offsets, scratch, tasks = _depthwise_bands(n_n, cb_n, b, oh, ow, kernel, stride, padding, dilation,
+                                                       serial)
+    counts = np.empty(oh * ow, np.float32)  # each window's divisor, for averages
+    for oy in range(oh):
+        y0 = oy * stride[0] - padding[0]
+        y1 = min(y0 + kernel[0], h + padding[2])
+        if not count_include_pad:
+            y0, y1 = max(y0, 0), min(y1, h)
+        for ox in range(ow):
+            x0 = ox * stride[1] - padding[1]
+            x1 = min(x0 + kernel[1], w + padding[3])
+            if not count_include_pad:
+                x0, x1 = max(x0, 0), min(x1, w)
+            counts[oy * ow + ox] = divisor if divisor > 0 else (y1 - y0) * (x1 - x0)
+    data = (x.reshape(-1), out.reshape(-1), offsets, (n_n, cb_n, h, w, b, oh, ow), window, is_max, counts, scratch)
+    if serial:
+        for t in range(tasks):
+            _pool_window_task(t, *data)
+    else:
+        run_tasks(_pool_window_task, tasks, data)
+
+
+@numba.njit(**SEQ)
+def _pool_window_task(t, xf, of, offsets, dims, window, is_max, counts, scratch):
+    """Task t of pool_blocked: its band's input rows into this thread's scratch, then each output row in
+    groups of DEPTHWISE_GROUP pixels (the rest one at a time), averages divided after."""
+    n_n, cb_n, h, w, b, oh, ow = dims
+    sh, sw, pt, pl, hin, wp, rpb, bands = window
+    bi, m = t % bands, t // bands  # m: (image, block)
+    src = _band_scratch(scratch, hin * wp * b)
+    y0, y1 = bi * rpb, min(oh, (bi + 1) * rpb)
+    _gather_rows(src, 0, xf, m * h * w * b, y0 * sh - pt, (y1 - 1 - y0) * sh + (hin - (rpb - 1) * sh), h, w, wp, pl, b,
+                 -np.inf if is_max else 0.0)
+    whole = ow // DEPTHWISE_GROUP * DEPTHWISE_GROUP
+    for oy in range(y0, y1):
+        s0 = (oy - y0) * sh * wp * b
+        o0 = (m * oh + oy) * ow * b
+        for ox in range(0, whole, DEPTHWISE_GROUP):
+            if is_max:
+                _window_taps(src, s0 + ox * sw * b, sw * b, offsets, of, o0 + ox * b, True, DEPTHWISE_GROUP)
+            else:
+                _window_taps(src, s0 + ox * sw * b, sw * b, offsets, of, o0 + ox * b, False, DEPTHWISE_GROUP)
+        for ox in range(whole, ow):
+            if is_max:
+                _window_taps(src, s0 + ox * sw * b, sw * b, offsets, of, o0 + ox * b, True, 1)
+            else:
+                _window_taps(src, s0 + ox * sw * b, sw * b, offsets, of, o0 + ox * b, False, 1)
+        if not is_max:
+            for ox in range(ow):
+                c = counts[oy * ow + ox]
+                for j in range(b):
+                    of[u(o0 + ox * b + j)] /= c
+
+
+@intrinsic
+def _window_taps(typingctx, src, base, step, offsets, of, o0, is_max, group):
+    """`group` (a constant) output pixels of a window pool on the blocked layout, a block's B channels each:
+    pixel k's tap t reads src[base + k * step + offsets[t]:][:B]; the max (is_max, a constant: NaN
+    propagating, as pool.py's _pmax) or the sum over the taps, in group x (B / W) vector registers, stored
+    at of[o0 + k * B:][:B]. In LLVM IR: numba's loops over a block's lanes keep the values in memory."""
+    if not (all(isinstance(a, types.Array) and a.dtype == types.float32 for a in (src, of))
+            and isinstance(offsets, types.Array) and offsets.dtype == types.int64
+            and isinstance(group, types.IntegerLiteral) and isinstance(is_max, types.BooleanLiteral)):
+        return None
+    pixels, maximum = group.literal_value, is_max.literal_value
+
+    def codegen(context, builder, signature, args):
+        width = vector_width(context)
+        nv = taps_channels(width) // width
+        vec, i64 = ir.VectorType(ir.FloatType(), width), ir.IntType(64)
+        base_, step_, o0_ = _int64s(context, builder, signature, args, (1, 2, 5))
+        src_ptr, off_ptr, of_ptr = (cgutils.create_struct_proxy(signature.args[k])(
+            context, builder, value=args[k]).data for k in (0, 3, 4))
+        taps = cgutils.create_struct_proxy(signature.args[3])(context, builder, value=args[3]).nitems
+
+        def at(pointer, index):
+            return builder.bitcast(builder.gep(pointer, [index]), vec.as_pointer())
+
+        def combine(acc, v):
+            if not maximum:
+                return builder.fadd(acc, v)
+            keep = builder.or_(builder.fcmp_ordered(">=", acc, v), builder.fcmp_unordered("uno", acc, acc))
+            return builder.select(keep, acc, v)
+
+        def tap(t, accs):
+            at_t = builder.add(base_, builder.load(builder.gep(off_ptr, [t])))
+            return [combine(accs[k * nv + j], builder.load(at(src_ptr, builder.add(
+                builder.add(at_t, builder.mul(step_, ir.Constant(i64, k))), ir.Constant(i64, j * width))), align=4))
+                for k in range(pixels) for j in range(nv)]
+
+        start = ir.Constant(vec, [float("-inf") if maximum else 0.0] * width)
+        accs = vector_loop(builder, "taps", taps, 1, [start] * (pixels * nv), tap)
+        for k in range(pixels):
+            for j in range(nv):
+                offset = ir.Constant(i64, k * nv * width + j * width)
+                builder.store(accs[k * nv + j], at(of_ptr, builder.add(o0_, offset)), align=4)
+        return context.get_dummy_value()
+
+    return types.void(src, base, step, offsets, of, o0, is_max, group), codegen
 
 
 @numba.njit(**SEQ)

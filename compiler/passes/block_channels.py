@@ -38,6 +38,7 @@ from ir.ops.layout import blocked_shape
 from ir.types import TensorType
 
 _CONVS = ("conv2d", "fused_conv2d")
+_POOLS = {"max_pool2d": "blocked_max_pool2d", "avg_pool2d": "blocked_avg_pool2d"}  # window pools between blocked nodes
 # output pixels a conv needs to run blocked. On 14 x 14 and 7 x 7 the NCHW 1x1 kernels already run near
 # the machine's peak and the blocked ones 1.1-1.4x their time in ResNet-50; from 28 x 28 up the blocked
 # 1x1 convs take 0.75-0.9 of it, the Winograd 3x3 ones 0.9-1.0 (in-model profile, batch 1, AVX2)
@@ -109,6 +110,9 @@ def block_channels(graph: Graph, block: int | None = None) -> Graph:
         yb = Value(f"{y.name}.b{block}", TensorType(blocked_shape(y.shape, block), y.dtype))
         if node.op == "concat":  # of blocked values along their blocks: dim 1 of either layout
             nodes.append(Node("concat", node.name, [blocked(v) for v in node.inputs], [yb], {**node.attrs, "dim": 1}))
+        elif node.op in _POOLS:
+            attrs = {**node.attrs, "block": block}
+            nodes.append(Node(_POOLS[node.op], node.name, [blocked(node.inputs[0])], [yb], attrs))
         elif node.op == "mul":
             x, scale = _scaled(node)
             nodes.append(Node("blocked_channel_scale", node.name, [blocked(x), scale], [yb], {"block": block}))
@@ -216,11 +220,13 @@ def _reordered(chain: set[Node], users: dict[Value, list[Node]], outputs: set[Va
 
 
 def _joinable(node: Node, block: int) -> bool:
-    """Whether a node other than a conv may run on the layout: a concat along the channels whose parts are
-    whole blocks (a concat along dim 1 of (N, C / B, H, W, B) tensors); a squeeze-and-excitation block's
-    float32 global average pool (adaptive_avg_pool2d to 1 x 1) and its scale (a mul of a (N, C, H, W)
-    value by a (N, C, 1, 1) one), C whole blocks."""
+    """Whether a node other than a conv may run on the layout: a float32 max or average window pool (any
+    channels); a concat along the channels whose parts are whole blocks (a concat along dim 1 of (N, C / B,
+    H, W, B) tensors); a squeeze-and-excitation block's float32 global average pool (adaptive_avg_pool2d to
+    1 x 1) and its scale (a mul of a (N, C, H, W) value by a (N, C, 1, 1) one), C whole blocks."""
     y = node.outputs[0]
+    if node.op in _POOLS:  # each channel to itself: padding lanes stay finite
+        return len(y.shape) == 4 and y.dtype == "float32"
     if len(y.shape) != 4 or y.shape[1] % block != 0:
         return False
     if node.op == "concat":

@@ -16,6 +16,7 @@ import numpy as np
 from ir.op_registry import FLOAT, INT, STR, register
 from ir.ops.conv import _conv2d_type
 from ir.ops.fused import _CONV_ATTRS, _EPILOGUE_ATTRS, _check_epilogue, fused_conv2d
+from ir.ops.pool import _AVG_ATTRS, _MAX_ATTRS, _avg_pool2d_type, _max_pool2d_type, avg_pool2d, max_pool2d
 from ir.types import TensorType
 
 
@@ -120,6 +121,35 @@ def expand_depthwise_macs(node) -> int:
     x, we, wd, y = node.inputs[0], node.inputs[1], node.inputs[3], node.outputs[0]
     (n, _, h, w, _), (_, _, oh, ow, _) = x.shape, y.shape
     return n * h * w * we.shape[0] * we.shape[1] + n * oh * ow * wd.shape[0] * wd.shape[2] * wd.shape[3]
+
+
+def _blocked_pool_type(plain_type):
+    def infer(types: list[TensorType], attrs: dict) -> TensorType:
+        n, cb, h, w, b = _blocked_dims(types[0], attrs["block"], "a blocked pool")
+        plain = plain_type([TensorType((n, cb * b, h, w), types[0].dtype)], attrs)
+        return TensorType(blocked_shape(plain.shape, b), plain.dtype)
+
+    return infer
+
+
+def _on_lanes(pool, x, attrs: dict):
+    """pool over every lane of a blocked x (padding lanes too: a pool keeps each channel to itself)."""
+    n, cb, h, w, b = x.shape
+    plain = np.ascontiguousarray(x.transpose(0, 1, 4, 2, 3).reshape(n, cb * b, h, w))
+    y = pool(plain, **{k: v for k, v in attrs.items() if k != "block"})
+    return np.ascontiguousarray(y.reshape(n, cb, b, *y.shape[2:]).transpose(0, 1, 3, 4, 2))
+
+
+@register("blocked_max_pool2d", ["x"], {**_MAX_ATTRS, "block": INT()}, infer=_blocked_pool_type(_max_pool2d_type))
+def blocked_max_pool2d(x, **attrs):
+    """max_pool2d of a blocked x, blocked (a pool between blocked convs: block-channels)."""
+    return _on_lanes(max_pool2d, x, attrs)
+
+
+@register("blocked_avg_pool2d", ["x"], {**_AVG_ATTRS, "block": INT()}, infer=_blocked_pool_type(_avg_pool2d_type))
+def blocked_avg_pool2d(x, **attrs):
+    """avg_pool2d of a blocked x, blocked."""
+    return _on_lanes(avg_pool2d, x, attrs)
 
 
 def _blocked_dims(t: TensorType, block: int, op: str) -> tuple[int, ...]:

@@ -23,6 +23,7 @@ from codegen.kernels.blocked import (
     pack_depthwise_blocked,
     pack_winograd_blocked,
     pad_to_blocks,
+    pool_blocked,
     to_blocked,
     winograd_blocked,
 )
@@ -473,3 +474,44 @@ def test_expansion_and_depthwise_in_one_kernel_refuse_mismatched_operands():
     with pytest.raises(ValueError, match="expand_depthwise_blocked"):
         expand_depthwise_blocked(x, we, be[:B], wt, be, out[:0], out, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1),
                                  (0, 0.0, 0.0), 0, 0.0, 0.0, 0, 0.0, 0.0)
+
+
+# (kernel, stride, padding, dilation, ceil_mode, count_include_pad, divisor): UNet's 2x2, ResNet's 3x3 s2 p1,
+# Inception's 3x3 s1 p1 average (pads counted or not), YOLOv5's SPPF 5x5 s1 p2, a ceil-mode overhang, a
+# dilated max, a divisor override
+POOLS = [
+    ((2, 2), (2, 2), (0, 0, 0, 0), (1, 1), False, True, None),
+    ((3, 3), (2, 2), (1, 1, 1, 1), (1, 1), False, True, None),
+    ((3, 3), (1, 1), (1, 1, 1, 1), (1, 1), False, False, None),
+    ((3, 3), (1, 1), (1, 1, 1, 1), (1, 1), False, True, None),
+    ((5, 5), (1, 1), (2, 2, 2, 2), (1, 1), False, True, None),
+    ((3, 3), (2, 2), (0, 0, 0, 0), (1, 1), True, True, None),
+    ((2, 3), (1, 2), (1, 1, 1, 1), (2, 1), False, True, None),
+    ((3, 3), (2, 2), (1, 1, 1, 1), (1, 1), True, False, 5),
+]
+
+
+@pytest.mark.parametrize("kernel, stride, padding, dilation, ceil_mode, count_include_pad, divisor", POOLS)
+@pytest.mark.parametrize("is_max", [True, False])
+@pytest.mark.parametrize("n, c, hw", [(1, B + B // 2, (9, 11)), (2, 2 * B, (28, 28))])
+def test_window_pools_on_the_blocked_layout_match_the_nchw_reference(kernel, stride, padding, dilation, ceil_mode,
+                                                                   count_include_pad, divisor, is_max, n, c, hw):
+    from ir.ops.pool import avg_pool2d, max_pool2d
+
+    dilation = dilation if is_max else (1, 1)  # (average pools take none)
+    x = np.random.default_rng(c + kernel[0]).standard_normal((n, c, *hw)).astype(np.float32)
+    x[0, 1, 2, 3] = np.nan  # a max propagates it, as torch's does
+    common = {"kernel": kernel, "stride": stride, "padding": padding, "ceil_mode": ceil_mode}
+    want = (max_pool2d(x, dilation=dilation, **common) if is_max else
+            avg_pool2d(x, count_include_pad=count_include_pad, divisor_override=divisor, **common))
+    out = np.full((n, blocks(c), *want.shape[2:], B), np.nan, np.float32)
+    pool_blocked(blocked(x), out, kernel, stride, padding, dilation, is_max, count_include_pad, divisor or 0)
+    np.testing.assert_allclose(unblocked(out, c), want, rtol=1e-6, atol=1e-6)
+    assert np.isnan(unblocked(out, c)[0, 1]).any()
+    assert np.all(padding_lanes(out, c) == 0)
+
+
+def test_blocked_pools_refuse_an_output_blocked_otherwise():
+    x = np.zeros((1, 2, 4, 4, B), np.float32)
+    with pytest.raises(ValueError, match="pool_blocked"):
+        pool_blocked(x, np.zeros((1, 1, 2, 2, B), np.float32), (2, 2), (2, 2), (0, 0, 0, 0), (1, 1), True, True, 0)

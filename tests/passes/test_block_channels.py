@@ -184,6 +184,41 @@ def test_concats_and_squeeze_excitation_blocks_take_whole_blocks_only():
     np.testing.assert_allclose(Interpreter(after)(x), Interpreter(parse_graph(text, w))(x), rtol=1e-4, atol=1e-5)
 
 
+def pooled_chain(c: int, s: int = 2 * S, n: int = 1) -> tuple[str, dict[str, np.ndarray]]:
+    """UNet's encoder step and Inception's pool branch: 3x3 conv -> ReLU -> 2x2 max pool -> 3x3 conv -> ReLU
+    -> 3x3 stride-1 average pool (pads not counted) -> 1x1 conv, read by a sine."""
+    h = s // 2
+    text = f"""
+    graph g(%x: f32[{n},{c},{s},{s}]) {{
+      const %w1: f32[{c},{c},3,3]
+      const %b1: f32[{c}]
+      const %w2: f32[{c},{c},3,3]
+      const %b2: f32[{c}]
+      const %w3: f32[{c},{c},1,1]
+      const %b3: f32[{c}]
+      %c1: f32[{n},{c},{s},{s}] = conv2d(%x, %w1, %b1) {{padding=[1, 1, 1, 1]}} @conv1
+      %r1: f32[{n},{c},{s},{s}] = relu(%c1) @relu1
+      %p1: f32[{n},{c},{h},{h}] = max_pool2d(%r1) {{kernel=[2, 2], stride=[2, 2]}} @pool1
+      %c2: f32[{n},{c},{h},{h}] = conv2d(%p1, %w2, %b2) {{padding=[1, 1, 1, 1]}} @conv2
+      %r2: f32[{n},{c},{h},{h}] = relu(%c2) @relu2
+      %p2: f32[{n},{c},{h},{h}] = avg_pool2d(%r2) {{kernel=[3, 3], stride=[1, 1], padding=[1, 1, 1, 1], count_include_pad=false}} @pool2
+      %c3: f32[{n},{c},{h},{h}] = conv2d(%p2, %w3, %b3) @conv3
+      %out0: f32[{n},{c},{h},{h}] = sin(%c3) @sin
+      return %out0
+    }}"""
+    return text, {"w1": w(c, c, 3, 3), "b1": w(c), "w2": w(c, c, 3, 3), "b2": w(c), "w3": w(c, c, 1, 1), "b3": w(c)}
+
+
+def test_window_pools_between_blocked_convs_join_the_chain():
+    text, weights = pooled_chain(2 * B)
+    after = blocked(text, weights)
+    assert ops(after) == ["to_blocked", "blocked_conv2d", "blocked_max_pool2d", "blocked_conv2d", "blocked_avg_pool2d",
+                          "blocked_conv2d", "from_blocked", "sin"]
+    assert after.nodes[2].outputs[0].shape == (1, 2, S, S, B) and after.nodes[4].attrs["count_include_pad"] is False
+    x = RNG.normal(size=(1, 2 * B, 2 * S, 2 * S)).astype(np.float32)
+    np.testing.assert_allclose(Interpreter(after)(x), Interpreter(parse_graph(text, weights))(x), rtol=1e-4, atol=1e-5)
+
+
 def concat_block(c: int, read_by: str) -> tuple[str, dict[str, np.ndarray]]:
     """YOLOv5's C3 in small: a 1x1 conv, a 3x3 conv of it, both joined along the channels, then read
     by `read_by` (a 1x1 conv, or a sine)."""
@@ -331,6 +366,24 @@ def test_a_compiled_chain_on_channels_that_pad_the_last_block_matches_the_interp
     assert ops(graph).count("blocked_conv2d") == 3
     x = RNG.normal(size=(batch, c, 9, 9)).astype(np.float32)
     np.testing.assert_allclose(NumbaModel.build(graph, tmp_path)(x), Interpreter(parse_graph(text, w))(x),
+                               rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("channels, batch", [(1, 1), (1.75, 2)])
+def test_a_compiled_chain_with_window_pools_matches_the_interpreter(tmp_path, channels, batch):
+    """pool_blocked in a forward, max and average, at this CPU's block; 1.75 blocks: padded channels (3x3 convs
+    on 1.5 would grow by more than MAX_PADDING)."""
+    from codegen.kernels.microkernel import taps_channels
+    from codegen.kernels.vectors import target_vector_floats
+    from compiler.api import optimize
+
+    block = taps_channels(target_vector_floats())
+    c = int(block * channels)
+    text, weights = pooled_chain(c, 2 * S, batch)
+    graph = block_channels(optimize(parse_graph(text, weights)), block)
+    assert {"blocked_max_pool2d", "blocked_avg_pool2d"} <= set(ops(graph))
+    x = RNG.normal(size=(batch, c, 2 * S, 2 * S)).astype(np.float32)
+    np.testing.assert_allclose(NumbaModel.build(graph, tmp_path)(x), Interpreter(parse_graph(text, weights))(x),
                                rtol=1e-4, atol=1e-4)
 
 
