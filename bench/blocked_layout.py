@@ -59,9 +59,12 @@ def main() -> None:
     new = compiled(param, args.threads, True, args.nodes)
     old = compiled(param, args.threads, False, args.nodes)
     ops = [n.op for n in new.graph.nodes]
+    blocked_ops = [op for op in ops if op.startswith("blocked_")]
     print(f"{cpu_name()}; {args.model} batch {args.batch}: {ops.count('blocked_conv2d')} blocked convs, "
-          f"{ops.count('to_blocked')} to_blocked, {ops.count('from_blocked')} from_blocked")
-    if not ops.count("blocked_conv2d"):
+          f"{ops.count('blocked_expand_depthwise')} expansions fused into depthwise ones, "
+          f"{len(blocked_ops)} blocked nodes in all, {ops.count('to_blocked')} to_blocked, "
+          f"{ops.count('from_blocked')} from_blocked")
+    if not blocked_ops:
         print("the pass blocked nothing here (on AVX-512 it does not run)")
     ys_new, ys_old = new(x), old(x)
     for a, b in zip(ys_new if isinstance(ys_new, list) else [ys_new], ys_old if isinstance(ys_old, list) else [ys_old]):
