@@ -19,6 +19,7 @@ from codegen.kernels.blocked import (
     global_avg_pool_blocked,
     pack_depthwise_blocked,
     pack_winograd_blocked,
+    pad_bias,
     pad_to_blocks,
     pool_blocked,
     to_blocked,
@@ -358,20 +359,24 @@ def _emit_blocked_conv2d(e: Emit) -> list[str]:
     depthwise one, winograd_blocked (blocked_winograd_tile), conv1x1_blocked for a 1x1
     unpadded one, conv2d_blocked for the others."""
     a = e.node.attrs
-    block = a["block"]
-    bias = _blocked_bias(e, 2, e.node.outputs[0].shape[1] * block)
+    block, segments = a["block"], tuple(a.get("in_segments") or ())
+    depthwise = a["groups"] > 1
+    bias = _blocked_bias(e, 2, segments if depthwise else ())
     residual = e.args[3] if len(e.args) > 3 else no_residual(e.outs[0])
+    tag = f"{block}" + "".join(f"_{c}" for c in segments)  # a weight packed for these lanes
     kernel, stride, padding = e.node.inputs[1].shape[2:], tuple(a["stride"]), tuple(a["padding"])
-    if a["groups"] > 1:  # depthwise (the op takes no other groups)
-        wd = e.prepack(1, f"depthwise_blocked{block}", lambda w: pack_depthwise_blocked(w, block))
+    if depthwise:  # (the op takes no other groups)
+        wd = e.prepack(1, f"depthwise_blocked{tag}", lambda w: pack_depthwise_blocked(w, block, segments or None))
         return [f"{e.call(depthwise_blocked)}({e.args[0]}, {wd}, {bias}, {residual}, {e.outs[0]}, "
                 f"{const_args(kernel, stride, padding, a['dilation'])}, {epilogue_args(a)})"]
     tile = blocked_winograd_tile(e.node)
     if tile:
-        up = e.prepack(1, f"winograd{tile}_blocked{block}", lambda w: pack_winograd_blocked(w, block, tile))
+        up = e.prepack(1, f"winograd{tile}_blocked{tag}",
+                       lambda w: pack_winograd_blocked(w, block, tile, segments or None))
         return [f"{e.call(winograd_blocked)}({e.args[0]}, {up}, {bias}, {residual}, {e.outs[0]}, "
                 f"{const_args(padding[0], padding[1])}, {epilogue_args(a)})"]
-    wt = e.prepack(1, f"blocked{block}", lambda w: pack_channel_panels(pad_to_blocks(w, block), block))
+    wt = e.prepack(1, f"blocked{tag}",
+                   lambda w: pack_channel_panels(pad_to_blocks(w, block, segments=segments or None), block))
     if kernel == (1, 1) and not any(padding):
         return [f"{e.call(conv1x1_blocked)}({e.args[0]}, {wt}, {bias}, {residual}, {e.outs[0]}, {const(stride)}, "
                 f"{epilogue_args(a)})"]
@@ -379,26 +384,31 @@ def _emit_blocked_conv2d(e: Emit) -> list[str]:
             f"{const_args(kernel, stride, padding, a['dilation'])}, {epilogue_args(a)})"]
 
 
-def _blocked_bias(e: Emit, index: int, padded: int) -> str:
-    """Input `index`, a blocked conv's bias, zero-padded to `padded` channels (whole blocks), or zeros."""
+def _blocked_bias(e: Emit, index: int, segments: tuple[int, ...]) -> str:
+    """Input `index`, a blocked conv's bias (its channels in `segments`, () for one) with zeros in the lanes
+    padding its output's blocks, or zeros for the output's lanes."""
+    block, y = e.node.attrs["block"], e.node.outputs[0]
+    lanes = y.shape[1] * block
     bias = e.node.inputs[index] if len(e.node.inputs) > index else None
-    if bias is not None and bias.is_constant and bias.shape[0] != padded:
-        return e.prepack(index, f"blocks{e.node.attrs['block']}", lambda b: np.pad(b, (0, padded - b.shape[0])))
-    return e.bias(index, padded)
+    if bias is not None and bias.is_constant and bias.shape[0] != lanes:
+        tag = f"blocks{block}" + "".join(f"_{c}" for c in segments)
+        return e.prepack(index, tag, lambda b: pad_bias(b, block, segments or None))
+    return e.bias(index, lanes)
 
 
 @emits("blocked_expand_depthwise")
 def _emit_blocked_expand_depthwise(e: Emit) -> list[str]:
     """A 1x1 expansion and the depthwise conv of its result in one kernel (compiler/passes/fuse_expand_depthwise.py)."""
     a = e.node.attrs
-    block = a["block"]
-    padded = e.node.outputs[0].shape[1] * block
-    we = e.prepack(1, f"blocked{block}", lambda w: pack_channel_panels(pad_to_blocks(w, block), block))
+    block, segments = a["block"], tuple(a.get("in_segments") or ())
+    tag = f"{block}" + "".join(f"_{c}" for c in segments)
+    we = e.prepack(1, f"blocked{tag}",
+                   lambda w: pack_channel_panels(pad_to_blocks(w, block, segments=segments or None), block))
     wd = e.prepack(3, f"depthwise_blocked{block}", lambda w: pack_depthwise_blocked(w, block))
     residual = e.args[5] if len(e.args) > 5 else no_residual(e.outs[0])
     expand = const_args(ACTIVATION_CODES[a["expand_activation"]], float(a["expand_alpha"]), float(a["expand_beta"]))
-    return [f"{e.call(expand_depthwise_blocked)}({e.args[0]}, {we}, {_blocked_bias(e, 2, padded)}, {wd}, "
-            f"{_blocked_bias(e, 4, padded)}, {residual}, {e.outs[0]}, "
+    return [f"{e.call(expand_depthwise_blocked)}({e.args[0]}, {we}, {_blocked_bias(e, 2, ())}, {wd}, "
+            f"{_blocked_bias(e, 4, ())}, {residual}, {e.outs[0]}, "
             f"{const_args(e.node.inputs[3].shape[2:], a['stride'], a['padding'], a['dilation'])}, ({expand}), "
             f"{epilogue_args(a)})"]
 
@@ -427,7 +437,7 @@ def unblocked_conv(node: Node) -> Node:
         n, _, h, w, _ = v.shape
         return Value(v.name, TensorType((n, channels, h, w), v.dtype), v.data)
 
-    attrs = {k: v for k, v in node.attrs.items() if k != "block"}
+    attrs = {k: v for k, v in node.attrs.items() if k not in ("block", "in_segments")}
     weight = node.inputs[1]
     x = plain(node.inputs[0], weight.shape[1] * attrs["groups"])
     return Node("fused_conv2d", node.name, [x, *node.inputs[1:3]], [plain(node.outputs[0], weight.shape[0])], attrs)
@@ -459,7 +469,7 @@ def _emit_blocked_channel_scale(e: Emit) -> list[str]:
 
 @emits("from_blocked")
 def _emit_from_blocked(e: Emit) -> list[str]:
-    return [f"{e.call(from_blocked)}({e.args[0]}, {e.outs[0]})"]
+    return [f"{e.call(from_blocked)}({e.args[0]}, {e.outs[0]}, {const(tuple(e.node.attrs['segments']))})"]
 
 
 def _as_fused_conv(node: Node, x: Value) -> Node:

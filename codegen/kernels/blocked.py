@@ -68,6 +68,7 @@ from codegen.kernels.winograd import (
     output_transform4,
     weight_transform,
 )
+from ir.ops.layout import segment_lanes
 
 CHUNK_GROUPS = 16  # MR-pixel groups per task's chunk of an image: 96 pixels, a 6 KB block of each input block
 MIN_TASKS = 16  # tasks at least (8 a thread on 2), by splitting the output blocks into groups
@@ -79,28 +80,35 @@ def to_blocked(x, out):
     """out[n, c // B, h, w, c % B] = x[n, c, h, w]: NCHW into the blocked layout (B = out.shape[4]), the
     channels past C that pad the last block zero."""
     n_n, c_n, h, w = x.shape
-    if not _is_blocked_shape(x.shape, out.shape):
+    if not _is_blocked_shape(x.shape, out.shape, (c_n,)):
         raise ValueError("to_blocked: the output is not the input's blocked shape")
-    _reorder(x.reshape(-1), out.reshape(-1), n_n, c_n, h * w, out.shape[4], True)
+    _reorder(x.reshape(-1), out.reshape(-1), n_n, (c_n,), h * w, out.shape[4], True)
 
 
 @numba.njit(**SEQ)
-def from_blocked(x, out):
-    """out[n, c, h, w] = x[n, c // B, h, w, c % B]: the blocked layout back into NCHW (B = x.shape[4]), the
-    channels past out's C dropped."""
+def from_blocked(x, out, segments):
+    """out[n, c, h, w] = the lane of x[n, :, h, w, :] that holds channel c: the blocked layout back into NCHW
+    (B = x.shape[4]), out's C channels in `segments` (a tuple: a concat's parts, each from a block's first
+    lane; (C,) for any other value), the lanes padding them dropped."""
     n_n, c_n, h, w = out.shape
-    if not _is_blocked_shape(out.shape, x.shape):
+    if not _is_blocked_shape(out.shape, x.shape, segments):
         raise ValueError("from_blocked: the input is not the output's blocked shape")
-    _reorder(x.reshape(-1), out.reshape(-1), n_n, c_n, h * w, x.shape[4], False)
+    _reorder(x.reshape(-1), out.reshape(-1), n_n, segments, h * w, x.shape[4], False)
 
 
 @numba.njit(inline="always", **SEQ)
-def _is_blocked_shape(nchw, blocked):
-    """Whether `blocked` is the blocked shape of `nchw`: its C channels in blocks of blocked[4], the last
-    one padded."""
+def _is_blocked_shape(nchw, blocked, segments):
+    """Whether `blocked` is the blocked shape of `nchw`: its C channels, in `segments`, in blocks of
+    blocked[4], each segment's last one padded."""
     n_n, c_n, h, w = nchw
     b = blocked[4]
-    return b > 0 and blocked[1] == -(-c_n // b) and blocked[0] == n_n and blocked[2] == h and blocked[3] == w
+    if b < 1:
+        return False
+    total, blocks = 0, 0
+    for count in segments:
+        total += count
+        blocks += -(-count // b)
+    return total == c_n and blocked[1] == blocks and blocked[0] == n_n and blocked[2] == h and blocked[3] == w
 
 
 @numba.njit(inline="always", **SEQ)
@@ -124,25 +132,37 @@ def _block_groups(jobs, ob_n, serial):
 
 
 @numba.njit(**SEQ)
-def _reorder(xf, of, n_n, c_n, hw, b, into):
-    """Each (image, block) pair's B planes of hw pixels (C channels on NCHW) into one run of hw pixels' B
-    channels (into), or back; tasks of whole pairs (below PARALLEL_MIN_ELEMENTS, in the calling thread)."""
-    cb_n = -(-c_n // b)
+def _reorder(xf, of, n_n, segments, hw, b, into):
+    """Each (image, block) pair's B planes of hw pixels (the channels in `segments` on NCHW) into one run of
+    hw pixels' B channels (into), or back; tasks of whole pairs (below PARALLEL_MIN_ELEMENTS, in the calling
+    thread)."""
+    c_n, cb_n = 0, 0
+    for count in segments:
+        c_n += count
+        cb_n += -(-count // b)
     if n_n * cb_n * hw * b < PARALLEL_MIN_ELEMENTS:
         for m in range(n_n * cb_n):
-            _reorder_task(m, xf, of, c_n, cb_n, hw, b, into)
+            _reorder_task(m, xf, of, segments, c_n, cb_n, hw, b, into)
     else:
-        run_tasks(_reorder_task, n_n * cb_n, (xf, of, c_n, cb_n, hw, b, into))
+        run_tasks(_reorder_task, n_n * cb_n, (xf, of, segments, c_n, cb_n, hw, b, into))
 
 
 @numba.njit(**SEQ)
-def _reorder_task(m, xf, of, c_n, cb_n, hw, b, into):
+def _reorder_task(m, xf, of, segments, c_n, cb_n, hw, b, into):
     """Pair m of _reorder: n x n squares of channels and pixels transposed in registers (transpose_out),
-    the last hw % n pixels, and vectors of channels partly past C, one element at a time; into the
-    layout, the channels past C zero."""
-    flat = ((m // cb_n) * c_n + (m % cb_n) * b) * hw  # the pair's first element on NCHW
+    the last hw % n pixels, and vectors of channels partly past their segment, one element at a time; into
+    the layout, the lanes past a segment zero."""
+    q, c0, real = m % cb_n, 0, 0  # the block, its first channel, its channels that are not padding
+    for count in segments:
+        blocks = -(-count // b)
+        if q < blocks:
+            c0 += q * b
+            real = min(b, count - q * b)
+            break
+        q -= blocks
+        c0 += count
+    flat = ((m // cb_n) * c_n + c0) * hw  # the pair's first element on NCHW
     base = m * b * hw  # and blocked
-    real = min(b, c_n - (m % cb_n) * b)  # the block's channels that are not padding
     n = vector_floats()
     whole = hw // n * n
     no = -np.inf
@@ -414,24 +434,41 @@ def winograd_f4_pays(n: int, c: int, o: int, oh: int, ow: int) -> bool:
     return c * o >= F4_MIN_CHANNEL_PAIRS and n * -(-oh // 4) * -(-ow // 4) >= F4_MIN_TILES
 
 
-def pad_to_blocks(weight: np.ndarray, block: int, depthwise: bool = False) -> np.ndarray:
-    """A conv's (O, C, KH, KW) weight with zero channels appended, so that its output channels and (but for
-    a depthwise conv's) its input channels are whole blocks: the channels that pad a value's last block
-    (ir/ops/layout.py) neither reach a real channel nor get anything but act(0 + 0) themselves."""
-    o_n, c_n = weight.shape[:2]
-    extra_o = -o_n % block
-    extra_c = 0 if depthwise else -c_n % block
-    if not (extra_o or extra_c):
+def pad_to_blocks(weight: np.ndarray, block: int, depthwise: bool = False, segments=None) -> np.ndarray:
+    """A conv's (O, C, KH, KW) weight with zero channels added, so that its output channels and (but for a
+    depthwise conv's) its input channels are whole blocks, the input's in `segments` (a concat's parts,
+    each from a block's first lane: ir/ops/layout.py; default one); a depthwise conv's channels in its
+    segments. The channels that pad a value's blocks neither reach a real channel nor get anything but act(0
+    + 0) themselves."""
+    o_n, c_n, kh, kw = weight.shape
+    if depthwise:
+        lanes, total = segment_lanes(segments or (o_n,), block)
+        padded = np.zeros((total, 1, kh, kw), weight.dtype)
+        padded[lanes] = weight
+        return padded
+    lanes, total = segment_lanes(segments or (c_n,), block)
+    if total == c_n and o_n % block == 0:
         return weight
-    return np.pad(weight, ((0, extra_o), (0, extra_c), (0, 0), (0, 0)))
+    padded = np.zeros((-(-o_n // block) * block, total, kh, kw), weight.dtype)
+    padded[:o_n, lanes] = weight
+    return padded
 
 
-def pack_winograd_blocked(weight: np.ndarray, block: int, tile: int = 2) -> np.ndarray:
+def pad_bias(bias: np.ndarray, block: int, segments=None) -> np.ndarray:
+    """A blocked conv's bias with zeros in the lanes padding its output's blocks (its channels in `segments`:
+    a depthwise conv's input's; default one)."""
+    lanes, total = segment_lanes(segments or (bias.shape[0],), block)
+    padded = np.zeros(total, bias.dtype)
+    padded[lanes] = bias
+    return padded
+
+
+def pack_winograd_blocked(weight: np.ndarray, block: int, tile: int = 2, segments=None) -> np.ndarray:
     """The Winograd-transformed weight U = G g G^T of a (O, C, 3, 3) float32 weight (winograd.py's
     weight_transform; F(2x2, 3x3) for tile 2, F(4x4, 3x3) for 4) as winograd_blocked takes it: (a^2, O /
     block, C, block), a = tile + 2, O and C padded to whole blocks (pad_to_blocks), U[k]'s output block q's
     weights for input channel c side by side: each of the a^2 products is a blocked 1x1 conv."""
-    u_ = weight_transform(pad_to_blocks(weight, block), tile)  # (a^2, O, C), padded
+    u_ = weight_transform(pad_to_blocks(weight, block, segments=segments), tile)  # (a^2, O, C), padded
     planes, o_n, c_n = u_.shape
     return np.ascontiguousarray(u_.reshape(planes, o_n // block, block, c_n).transpose(0, 1, 3, 2), dtype=np.float32)
 
@@ -640,12 +677,13 @@ def _depthwise_taps(typingctx, src, base, step, offsets, wt, w0, of, o0, bias, b
     return types.void(src, base, step, offsets, wt, w0, of, o0, bias, bias0, lo, hi, top, res, group), codegen
 
 
-def pack_depthwise_blocked(weight: np.ndarray, block: int) -> np.ndarray:
-    """A depthwise conv's (C, 1, KH, KW) weight as depthwise_blocked takes it: (ceil(C / block), KH * KW,
-    block), each tap's weights of a block's channels side by side (zero in the channels past C)."""
+def pack_depthwise_blocked(weight: np.ndarray, block: int, segments=None) -> np.ndarray:
+    """A depthwise conv's (C, 1, KH, KW) weight as depthwise_blocked takes it: (blocks, KH * KW, block), each
+    tap's weights of a block's channels side by side (its channels in `segments`, zero in the lanes padding
+    them)."""
     if weight.ndim != 4 or weight.shape[1] != 1:
         raise ValueError(f"pack_depthwise_blocked: a {weight.shape} weight is not a depthwise one")
-    weight = pad_to_blocks(weight, block, depthwise=True)
+    weight = pad_to_blocks(weight, block, depthwise=True, segments=segments)
     c_n, kh, kw = weight.shape[0], weight.shape[2], weight.shape[3]
     return np.ascontiguousarray(weight.reshape(c_n // block, block, kh * kw).transpose(0, 2, 1), dtype=np.float32)
 

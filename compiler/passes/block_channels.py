@@ -10,7 +10,9 @@ residual included, as one contiguous run from the registers (codegen/kernels/blo
 Blocked: conv2d with a bias and fused_conv2d nodes on float32 with constant weights and biases, ungrouped or
 depthwise (groups == input channels == output channels), zero-padded, whose multiply-adds with its input and
 output channels padded to whole blocks are at most MAX_PADDING more (ir/ops/layout.py: the padding channels
-are zero in the weights; concats and squeeze-and-excitation blocks take whole blocks only). A conv whose input
+are zero in the weights). Between them: window pools, concats along the channels (whose parts' blocks make
+the result's segments: _segments), and squeeze-and-excitation pools and scales of one segment of whole
+blocks (_misfits). A conv whose input
 does not come from a blocked conv and none of whose readers is one would pay two reorders for one conv, and
 stays on NCHW (dropped until no such conv is left). In chains without a depthwise conv or a 3x3 conv that runs
 Winograd F(4x4, 3x3) blocked (blocked.winograd_f4_pays), convs of fewer than BLOCKED_MIN_PIXELS output pixels
@@ -34,7 +36,7 @@ from __future__ import annotations
 import numpy as np
 
 from ir.graph import Graph, Node, Value
-from ir.ops.layout import blocked_shape
+from ir.ops.layout import blocked_shape, segment_lanes
 from ir.types import TensorType
 
 _CONVS = ("conv2d", "fused_conv2d")
@@ -84,11 +86,13 @@ def block_channels(graph: Graph, block: int | None = None) -> Graph:
         for chain in _chains(chosen):  # and the chains too short to pay for their reorders
             if _macs(chain) < MIN_MACS_PER_REORDERED * _reordered(chain, users, set(graph.outputs)):
                 chosen -= chain
+        chosen -= _misfits(chosen, _segments(chosen, graph), block)
         if chosen == before:
             break
     if not chosen:
         return graph
     outputs = set(graph.outputs)
+    segments = _segments(chosen, graph)
     entered: dict[Value, Value] = {}  # NCHW value -> its blocked twin
     nodes: list[Node] = []
 
@@ -107,7 +111,7 @@ def block_channels(graph: Graph, block: int | None = None) -> Graph:
         if node.op == "adaptive_avg_pool2d":  # its (N, C, 1, 1) result is the same in either layout
             nodes.append(Node("blocked_global_avg_pool", node.name, [blocked(node.inputs[0])], [y], {"block": block}))
             continue
-        yb = Value(f"{y.name}.b{block}", TensorType(blocked_shape(y.shape, block), y.dtype))
+        yb = Value(f"{y.name}.b{block}", TensorType(blocked_shape(y.shape, block, segments[y]), y.dtype))
         if node.op == "concat":  # of blocked values along their blocks: dim 1 of either layout
             nodes.append(Node("concat", node.name, [blocked(v) for v in node.inputs], [yb], {**node.attrs, "dim": 1}))
         elif node.op in _POOLS:
@@ -119,13 +123,60 @@ def block_channels(graph: Graph, block: int | None = None) -> Graph:
         else:
             x, weight, bias, *residual = node.inputs
             ins = [blocked(x), weight, bias, *(blocked(r) for r in residual)]
-            nodes.append(Node("blocked_conv2d", node.name, ins, [yb], {**node.attrs, "block": block}))
+            attrs = {**node.attrs, "block": block}
+            if len(segments.get(x, ())) > 1:
+                attrs["in_segments"] = segments[x]
+            nodes.append(Node("blocked_conv2d", node.name, ins, [yb], attrs))
         entered[y] = yb
         if y in outputs or any(_reads_unblocked(r, y, chosen) for r in users.get(y, [])):
-            attrs = {"block": block, "channels": y.shape[1]}
+            attrs = {"block": block, "segments": segments[y]}
             nodes.append(Node("from_blocked", f"{y.name}.from_blocked", [yb], [y], attrs))
     graph.nodes = nodes  # each to_blocked just before its first reader, each from_blocked just after its producer
     return graph
+
+
+def _segments(chosen: set[Node], graph: Graph) -> dict[Value, tuple[int, ...]]:
+    """The segments of each value a chosen node makes on the layout (ir/ops/layout.py): a concat's, its parts'
+    one after another; a depthwise conv's, a pool's and a scale's, their input's; a conv's, one. A value
+    entering the layout has one."""
+    segments: dict[Value, tuple[int, ...]] = {}
+
+    def of(v: Value) -> tuple[int, ...]:
+        return segments.get(v, (v.shape[1],))
+
+    for node in graph.nodes:
+        if node not in chosen or node.op == "adaptive_avg_pool2d":  # (a pool's result is NCHW)
+            continue
+        y = node.outputs[0]
+        if node.op == "concat":
+            segments[y] = tuple(c for v in node.inputs for c in of(v))
+        elif node.op in _POOLS or node.op == "mul" or _is_depthwise(node):
+            segments[y] = of(_layout_inputs(node)[0])
+        else:
+            segments[y] = (y.shape[1],)
+    return segments
+
+
+def _misfits(chosen: set[Node], segments: dict[Value, tuple[int, ...]], block: int) -> set[Node]:
+    """The chosen nodes a segmented input does not suit: a squeeze-and-excitation pool or scale (their gate is
+    one value per channel, in order), a conv whose residual's segments are not its output's, and a conv whose
+    multiply-adds grow more than MAX_PADDING with its input's lanes."""
+    misfits = set()
+    for node in chosen:
+        x = _layout_inputs(node)[0]
+        parts = segments.get(x, (x.shape[1],))
+        if node.op in ("adaptive_avg_pool2d", "mul"):
+            if len(parts) > 1:
+                misfits.add(node)
+        elif node.op in _CONVS:
+            y = node.outputs[0]
+            residual = node.inputs[3:]
+            lanes = segment_lanes(parts, block)[1]
+            out = 1 if _is_depthwise(node) else -(-y.shape[1] // block) * block
+            if (residual and segments.get(residual[0], (y.shape[1],)) != segments.get(y, (y.shape[1],))
+                    or lanes * out > x.shape[1] * (1 if _is_depthwise(node) else y.shape[1]) * (1 + MAX_PADDING)):
+                misfits.add(node)
+    return misfits
 
 
 def _lone(chosen: set[Node], users: dict[Value, list[Node]]) -> set[Node]:
@@ -220,17 +271,17 @@ def _reordered(chain: set[Node], users: dict[Value, list[Node]], outputs: set[Va
 
 
 def _joinable(node: Node, block: int) -> bool:
-    """Whether a node other than a conv may run on the layout: a float32 max or average window pool (any
-    channels); a concat along the channels whose parts are whole blocks (a concat along dim 1 of (N, C / B,
-    H, W, B) tensors); a squeeze-and-excitation block's float32 global average pool (adaptive_avg_pool2d to
-    1 x 1) and its scale (a mul of a (N, C, H, W) value by a (N, C, 1, 1) one), C whole blocks."""
+    """Whether a node other than a conv may run on the layout: a float32 max or average window pool; a float32
+    concat along the channels (a concat along dim 1 of the blocked parts, its channels in segments); a
+    squeeze-and-excitation block's float32 global average pool (adaptive_avg_pool2d to 1 x 1) and its scale (a
+    mul of a (N, C, H, W) value by a (N, C, 1, 1) one), C whole blocks in one segment (_misfits)."""
     y = node.outputs[0]
     if node.op in _POOLS:  # each channel to itself: padding lanes stay finite
         return len(y.shape) == 4 and y.dtype == "float32"
+    if node.op == "concat":  # its parts' blocks one after another: segments (ir/ops/layout.py)
+        return len(y.shape) == 4 and node.attrs["dim"] % 4 == 1 and y.dtype == "float32"
     if len(y.shape) != 4 or y.shape[1] % block != 0:
         return False
-    if node.op == "concat":
-        return node.attrs["dim"] % 4 == 1 and all(v.shape[1] % block == 0 for v in node.inputs)
     if node.op == "adaptive_avg_pool2d":
         return tuple(node.attrs["output_size"]) == (1, 1) and y.dtype == "float32"
     if node.op == "mul" and len(node.inputs) == 2 and y.dtype == "float32":

@@ -41,6 +41,8 @@ def fuse_expand_depthwise(graph: Graph) -> Graph:
             ex = fused[node]
             attrs = {**node.attrs, "expand_activation": ex.attrs["activation"], "expand_alpha": ex.attrs["alpha"],
                      "expand_beta": ex.attrs["beta"]}
+            if ex.attrs.get("in_segments"):  # the expansion's input's (the depthwise conv's input has one)
+                attrs["in_segments"] = ex.attrs["in_segments"]
             node = Node("blocked_expand_depthwise", f"{ex.name}+{node.name}", [*ex.inputs, *node.inputs[1:]],
                         node.outputs, attrs)
         nodes.append(node)

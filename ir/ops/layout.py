@@ -5,35 +5,70 @@ and the pool and scale of squeeze-and-excitation blocks inside them.
 
 Channels that are not whole blocks pad the last block: to_blocked writes zeros there, the convs' packed
 weights and biases are zero in the padded channels (in and out), so a padded lane holds act(0) plus any
-padded residual's lane (finite) and no real channel reads it; from_blocked drops it. Only convs and the
-reorders take padded values (the pass keeps concats and squeeze-and-excitation blocks to whole blocks).
+padded residual's lane (finite) and no real channel reads it; from_blocked drops it.
+
+A concat joins its blocked parts block after block, so its result's channels lie in segments, one per
+part, each starting a block and padded to whole blocks: Inception's 16 + 16 + 24 + 8 channels in 1 + 1 + 2
++ 1 blocks. A value's `segments` (its parts' channel counts; one segment, (C,), for any other value) say
+which lane holds which channel (segment_lanes): the nodes reading a segmented value carry them (a conv's
+`in_segments`, from_blocked's `segments`), a depthwise conv's or a pool's result has its input's, and
+squeeze-and-excitation blocks take unsegmented whole blocks only.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from ir.op_registry import FLOAT, INT, STR, register
+from ir.op_registry import FLOAT, INT, INTS, STR, register
 from ir.ops.conv import _conv2d_type
 from ir.ops.fused import _CONV_ATTRS, _EPILOGUE_ATTRS, _check_epilogue, fused_conv2d
 from ir.ops.pool import _AVG_ATTRS, _MAX_ATTRS, _avg_pool2d_type, _max_pool2d_type, avg_pool2d, max_pool2d
 from ir.types import TensorType
 
 
-def blocked_shape(shape: tuple[int, ...], block: int) -> tuple[int, ...]:
-    """The blocked shape of an NCHW shape: its channels in blocks, the last one padded."""
+def segment_lanes(segments, block: int) -> tuple[np.ndarray, int]:
+    """(lane of each channel, lanes in all) of channels in `segments`, each segment from a block's first lane."""
+    lanes, base = [], 0
+    for count in segments:
+        lanes.extend(range(base, base + count))
+        base += -(-count // block) * block
+    return np.asarray(lanes, np.int64), base
+
+
+def blocked_shape(shape: tuple[int, ...], block: int, segments=None) -> tuple[int, ...]:
+    """The blocked shape of an NCHW shape: its channels (in `segments`, default one) in blocks, each segment's
+    last one padded."""
     n, c, h, w = shape
     if block < 1:
         raise ValueError(f"blocks of {block} channels")
-    return n, -(-c // block), h, w, block
+    segments = (c,) if segments is None else tuple(segments)
+    if sum(segments) != c or min(segments) < 1:
+        raise ValueError(f"segments {segments} do not split {c} channels")
+    return n, segment_lanes(segments, block)[1] // block, h, w, block
 
 
-def unblocked_shape(shape: tuple[int, ...], block: int, channels: int) -> tuple[int, ...]:
-    """The NCHW shape of `channels` channels whose blocked shape is `shape`."""
-    if len(shape) != 5 or shape[4] != block or blocked_shape((shape[0], channels, *shape[2:4]), block) != shape:
-        raise ValueError(f"{shape} is not the blocked shape of {channels} channels in blocks of {block}")
-    n, _, h, w, _ = shape
-    return n, channels, h, w
+def unblocked_shape(shape: tuple[int, ...], block: int, segments) -> tuple[int, ...]:
+    """The NCHW shape of the channels in `segments` whose blocked shape is `shape`."""
+    n, _, h, w, *_ = shape
+    if len(shape) != 5 or shape[4] != block or blocked_shape((n, sum(segments), h, w), block, segments) != shape:
+        raise ValueError(f"{shape} is not the blocked shape of channels {tuple(segments)} in blocks of {block}")
+    return n, sum(segments), h, w
+
+
+def blocked_array(x: np.ndarray, block: int, segments=None) -> np.ndarray:
+    """An NCHW array blocked (padding lanes zero)."""
+    n, c, h, w = x.shape
+    lanes, total = segment_lanes((c,) if segments is None else segments, block)
+    padded = np.zeros((n, total, h, w), x.dtype)
+    padded[:, lanes] = x
+    return np.ascontiguousarray(padded.reshape(n, total // block, block, h, w).transpose(0, 1, 3, 4, 2))
+
+
+def unblocked_array(x: np.ndarray, block: int, segments) -> np.ndarray:
+    """The NCHW array of a blocked x's channels in `segments`."""
+    n, cb, h, w, _ = x.shape
+    lanes, _ = segment_lanes(segments, block)
+    return np.ascontiguousarray(x.transpose(0, 1, 4, 2, 3).reshape(n, cb * block, h, w)[:, lanes])
 
 
 def _to_blocked_type(types: list[TensorType], attrs: dict) -> TensorType:
@@ -44,44 +79,51 @@ def _to_blocked_type(types: list[TensorType], attrs: dict) -> TensorType:
 
 @register("to_blocked", ["x"], {"block": INT()}, infer=_to_blocked_type)
 def to_blocked(x, *, block):
-    n, c, h, w = x.shape
-    cb = -(-c // block)
-    padded = np.zeros((n, cb * block, h, w), x.dtype)
-    padded[:, :c] = x
-    return np.ascontiguousarray(padded.reshape(n, cb, block, h, w).transpose(0, 1, 3, 4, 2))
+    return blocked_array(x, block)
 
 
-@register("from_blocked", ["x"], {"block": INT(), "channels": INT()},
-          infer=lambda t, a: TensorType(unblocked_shape(t[0].shape, a["block"], a["channels"]), t[0].dtype))
-def from_blocked(x, *, block, channels):
-    """The NCHW tensor of a blocked x's first `channels` channels (the rest pad its last block)."""
-    n, cb, h, w, _ = x.shape
-    return np.ascontiguousarray(x.transpose(0, 1, 4, 2, 3).reshape(n, cb * block, h, w)[:, :channels])
+@register("from_blocked", ["x"], {"block": INT(), "segments": INTS()},
+          infer=lambda t, a: TensorType(unblocked_shape(t[0].shape, a["block"], a["segments"]), t[0].dtype))
+def from_blocked(x, *, block, segments):
+    """The NCHW tensor of a blocked x's channels in `segments` (the other lanes pad them)."""
+    return unblocked_array(x, block, segments)
+
+
+def _in_segments(types: list[TensorType], attrs: dict) -> tuple[int, ...]:
+    """A blocked conv's input channels in their segments (`in_segments`, default one)."""
+    if types[1].rank != 4:
+        raise ValueError(f"blocked conv expects a 4-D weight, got {types[1]}")
+    channels = types[1].shape[1] * attrs["groups"]  # the input's channels but those padding its blocks
+    segments = attrs.get("in_segments") or (channels,)
+    if sum(segments) != channels:
+        raise ValueError(f"blocked conv: in_segments {tuple(segments)} do not split its {channels} input channels")
+    return tuple(segments)
 
 
 def _blocked_conv_type(types: list[TensorType], attrs: dict) -> TensorType:
     block, groups = attrs["block"], attrs["groups"]
-    if types[1].rank != 4:
-        raise ValueError(f"blocked_conv2d expects a 4-D weight, got {types[1]}")
-    channels = types[1].shape[1] * groups  # the input's channels but those padding its last block
-    plain = [TensorType(unblocked_shape(types[0].shape, block, channels), types[0].dtype), *types[1:3]]
+    segments = _in_segments(types, attrs)
+    plain = [TensorType(unblocked_shape(types[0].shape, block, segments), types[0].dtype), *types[1:3]]
     out = _conv2d_type(plain, attrs)
-    if groups != 1 and not (groups == channels == out.shape[1]):
+    if groups != 1 and not (groups == sum(segments) == out.shape[1]):
         raise ValueError("blocked_conv2d: grouped convs other than depthwise ones are not blocked")
-    blocked = TensorType(blocked_shape(out.shape, block), out.dtype)
+    blocked = TensorType(blocked_shape(out.shape, block, segments if groups != 1 else None), out.dtype)
     return _check_epilogue(types, attrs, blocked, 3)
 
 
-@register("blocked_conv2d", ["x", "weight", "bias", "residual?"], {**_CONV_ATTRS, **_EPILOGUE_ATTRS, "block": INT()},
-          infer=_blocked_conv_type)
-def blocked_conv2d(x, weight, bias, residual=None, *, block, **conv_and_epilogue):
-    """fused_conv2d on the blocked layout (ungrouped or depthwise): x, residual and the result (N, ceil(C /
-    block), H, W, block)."""
+_BLOCKED_CONV_ATTRS = {**_CONV_ATTRS, **_EPILOGUE_ATTRS, "block": INT(), "in_segments": INTS(None, optional=True)}
+
+
+@register("blocked_conv2d", ["x", "weight", "bias", "residual?"], _BLOCKED_CONV_ATTRS, infer=_blocked_conv_type)
+def blocked_conv2d(x, weight, bias, residual=None, *, block, in_segments=None, **conv_and_epilogue):
+    """fused_conv2d on the blocked layout (ungrouped or depthwise): x (its channels in in_segments), residual
+    and the result (N, blocks, H, W, block); a depthwise conv's result in its input's segments."""
     groups = conv_and_epilogue["groups"]
-    plain = None if residual is None else from_blocked(residual, block=block, channels=weight.shape[0])
-    y = fused_conv2d(from_blocked(x, block=block, channels=weight.shape[1] * groups), weight, bias, plain,
-                     **conv_and_epilogue)
-    return to_blocked(y, block=block)
+    segments = in_segments or (weight.shape[1] * groups,)
+    out_segments = segments if groups != 1 else None
+    plain = None if residual is None else unblocked_array(residual, block, out_segments or (weight.shape[0],))
+    y = fused_conv2d(unblocked_array(x, block, segments), weight, bias, plain, **conv_and_epilogue)
+    return blocked_array(y, block, out_segments)
 
 
 _EXPAND_ATTRS = {"expand_activation": STR("none"), "expand_alpha": FLOAT(0.0), "expand_beta": FLOAT(0.0)}
@@ -92,11 +134,11 @@ _POINTWISE = {"stride": (1, 1), "padding": (0, 0, 0, 0), "dilation": (1, 1), "gr
 def _expansion_attrs(attrs: dict) -> dict:
     """blocked_expand_depthwise's expansion as a blocked_conv2d's attributes."""
     return {**_POINTWISE, "block": attrs["block"], "activation": attrs["expand_activation"],
-            "alpha": attrs["expand_alpha"], "beta": attrs["expand_beta"]}
+            "alpha": attrs["expand_alpha"], "beta": attrs["expand_beta"], "in_segments": attrs.get("in_segments")}
 
 
 def _depthwise_attrs(attrs: dict) -> dict:
-    return {k: v for k, v in attrs.items() if k not in _EXPAND_ATTRS}
+    return {k: v for k, v in attrs.items() if k not in _EXPAND_ATTRS and k != "in_segments"}
 
 
 def _expand_depthwise_type(types: list[TensorType], attrs: dict) -> TensorType:
@@ -107,11 +149,11 @@ def _expand_depthwise_type(types: list[TensorType], attrs: dict) -> TensorType:
 
 
 @register("blocked_expand_depthwise", ["x", "expand_weight", "expand_bias", "weight", "bias", "residual?"],
-          {**_CONV_ATTRS, **_EPILOGUE_ATTRS, **_EXPAND_ATTRS, "block": INT()}, infer=_expand_depthwise_type)
+          {**_BLOCKED_CONV_ATTRS, **_EXPAND_ATTRS}, infer=_expand_depthwise_type)
 def blocked_expand_depthwise(x, expand_weight, expand_bias, weight, bias, residual=None, **attrs):
-    """A MobileNet block's 1x1 expansion (its bias and expand_activation) and the depthwise conv of its result
-    (the other attributes), on the blocked layout, the expansion never stored whole (the fuse-expand-depthwise
-    pass)."""
+    """A MobileNet block's 1x1 expansion (its bias, expand_activation, and in_segments: x's) and the depthwise
+    conv of its result (the other attributes), on the blocked layout, the expansion never stored whole (the
+    fuse-expand-depthwise pass)."""
     e = blocked_conv2d(x, expand_weight, expand_bias, **_expansion_attrs(attrs))
     return blocked_conv2d(e, weight, bias, residual, **_depthwise_attrs(attrs))
 

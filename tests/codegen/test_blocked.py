@@ -49,8 +49,9 @@ def blocked(a: np.ndarray) -> np.ndarray:
 
 
 def unblocked(a: np.ndarray, channels: int | None = None) -> np.ndarray:
-    out = np.full((a.shape[0], a.shape[1] * B if channels is None else channels, *a.shape[2:4]), np.nan, np.float32)
-    from_blocked(a, out)
+    channels = a.shape[1] * B if channels is None else channels
+    out = np.full((a.shape[0], channels, *a.shape[2:4]), np.nan, np.float32)
+    from_blocked(a, out, (channels,))
     return out
 
 
@@ -115,6 +116,18 @@ def test_reorders_round_trip_exactly():
 PADDED_CHANNELS = [B // 2, B + B // 2, B + 3, 2 * B - 1]
 
 
+@pytest.mark.parametrize("segments", [(B // 2, B + 3, B), (3, 2 * B), (B + B // 2, B // 2)])
+def test_from_blocked_gathers_segments_each_from_a_blocks_first_lane(segments):
+    """A concat's parts on the layout, each padded to whole blocks, back into NCHW: the parts' channels
+    one after another."""
+    rng = np.random.default_rng(len(segments))
+    parts = [rng.standard_normal((2, c, 5, 6)).astype(np.float32) for c in segments]
+    joined = np.concatenate([blocked(p) for p in parts], axis=1)
+    out = np.full((2, sum(segments), 5, 6), np.nan, np.float32)
+    from_blocked(joined, out, segments)
+    np.testing.assert_array_equal(out, np.concatenate(parts, axis=1))
+
+
 @pytest.mark.parametrize("c", PADDED_CHANNELS)
 @pytest.mark.parametrize("hw", [(5, 7), (16, 16)])
 def test_reorders_pad_the_last_block_with_zeros_and_drop_it(c, hw):
@@ -131,7 +144,9 @@ def test_reorders_refuse_a_shape_that_is_not_the_blocked_one():
     with pytest.raises(ValueError, match="blocked shape"):
         to_blocked(x, np.zeros((1, 1, 4, 4, B), np.float32))
     with pytest.raises(ValueError, match="blocked shape"):
-        from_blocked(np.zeros((1, 2, 4, 5, B), np.float32), x)
+        from_blocked(np.zeros((1, 2, 4, 5, B), np.float32), x, (2 * B,))
+    with pytest.raises(ValueError, match="blocked shape"):  # segments of B + 1 and B - 1 channels take three blocks
+        from_blocked(np.zeros((1, 2, 4, 4, B), np.float32), x, (B + 1, B - 1))
     with pytest.raises(ValueError, match="blocked shape"):  # B + 1 channels take two blocks
         to_blocked(np.zeros((1, B + 1, 4, 4), np.float32), np.zeros((1, 1, 4, 4, B), np.float32))
 

@@ -163,18 +163,58 @@ def test_channels_that_pad_the_last_block_run_blocked():
     after = blocked(text, w)
     assert ops(after) == ["to_blocked", "blocked_conv2d", "blocked_conv2d", "blocked_conv2d", "from_blocked", "sin"]
     assert after.nodes[0].outputs[0].shape == (1, 2, 7, 7, B)
-    assert after.nodes[4].attrs["channels"] == c and after.nodes[4].outputs[0].shape == (1, c, 7, 7)
+    assert tuple(after.nodes[4].attrs["segments"]) == (c,) and after.nodes[4].outputs[0].shape == (1, c, 7, 7)
     x = RNG.normal(size=(1, c, 7, 7)).astype(np.float32)
     np.testing.assert_allclose(Interpreter(after)(x), Interpreter(parse_graph(text, w))(x), rtol=1e-4, atol=1e-5)
 
 
-def test_concats_and_squeeze_excitation_blocks_take_whole_blocks_only():
-    """Their parts and gates are laid out by channel number, which padding in the middle would shift: a
-    concat of padded parts stays on NCHW, and so does the pool and scale of a padded SE block (their convs
-    are blocked)."""
-    c = B + B // 2
-    after = blocked(*concat_block(c, "conv"))
-    assert next(n for n in after.nodes if n.op == "concat").inputs[0].shape == (1, c, S, S)
+def segmented_concat(b: int, s: int = S) -> tuple[str, dict[str, np.ndarray]]:
+    """Inception's concat of parts that are not whole blocks: 1x1 convs of 2b channels into 1.5b and 2.5b,
+    joined (4b channels in segments of 1.5b and 2.5b: 2 + 3 blocks), a depthwise 5x5 conv and a 3x3 max pool
+    of the join, a 1x1 conv into 2b; the join is a graph output too."""
+    c, p, q, m = 2 * b, 3 * b // 2, 5 * b // 2, 4 * b
+    text = f"""
+    graph g(%x: f32[1,{c},{s},{s}]) {{
+      const %wa: f32[{p},{c},1,1]
+      const %ba: f32[{p}]
+      const %wb: f32[{q},{c},1,1]
+      const %bb: f32[{q}]
+      const %wd: f32[{m},1,5,5]
+      const %bd: f32[{m}]
+      const %wc: f32[{c},{m},1,1]
+      const %bc: f32[{c}]
+      %a: f32[1,{p},{s},{s}] = conv2d(%x, %wa, %ba) @conv_a
+      %ra: f32[1,{p},{s},{s}] = relu(%a) @relu_a
+      %b: f32[1,{q},{s},{s}] = conv2d(%x, %wb, %bb) @conv_b
+      %cat: f32[1,{m},{s},{s}] = concat(%ra, %b) {{dim=1}} @cat
+      %d: f32[1,{m},{s},{s}] = conv2d(%cat, %wd, %bd) {{padding=[2, 2, 2, 2], groups={m}}} @dw
+      %pd: f32[1,{m},{s},{s}] = max_pool2d(%d) {{kernel=[3, 3], stride=[1, 1], padding=[1, 1, 1, 1]}} @pool
+      %c: f32[1,{c},{s},{s}] = conv2d(%pd, %wc, %bc) @conv_c
+      %out0: f32[1,{c},{s},{s}] = sin(%c) @sin
+      return %out0, %cat
+    }}"""
+    return text, {"wa": w(p, c, 1, 1), "ba": w(p), "wb": w(q, c, 1, 1), "bb": w(q), "wd": w(m, 1, 5, 5), "bd": w(m),
+                  "wc": w(c, m, 1, 1), "bc": w(c)}
+
+
+def test_a_concat_of_parts_that_are_not_whole_blocks_joins_in_segments():
+    """The join's channels lie in its parts' segments, which the depthwise conv and the pool keep, the last
+    conv reads (in_segments: its weight's input channels in those lanes) and from_blocked gathers."""
+    text, weights = segmented_concat(B)
+    after = blocked(text, weights)
+    assert ops(after) == ["to_blocked", "blocked_conv2d", "blocked_conv2d", "concat", "from_blocked", "blocked_conv2d",
+                          "blocked_max_pool2d", "blocked_conv2d", "from_blocked", "sin"]
+    cat, leave, dw, conv_c = after.nodes[3], after.nodes[4], after.nodes[5], after.nodes[7]
+    assert cat.outputs[0].shape == (1, 5, S, S, B) and tuple(leave.attrs["segments"]) == (3 * B // 2, 5 * B // 2)
+    assert tuple(dw.attrs["in_segments"]) == tuple(conv_c.attrs["in_segments"]) == (3 * B // 2, 5 * B // 2)
+    x = RNG.normal(size=(1, 2 * B, S, S)).astype(np.float32)
+    for got, want in zip(Interpreter(after)(x), Interpreter(parse_graph(text, weights))(x)):
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
+def test_squeeze_excitation_blocks_take_whole_blocks_only():
+    """Their gate is one value per channel in order: the pool and scale of a block on channels that pad
+    their last block stay on NCHW (their convs are blocked)."""
     m = 6 * B + B // 2
     text, w = squeeze_excitation(4 * B, m)
     after = blocked(text, w)
@@ -385,6 +425,22 @@ def test_a_compiled_chain_with_window_pools_matches_the_interpreter(tmp_path, ch
     x = RNG.normal(size=(batch, c, 2 * S, 2 * S)).astype(np.float32)
     np.testing.assert_allclose(NumbaModel.build(graph, tmp_path)(x), Interpreter(parse_graph(text, weights))(x),
                                rtol=1e-4, atol=1e-4)
+
+
+def test_a_compiled_segmented_concat_matches_the_interpreter(tmp_path):
+    """Segments in a forward at this CPU's block: the weights packed into their lanes, from_blocked gathering
+    them."""
+    from codegen.kernels.microkernel import taps_channels
+    from codegen.kernels.vectors import target_vector_floats
+    from compiler.api import optimize
+
+    block = taps_channels(target_vector_floats())
+    text, weights = segmented_concat(block, 9)
+    graph = block_channels(optimize(parse_graph(text, weights)), block)
+    assert any(n.attrs.get("in_segments") for n in graph.nodes if n.op.startswith("blocked_"))
+    x = RNG.normal(size=(1, 2 * block, 9, 9)).astype(np.float32)
+    for got, want in zip(NumbaModel.build(graph, tmp_path)(x), Interpreter(parse_graph(text, weights))(x)):
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
 
 
 @pytest.mark.parametrize("side", [7, 23])
