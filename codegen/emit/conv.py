@@ -13,6 +13,7 @@ from codegen.kernels.blocked import (
     channel_scale_blocked,
     conv1x1_blocked,
     conv2d_blocked,
+    conv2d_blocked_nchw,
     depthwise_blocked,
     expand_depthwise_blocked,
     from_blocked,
@@ -356,8 +357,8 @@ def _emit_conv2d(e: Emit) -> list[str]:
 @emits("blocked_conv2d")
 def _emit_blocked_conv2d(e: Emit) -> list[str]:
     """A conv on the channel-blocked layout (compiler/passes/block_channels.py): depthwise_blocked for a
-    depthwise one, winograd_blocked (blocked_winograd_tile), conv1x1_blocked for a 1x1
-    unpadded one, conv2d_blocked for the others."""
+    depthwise one, conv2d_blocked_nchw for one reading an NCHW input, winograd_blocked (blocked_winograd_tile),
+    conv1x1_blocked for a 1x1 unpadded one, conv2d_blocked for the others."""
     a = e.node.attrs
     block, segments = a["block"], tuple(a.get("in_segments") or ())
     depthwise = a["groups"] > 1
@@ -368,6 +369,10 @@ def _emit_blocked_conv2d(e: Emit) -> list[str]:
     if depthwise:  # (the op takes no other groups)
         wd = e.prepack(1, f"depthwise_blocked{tag}", lambda w: pack_depthwise_blocked(w, block, segments or None))
         return [f"{e.call(depthwise_blocked)}({e.args[0]}, {wd}, {bias}, {residual}, {e.outs[0]}, "
+                f"{const_args(kernel, stride, padding, a['dilation'])}, {epilogue_args(a)})"]
+    if len(e.node.inputs[0].shape) == 4:  # an NCHW input: its channels unpadded in the reduction
+        wt = e.prepack(1, f"blocked{block}_nchw", lambda w: pack_channel_panels(w, block))
+        return [f"{e.call(conv2d_blocked_nchw)}({e.args[0]}, {wt}, {bias}, {residual}, {e.outs[0]}, "
                 f"{const_args(kernel, stride, padding, a['dilation'])}, {epilogue_args(a)})"]
     tile = blocked_winograd_tile(e.node)
     if tile:
@@ -434,7 +439,7 @@ def unblocked_conv(node: Node) -> Node:
     """The fused_conv2d a blocked_conv2d node computes, on NCHW values of its shapes (for the rules that
     choose a conv's kernel)."""
     def plain(v: Value, channels: int) -> Value:
-        n, _, h, w, _ = v.shape
+        n, _, h, w, *_ = v.shape  # (an NCHW input as it is)
         return Value(v.name, TensorType((n, channels, h, w), v.dtype), v.data)
 
     attrs = {k: v for k, v in node.attrs.items() if k not in ("block", "in_segments")}

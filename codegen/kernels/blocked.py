@@ -30,7 +30,8 @@ on 56 x 56 0.82-0.99 against 1.01-1.30; 128 -> 512 on 28 x 28 0.87 against 1.10;
   (0.86-0.97 of the two kernels' time on MobileNetV2 and EfficientNet shapes at batch 1 and 8).
 - conv2d_blocked: any other ungrouped conv (kernel, stride, dilation, zero padding): each task copies
   its band of output rows' input rows, zero-padded, into scratch, where every (channel, tap) of
-  every output pixel lies at a fixed offset from the pixel's window.
+  every output pixel lies at a fixed offset from the pixel's window; conv2d_blocked_nchw, the same
+  from an NCHW input (a stem conv on an image's 3 channels), each channel's rows into its lane.
 
 The convs take their weights as conv_channels.pack_channel_panels(pad_to_blocks(weight, B), B) packs them
 (pack_winograd_blocked for Winograd's, pack_depthwise_blocked for depthwise ones'), and biases of whole
@@ -288,18 +289,42 @@ def conv2d_blocked(x, wt, bias, residual, out, kernel, stride, padding, dilation
     output blocks), at least MIN_TASKS where the pixels allow (below PARALLEL_MIN_MACS, one); each
     gathers the input rows its band's windows read (BAND_BYTES at most, or one output row's) into
     scratch, zeros outside the image."""
-    (kh, kw), (sh, sw), (dh, dw), pt, pl = kernel, stride, dilation, padding[0], padding[1]
     n_n, cb_n, h, w, b = x.shape
+    if b != out.shape[4]:
+        raise ValueError("conv2d_blocked: blocks of another width, or operands of mismatched shapes")
+    _conv2d_blocked(x.reshape(-1), n_n, cb_n * b, h, w, False, wt, bias, residual, out, kernel, stride, padding,
+                    dilation, act, alpha, beta, post, post_alpha, post_beta)
+
+
+@numba.njit(**SEQ)
+def conv2d_blocked_nchw(x, wt, bias, residual, out, kernel, stride, padding, dilation,
+                        act, alpha, beta, post, post_alpha, post_beta):
+    """conv2d_blocked of an NCHW x (N, C, H, W) into the blocked layout: a chain's first conv on an image's
+    few channels (a stem's 3), whose input would take B lanes a pixel blocked. Each task gathers its band's
+    rows of each channel into its lane of the scratch (channel c of the band's pixels B floats apart), and
+    the reduction reads the C real channels only: wt = pack_channel_panels(W, B) (O / B, C * KH * KW, B)."""
+    n_n, c_n, h, w = x.shape
+    _conv2d_blocked(x.reshape(-1), n_n, c_n, h, w, True, wt, bias, residual, out, kernel, stride, padding,
+                    dilation, act, alpha, beta, post, post_alpha, post_beta)
+
+
+@numba.njit(**SEQ)
+def _conv2d_blocked(xf, n_n, c_n, h, w, nchw, wt, bias, residual, out, kernel, stride, padding, dilation,
+                    act, alpha, beta, post, post_alpha, post_beta):
+    """conv2d_blocked of an input of c_n channels (lanes, blocked; channels, NCHW) at xf."""
+    (kh, kw), (sh, sw), (dh, dw), pt, pl = kernel, stride, dilation, padding[0], padding[1]
+    b = out.shape[4]
+    cb_n = -(-c_n // b)
     ob_n, oh, ow = out.shape[1], out.shape[2], out.shape[3]
-    c_n, k = cb_n * b, cb_n * b * kh * kw
-    if b != taps_width() or wt.shape != (ob_n, k, b) or out.shape[0] != n_n or out.shape[4] != b:
+    k = c_n * kh * kw
+    if b != taps_width() or wt.shape != (ob_n, k, b) or out.shape[0] != n_n:
         raise ValueError("conv2d_blocked: blocks of another width, or operands of mismatched shapes")
     wp = (ow - 1) * sw + (kw - 1) * dw + 1  # a gathered row: every column a window reads
     serial = n_n * oh * ow * ob_n * b * k < PARALLEL_MIN_MACS
     groups = -(-oh * ow // MR)
     bands = 1 if serial else max(1, min(groups, -(-MIN_TASKS // n_n)))
     gpb = -(-groups // bands)  # groups per band
-    while gpb > 1 and (gpb * MR // ow + 2) * sh * c_n * wp * 4 > BAND_BYTES:
+    while gpb > 1 and (gpb * MR // ow + 2) * sh * cb_n * b * wp * 4 > BAND_BYTES:
         gpb = -(-gpb // 2)
     bands = -(-groups // gpb)
     hin = 0  # the most rows a band gathers
@@ -315,8 +340,8 @@ def conv2d_blocked(x, wt, bias, residual, out, kernel, stride, padding, dilation
     tasks = n_n * bands * n_g
     size = cb_n * hin * wp * b
     scratch = np.empty((1 if serial else min(num_threads(), tasks)) * size, np.float32)
-    data = (x.reshape(-1), wt.reshape(-1), bias, residual_run(residual, out), out.reshape(-1), rows,
-            (n_n, cb_n, h, w, b, ob_n, oh, ow, k), (kh, dh, sh, sw, pt, pl, hin, wp, gpb, bands, n_g, per),
+    data = (xf, wt.reshape(-1), bias, residual_run(residual, out), out.reshape(-1), rows,
+            (n_n, cb_n, h, w, b, ob_n, oh, ow, k, c_n, nchw), (kh, dh, sh, sw, pt, pl, hin, wp, gpb, bands, n_g, per),
             (act, post), (alpha, beta, post_alpha, post_beta), scratch)
     if serial:
         for t in range(tasks):
@@ -329,25 +354,38 @@ def conv2d_blocked(x, wt, bias, residual, out, kernel, stride, padding, dilation
 def _conv2d_task(t, xf, wf, bias, rf, of, rows, dims, window, acts, params, scratch):
     """Task t of conv2d_blocked: the input rows its band's windows read into this thread's scratch
     (zeros outside the image), then its output blocks (_blocked_out)."""
-    n_n, cb_n, h, w, b, ob_n, oh, ow, k = dims
+    n_n, cb_n, h, w, b, ob_n, oh, ow, k, c_n, nchw = dims
     kh, dh, sh, sw, pt, pl, hin, wp, gpb, bands, n_g, per = window
     gi, bi, n = t % n_g, (t // n_g) % bands, t // (n_g * bands)
-    size = cb_n * hin * wp * b
-    tid = thread_id()  # a thread id past the parts: a loop nested in another's, on one thread
-    own = (tid if tid < scratch.size // size else 0) * size
-    src = scratch[own:own + size]
+    src = _band_scratch(scratch, cb_n * hin * wp * b)
     p0 = bi * gpb * MR
     p1 = min(oh * ow, p0 + gpb * MR)
     y0 = p0 // ow
     iy0 = y0 * sh - pt  # the band's first gathered row in the image
     n_rows = ((p1 - 1) // ow - y0) * sh + (kh - 1) * dh + 1
-    for cb in range(cb_n):
-        _gather_rows(src, cb * hin * wp * b, xf, (n * cb_n + cb) * h * w * b, iy0, n_rows, h, w, wp, pl, b)
+    if nchw:
+        for c in range(c_n):
+            _gather_plane_rows(src, (c // b) * hin * wp * b + c % b, xf, (n * c_n + c) * h * w, iy0, n_rows, h, w, wp,
+                               pl, b)
+    else:
+        for cb in range(cb_n):
+            _gather_rows(src, cb * hin * wp * b, xf, (n * cb_n + cb) * h * w * b, iy0, n_rows, h, w, wp, pl, b)
     pix = np.zeros(p1 - p0 + MR, np.int64)  # each pixel's window in the scratch; MR past the band, the first's
     for p in range(p0, p1):
         pix[p - p0] = (((p // ow - y0) * sh) * wp + p % ow * sw) * b
     _blocked_out(src, 0, pix, 0, p0, p1, rows, k, wf, bias, rf, of, n * ob_n, oh * ow, b, gi * per,
                  min(ob_n, (gi + 1) * per), acts, params)
+
+
+@numba.njit(inline="always", **SEQ)
+def _gather_plane_rows(src, d0, xf, x0, iy0, n_rows, h, w, wp, pl, b):
+    """Rows iy0 .. iy0 + n_rows - 1 of one NCHW plane (at xf[x0:], h rows of w pixels) into one lane of
+    src[d0:]: rows of wp pixels B floats apart, the image's column 0 at column pl; zeros outside the image."""
+    for r in range(n_rows):
+        iy, d = iy0 + r, d0 + r * wp * b
+        for col in range(wp):
+            ix = col - pl
+            src[u(d + col * b)] = xf[u(x0 + iy * w + ix)] if 0 <= iy < h and 0 <= ix < w else 0.0
 
 
 @numba.njit(inline="always", **SEQ)

@@ -58,6 +58,9 @@ DEPTHWISE_MAC_WEIGHT = 16
 # own: a 1x1 conv 24 -> 144 or 144 -> 24 (MobileNetV2's and EfficientNet-B0's 24-channel stage) a third, 40
 # -> 240 a fifth; not 8 -> 16 channels, nor a 3x3 24 -> 24 (32 x 32 / 24 x 24: 1.78)
 MAX_PADDING = 1 / 3
+# input channels a windowed conv may read on NCHW, into the layout (conv2d_blocked_nchw): an image's; blocked,
+# 3 channels would take 16 lanes a pixel. MobileNetV2's stem 3 -> 32 on 224 x 224 then needs no to_blocked
+STEM_CHANNELS = 4
 
 
 def channel_block() -> int | None:
@@ -122,7 +125,7 @@ def block_channels(graph: Graph, block: int | None = None) -> Graph:
             nodes.append(Node("blocked_channel_scale", node.name, [blocked(x), scale], [yb], {"block": block}))
         else:
             x, weight, bias, *residual = node.inputs
-            ins = [blocked(x), weight, bias, *(blocked(r) for r in residual)]
+            ins = [x if _reads_nchw(node) else blocked(x), weight, bias, *(blocked(r) for r in residual)]
             attrs = {**node.attrs, "block": block}
             if len(segments.get(x, ())) > 1:
                 attrs["in_segments"] = segments[x]
@@ -163,18 +166,19 @@ def _misfits(chosen: set[Node], segments: dict[Value, tuple[int, ...]], block: i
     multiply-adds grow more than MAX_PADDING with its input's lanes."""
     misfits = set()
     for node in chosen:
-        x = _layout_inputs(node)[0]
-        parts = segments.get(x, (x.shape[1],))
+        x = node.inputs[0] if node.op in _CONVS else _layout_inputs(node)[0]
+        parts = (1,) if _reads_nchw(node) else segments.get(x, (x.shape[1],))
         if node.op in ("adaptive_avg_pool2d", "mul"):
             if len(parts) > 1:
                 misfits.add(node)
         elif node.op in _CONVS:
             y = node.outputs[0]
             residual = node.inputs[3:]
-            lanes = segment_lanes(parts, block)[1]
+            lanes = 1 if _reads_nchw(node) else segment_lanes(parts, block)[1]
             out = 1 if _is_depthwise(node) else -(-y.shape[1] // block) * block
+            real = (1 if _reads_nchw(node) else x.shape[1]) * (1 if _is_depthwise(node) else y.shape[1])
             if (residual and segments.get(residual[0], (y.shape[1],)) != segments.get(y, (y.shape[1],))
-                    or lanes * out > x.shape[1] * (1 if _is_depthwise(node) else y.shape[1]) * (1 + MAX_PADDING)):
+                    or lanes * out > real * (1 + MAX_PADDING)):
                 misfits.add(node)
     return misfits
 
@@ -215,7 +219,16 @@ def _layout_inputs(node: Node) -> list[Value]:
         return list(node.inputs)
     if node.op == "mul":
         return [_scaled(node)[0]]
+    if _reads_nchw(node):
+        return list(node.inputs[3:])
     return [node.inputs[0], *node.inputs[3:]]
+
+
+def _reads_nchw(node: Node) -> bool:
+    """Whether a conv reads its input on NCHW (conv2d_blocked_nchw): an ungrouped windowed conv on at most
+    STEM_CHANNELS channels, an image's, which blocked would take a whole block a pixel."""
+    return (node.op in _CONVS and node.attrs["groups"] == 1 and node.inputs[1].shape[2:] != (1, 1)
+            and len(node.inputs[0].shape) == 4 and node.inputs[0].shape[1] <= STEM_CHANNELS)
 
 
 def _scaled(node: Node) -> tuple[Value, Value]:
@@ -298,7 +311,8 @@ def _blockable(node: Node, block: int) -> bool:
     depthwise = a["groups"] == x.shape[1] == y.shape[1] and w.shape[1] == 1
     return (x.dtype == y.dtype == w.dtype == "float32" and w.is_constant and node.inputs[2].is_constant
             and len(x.shape) == 4 and (a["groups"] == 1 or depthwise) and a["padding_mode"] == "zeros"
-            and _padded_macs(x.shape[1], 1 if depthwise else y.shape[1], block) <= 1 + MAX_PADDING
+            and _padded_macs(1 if _reads_nchw(node) else x.shape[1], 1 if depthwise else y.shape[1], block)
+            <= 1 + MAX_PADDING
             and _pixels(node) > 1)  # (on one pixel a conv is a linear layer)
 
 

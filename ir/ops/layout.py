@@ -103,7 +103,12 @@ def _in_segments(types: list[TensorType], attrs: dict) -> tuple[int, ...]:
 def _blocked_conv_type(types: list[TensorType], attrs: dict) -> TensorType:
     block, groups = attrs["block"], attrs["groups"]
     segments = _in_segments(types, attrs)
-    plain = [TensorType(unblocked_shape(types[0].shape, block, segments), types[0].dtype), *types[1:3]]
+    if types[0].rank == 4:  # an NCHW input (a stem conv's: conv2d_blocked_nchw), ungrouped, one segment
+        if groups != 1 or len(segments) > 1:
+            raise ValueError("blocked_conv2d: only an ungrouped conv reads an NCHW input")
+        plain = list(types[:3])
+    else:
+        plain = [TensorType(unblocked_shape(types[0].shape, block, segments), types[0].dtype), *types[1:3]]
     out = _conv2d_type(plain, attrs)
     if groups != 1 and not (groups == sum(segments) == out.shape[1]):
         raise ValueError("blocked_conv2d: grouped convs other than depthwise ones are not blocked")
@@ -116,13 +121,15 @@ _BLOCKED_CONV_ATTRS = {**_CONV_ATTRS, **_EPILOGUE_ATTRS, "block": INT(), "in_seg
 
 @register("blocked_conv2d", ["x", "weight", "bias", "residual?"], _BLOCKED_CONV_ATTRS, infer=_blocked_conv_type)
 def blocked_conv2d(x, weight, bias, residual=None, *, block, in_segments=None, **conv_and_epilogue):
-    """fused_conv2d on the blocked layout (ungrouped or depthwise): x (its channels in in_segments), residual
-    and the result (N, blocks, H, W, block); a depthwise conv's result in its input's segments."""
+    """fused_conv2d on the blocked layout (ungrouped or depthwise): x (its channels in in_segments; or NCHW, for
+    an ungrouped conv), residual and the result (N, blocks, H, W, block); a depthwise conv's result in its
+    input's segments."""
     groups = conv_and_epilogue["groups"]
     segments = in_segments or (weight.shape[1] * groups,)
     out_segments = segments if groups != 1 else None
     plain = None if residual is None else unblocked_array(residual, block, out_segments or (weight.shape[0],))
-    y = fused_conv2d(unblocked_array(x, block, segments), weight, bias, plain, **conv_and_epilogue)
+    x = x if x.ndim == 4 else unblocked_array(x, block, segments)  # (an NCHW input: a stem conv's)
+    y = fused_conv2d(x, weight, bias, plain, **conv_and_epilogue)
     return blocked_array(y, block, out_segments)
 
 

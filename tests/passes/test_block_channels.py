@@ -11,6 +11,7 @@ from compiler.passes.block_channels import (
     BLOCKED_MIN_PIXELS,
     MAX_PADDING,
     MIN_MACS_PER_REORDERED,
+    STEM_CHANNELS,
     block_channels,
     channel_block,
 )
@@ -166,6 +167,41 @@ def test_channels_that_pad_the_last_block_run_blocked():
     assert tuple(after.nodes[4].attrs["segments"]) == (c,) and after.nodes[4].outputs[0].shape == (1, c, 7, 7)
     x = RNG.normal(size=(1, c, 7, 7)).astype(np.float32)
     np.testing.assert_allclose(Interpreter(after)(x), Interpreter(parse_graph(text, w))(x), rtol=1e-4, atol=1e-5)
+
+
+def stem(c: int = 3, s: int = 2 * S) -> tuple[str, dict[str, np.ndarray]]:
+    """MobileNetV2's stem and first block: a 3x3 stride-2 conv of c channels into 2B, ReLU6, a depthwise 3x3
+    conv, ReLU6, a 1x1 conv into B, read by a sine."""
+    h, m, o = s // 2, 2 * B, B
+    text = f"""
+    graph g(%x: f32[1,{c},{s},{s}]) {{
+      const %w1: f32[{m},{c},3,3]
+      const %b1: f32[{m}]
+      const %wd: f32[{m},1,3,3]
+      const %bd: f32[{m}]
+      const %w2: f32[{o},{m},1,1]
+      const %b2: f32[{o}]
+      %c1: f32[1,{m},{h},{h}] = conv2d(%x, %w1, %b1) {{stride=[2, 2], padding=[1, 1, 1, 1]}} @stem
+      %r1: f32[1,{m},{h},{h}] = clamp(%c1) {{min=0.0, max=6.0}} @relu6
+      %d: f32[1,{m},{h},{h}] = conv2d(%r1, %wd, %bd) {{padding=[1, 1, 1, 1], groups={m}}} @dw
+      %rd: f32[1,{m},{h},{h}] = clamp(%d) {{min=0.0, max=6.0}} @relu6_d
+      %c2: f32[1,{o},{h},{h}] = conv2d(%rd, %w2, %b2) @conv2
+      %out0: f32[1,{o},{h},{h}] = sin(%c2) @sin
+      return %out0
+    }}"""
+    return text, {"w1": w(m, c, 3, 3), "b1": w(m), "wd": w(m, 1, 3, 3), "bd": w(m), "w2": w(o, m, 1, 1), "b2": w(o)}
+
+
+def test_a_stem_conv_reads_the_image_on_nchw_into_the_layout():
+    """3 channels blocked would take 16 lanes a pixel: the stem reads the image as it is (STEM_CHANNELS)."""
+    text, weights = stem()
+    after = blocked(text, weights)
+    assert ops(after) == ["blocked_conv2d", "blocked_conv2d", "blocked_conv2d", "from_blocked", "sin"]
+    assert after.nodes[0].inputs[0].shape == (1, 3, 2 * S, 2 * S)
+    x = RNG.normal(size=(1, 3, 2 * S, 2 * S)).astype(np.float32)
+    np.testing.assert_allclose(Interpreter(after)(x), Interpreter(parse_graph(text, weights))(x), rtol=1e-4, atol=1e-5)
+    assert STEM_CHANNELS < 3 * B // 4
+    assert "to_blocked" in ops(blocked(*stem(c=3 * B // 4))), "more channels enter the layout blocked"
 
 
 def segmented_concat(b: int, s: int = S) -> tuple[str, dict[str, np.ndarray]]:
@@ -423,6 +459,20 @@ def test_a_compiled_chain_with_window_pools_matches_the_interpreter(tmp_path, ch
     graph = block_channels(optimize(parse_graph(text, weights)), block)
     assert {"blocked_max_pool2d", "blocked_avg_pool2d"} <= set(ops(graph))
     x = RNG.normal(size=(batch, c, 2 * S, 2 * S)).astype(np.float32)
+    np.testing.assert_allclose(NumbaModel.build(graph, tmp_path)(x), Interpreter(parse_graph(text, weights))(x),
+                               rtol=1e-4, atol=1e-4)
+
+
+def test_a_compiled_stem_on_nchw_matches_the_interpreter(tmp_path):
+    from codegen.kernels.microkernel import taps_channels
+    from codegen.kernels.vectors import target_vector_floats
+    from compiler.api import optimize
+
+    block = taps_channels(target_vector_floats())
+    text, weights = stem()
+    graph = block_channels(optimize(parse_graph(text, weights)), block)
+    assert graph.nodes[0].op == "blocked_conv2d" and len(graph.nodes[0].inputs[0].shape) == 4
+    x = RNG.normal(size=(1, 3, 2 * S, 2 * S)).astype(np.float32)
     np.testing.assert_allclose(NumbaModel.build(graph, tmp_path)(x), Interpreter(parse_graph(text, weights))(x),
                                rtol=1e-4, atol=1e-4)
 
