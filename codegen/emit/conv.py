@@ -464,7 +464,8 @@ def _emit_blocked_pool2d(e: Emit) -> list[str]:
 
 @emits("blocked_global_avg_pool")
 def _emit_blocked_global_avg_pool(e: Emit) -> list[str]:
-    return [f"{e.call(global_avg_pool_blocked)}({e.args[0]}, {e.outs[0]})"]
+    segments = tuple(e.node.attrs.get("segments") or (e.node.outputs[0].shape[1],))
+    return [f"{e.call(global_avg_pool_blocked)}({e.args[0]}, {e.outs[0]}, {const(segments)})"]
 
 
 @emits("blocked_channel_scale")

@@ -153,15 +153,7 @@ def _reorder_task(m, xf, of, segments, c_n, cb_n, hw, b, into):
     """Pair m of _reorder: n x n squares of channels and pixels transposed in registers (transpose_out),
     the last hw % n pixels, and vectors of channels partly past their segment, one element at a time; into
     the layout, the lanes past a segment zero."""
-    q, c0, real = m % cb_n, 0, 0  # the block, its first channel, its channels that are not padding
-    for count in segments:
-        blocks = -(-count // b)
-        if q < blocks:
-            c0 += q * b
-            real = min(b, count - q * b)
-            break
-        q -= blocks
-        c0 += count
+    c0, real = _block_channels(m % cb_n, segments, b)  # the block's first channel, its channels not padding
     flat = ((m // cb_n) * c_n + c0) * hw  # the pair's first element on NCHW
     base = m * b * hw  # and blocked
     n = vector_floats()
@@ -1010,23 +1002,52 @@ def _window_taps(typingctx, src, base, step, offsets, of, o0, is_max, group):
 
 
 @numba.njit(**SEQ)
-def global_avg_pool_blocked(x, out):
-    """out[n, cb * B + j, 0, 0] = the mean of x[n, cb, :, :, j] over the pixels: a blocked x's global
-    average pool into (N, C, 1, 1) (_block_sums). Tasks of one (image, block)."""
+def global_avg_pool_blocked(x, out, segments):
+    """out[n, c, 0, 0] = the mean over the pixels of the lane of x[n] that holds channel c, x's C channels in
+    `segments` (a tuple: one, (C,), for an unsegmented value): a blocked x's global average pool into (N, C,
+    1, 1) (_block_sums). Tasks of one (image, block)."""
     n_n, cb_n, h, w, b = x.shape
-    if out.size != n_n * cb_n * b:
+    c_n, blocks = 0, 0
+    for count in segments:
+        c_n += count
+        blocks += -(-count // b)
+    if blocks != cb_n or out.size != n_n * c_n:
         raise ValueError("global_avg_pool_blocked: the output is not one value per image and channel")
     xf, of = x.reshape(-1), out.reshape(-1)
     if x.size < PARALLEL_MIN_ELEMENTS:
         for m in range(n_n * cb_n):
-            _pool_task(m, xf, of, h * w, b)
+            _pool_task(m, xf, of, segments, c_n, cb_n, h * w, b)
     else:
-        run_tasks(_pool_task, n_n * cb_n, (xf, of, h * w, b))
+        run_tasks(_pool_task, n_n * cb_n, (xf, of, segments, c_n, cb_n, h * w, b))
 
 
 @numba.njit(**SEQ)
-def _pool_task(m, xf, of, hw, b):
-    _block_sums(xf, m * hw * b, hw, of, m * b, 1.0 / hw)
+def _pool_task(m, xf, of, segments, c_n, cb_n, hw, b):
+    """Pair m (image, block) of global_avg_pool_blocked: the block's sums straight into the output where its
+    lanes are all channels, else through a block of scratch."""
+    c0, real = _block_channels(m % cb_n, segments, b)
+    o0 = (m // cb_n) * c_n + c0
+    if real == b:
+        _block_sums(xf, m * hw * b, hw, of, o0, 1.0 / hw)
+        return
+    sums = np.empty(b, np.float32)
+    _block_sums(xf, m * hw * b, hw, sums, 0, 1.0 / hw)
+    for j in range(real):
+        of[u(o0 + j)] = sums[j]
+
+
+@numba.njit(inline="always", **SEQ)
+def _block_channels(q, segments, b):
+    """(first channel, channels) of block q of a value whose channels lie in `segments`, each from a block's
+    first lane: the block's lanes past them pad it."""
+    c0 = 0
+    for count in segments:
+        blocks = -(-count // b)
+        if q < blocks:
+            return c0 + q * b, min(b, count - q * b)
+        q -= blocks
+        c0 += count
+    return c0, 0
 
 
 @numba.njit(**SEQ)

@@ -11,8 +11,8 @@ Blocked: conv2d with a bias and fused_conv2d nodes on float32 with constant weig
 depthwise (groups == input channels == output channels), zero-padded, whose multiply-adds with its input and
 output channels padded to whole blocks are at most MAX_PADDING more (ir/ops/layout.py: the padding channels
 are zero in the weights). Between them: window pools, concats along the channels (whose parts' blocks make
-the result's segments: _segments), and squeeze-and-excitation pools and scales of one segment of whole
-blocks (_misfits). A conv whose input
+the result's segments: _segments), global average pools, and squeeze-and-excitation scales of one segment of
+whole blocks (_misfits). A conv whose input
 does not come from a blocked conv and none of whose readers is one would pay two reorders for one conv, and
 stays on NCHW (dropped until no such conv is left). In chains without a depthwise conv or a 3x3 conv that runs
 Winograd F(4x4, 3x3) blocked (blocked.winograd_f4_pays), convs of fewer than BLOCKED_MIN_PIXELS output pixels
@@ -112,7 +112,8 @@ def block_channels(graph: Graph, block: int | None = None) -> Graph:
             continue
         y = node.outputs[0]
         if node.op == "adaptive_avg_pool2d":  # its (N, C, 1, 1) result is the same in either layout
-            nodes.append(Node("blocked_global_avg_pool", node.name, [blocked(node.inputs[0])], [y], {"block": block}))
+            attrs = {"block": block, "segments": segments.get(node.inputs[0], (y.shape[1],))}
+            nodes.append(Node("blocked_global_avg_pool", node.name, [blocked(node.inputs[0])], [y], attrs))
             continue
         yb = Value(f"{y.name}.b{block}", TensorType(blocked_shape(y.shape, block, segments[y]), y.dtype))
         if node.op == "concat":  # of blocked values along their blocks: dim 1 of either layout
@@ -161,14 +162,14 @@ def _segments(chosen: set[Node], graph: Graph) -> dict[Value, tuple[int, ...]]:
 
 
 def _misfits(chosen: set[Node], segments: dict[Value, tuple[int, ...]], block: int) -> set[Node]:
-    """The chosen nodes a segmented input does not suit: a squeeze-and-excitation pool or scale (their gate is
-    one value per channel, in order), a conv whose residual's segments are not its output's, and a conv whose
+    """The chosen nodes a segmented input does not suit: a squeeze-and-excitation scale (its gate is one value
+    per channel, in order), a conv whose residual's segments are not its output's, and a conv whose
     multiply-adds grow more than MAX_PADDING with its input's lanes."""
     misfits = set()
     for node in chosen:
         x = node.inputs[0] if node.op in _CONVS else _layout_inputs(node)[0]
         parts = (1,) if _reads_nchw(node) else segments.get(x, (x.shape[1],))
-        if node.op in ("adaptive_avg_pool2d", "mul"):
+        if node.op == "mul":
             if len(parts) > 1:
                 misfits.add(node)
         elif node.op in _CONVS:
@@ -285,18 +286,18 @@ def _reordered(chain: set[Node], users: dict[Value, list[Node]], outputs: set[Va
 
 def _joinable(node: Node, block: int) -> bool:
     """Whether a node other than a conv may run on the layout: a float32 max or average window pool; a float32
-    concat along the channels (a concat along dim 1 of the blocked parts, its channels in segments); a
-    squeeze-and-excitation block's float32 global average pool (adaptive_avg_pool2d to 1 x 1) and its scale (a
-    mul of a (N, C, H, W) value by a (N, C, 1, 1) one), C whole blocks in one segment (_misfits)."""
+    concat along the channels (a concat along dim 1 of the blocked parts, its channels in segments); a float32
+    global average pool (adaptive_avg_pool2d to 1 x 1, into NCHW); a squeeze-and-excitation block's scale (a mul
+    of a (N, C, H, W) value by a (N, C, 1, 1) one), C whole blocks in one segment (_misfits)."""
     y = node.outputs[0]
     if node.op in _POOLS:  # each channel to itself: padding lanes stay finite
         return len(y.shape) == 4 and y.dtype == "float32"
+    if node.op == "adaptive_avg_pool2d":  # into NCHW (N, C, 1, 1): any segments
+        return len(y.shape) == 4 and tuple(node.attrs["output_size"]) == (1, 1) and y.dtype == "float32"
     if node.op == "concat":  # its parts' blocks one after another: segments (ir/ops/layout.py)
         return len(y.shape) == 4 and node.attrs["dim"] % 4 == 1 and y.dtype == "float32"
     if len(y.shape) != 4 or y.shape[1] % block != 0:
         return False
-    if node.op == "adaptive_avg_pool2d":
-        return tuple(node.attrs["output_size"]) == (1, 1) and y.dtype == "float32"
     if node.op == "mul" and len(node.inputs) == 2 and y.dtype == "float32":
         x, scale = _scaled(node)
         return x.shape == y.shape and scale.shape == (*y.shape[:2], 1, 1) and x.dtype == scale.dtype == y.dtype

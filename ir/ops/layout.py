@@ -11,8 +11,8 @@ A concat joins its blocked parts block after block, so its result's channels lie
 part, each starting a block and padded to whole blocks: Inception's 16 + 16 + 24 + 8 channels in 1 + 1 + 2
 + 1 blocks. A value's `segments` (its parts' channel counts; one segment, (C,), for any other value) say
 which lane holds which channel (segment_lanes): the nodes reading a segmented value carry them (a conv's
-`in_segments`, from_blocked's `segments`), a depthwise conv's or a pool's result has its input's, and
-squeeze-and-excitation blocks take unsegmented whole blocks only.
+`in_segments`, from_blocked's and a global pool's `segments`), a depthwise conv's or a window pool's result
+has its input's, and a squeeze-and-excitation scale takes unsegmented whole blocks only.
 """
 
 from __future__ import annotations
@@ -172,7 +172,7 @@ def expand_depthwise_macs(node) -> int:
     return n * h * w * we.shape[0] * we.shape[1] + n * oh * ow * wd.shape[0] * wd.shape[2] * wd.shape[3]
 
 
-def _blocked_pool_type(plain_type):
+def _blocked_window_pool_type(plain_type):
     def infer(types: list[TensorType], attrs: dict) -> TensorType:
         n, cb, h, w, b = _blocked_dims(types[0], attrs["block"], "a blocked pool")
         plain = plain_type([TensorType((n, cb * b, h, w), types[0].dtype)], attrs)
@@ -189,13 +189,15 @@ def _on_lanes(pool, x, attrs: dict):
     return np.ascontiguousarray(y.reshape(n, cb, b, *y.shape[2:]).transpose(0, 1, 3, 4, 2))
 
 
-@register("blocked_max_pool2d", ["x"], {**_MAX_ATTRS, "block": INT()}, infer=_blocked_pool_type(_max_pool2d_type))
+@register("blocked_max_pool2d", ["x"], {**_MAX_ATTRS, "block": INT()},
+          infer=_blocked_window_pool_type(_max_pool2d_type))
 def blocked_max_pool2d(x, **attrs):
     """max_pool2d of a blocked x, blocked (a pool between blocked convs: block-channels)."""
     return _on_lanes(max_pool2d, x, attrs)
 
 
-@register("blocked_avg_pool2d", ["x"], {**_AVG_ATTRS, "block": INT()}, infer=_blocked_pool_type(_avg_pool2d_type))
+@register("blocked_avg_pool2d", ["x"], {**_AVG_ATTRS, "block": INT()},
+          infer=_blocked_window_pool_type(_avg_pool2d_type))
 def blocked_avg_pool2d(x, **attrs):
     """avg_pool2d of a blocked x, blocked."""
     return _on_lanes(avg_pool2d, x, attrs)
@@ -208,16 +210,19 @@ def _blocked_dims(t: TensorType, block: int, op: str) -> tuple[int, ...]:
 
 
 def _blocked_pool_type(types: list[TensorType], attrs: dict) -> TensorType:
-    n, cb, _, _, b = _blocked_dims(types[0], attrs["block"], "blocked_global_avg_pool")
-    return TensorType((n, cb * b, 1, 1), types[0].dtype)
+    n, cb, h, w, b = _blocked_dims(types[0], attrs["block"], "blocked_global_avg_pool")
+    segments = attrs.get("segments") or (cb * b,)
+    return TensorType((unblocked_shape(types[0].shape, b, segments)[0], sum(segments), 1, 1), types[0].dtype)
 
 
-@register("blocked_global_avg_pool", ["x"], {"block": INT()}, infer=_blocked_pool_type)
-def blocked_global_avg_pool(x, *, block):
-    """adaptive_avg_pool2d to 1 x 1 of a blocked x: the (N, C, 1, 1) means, on NCHW (a squeeze-and-excitation
-    block's pool: its result's bytes are the same in either layout)."""
+@register("blocked_global_avg_pool", ["x"], {"block": INT(), "segments": INTS(None, optional=True)},
+          infer=_blocked_pool_type)
+def blocked_global_avg_pool(x, *, block, segments=None):
+    """adaptive_avg_pool2d to 1 x 1 of a blocked x (its channels in `segments`, default every lane): the (N, C,
+    1, 1) means, on NCHW (a squeeze-and-excitation block's pool, or a classifier's)."""
     n, cb, _, _, b = x.shape
-    return x.mean(axis=(2, 3), dtype=x.dtype).reshape(n, cb * b, 1, 1)
+    plain = unblocked_array(x, block, segments or (cb * b,))
+    return plain.mean(axis=(2, 3), dtype=x.dtype).reshape(n, -1, 1, 1)
 
 
 def _blocked_scale_type(types: list[TensorType], attrs: dict) -> TensorType:

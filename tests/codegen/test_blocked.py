@@ -388,7 +388,7 @@ def test_squeeze_excitation_pool_and_scale_on_the_blocked_layout_match_numpy(n, 
     rng = np.random.default_rng(cb * hw[0])
     x = rng.standard_normal((n, cb * B, *hw)).astype(np.float32)
     out = np.full((n, cb * B, 1, 1), np.nan, np.float32)
-    global_avg_pool_blocked(blocked(x), out)
+    global_avg_pool_blocked(blocked(x), out, (cb * B,))
     np.testing.assert_allclose(out, x.astype(np.float64).mean(axis=(2, 3), keepdims=True), rtol=1e-6, atol=1e-6)
     scale = rng.standard_normal((n, cb * B, 1, 1)).astype(np.float32)
     xb = blocked(x)
@@ -399,10 +399,23 @@ def test_squeeze_excitation_pool_and_scale_on_the_blocked_layout_match_numpy(n, 
     np.testing.assert_array_equal(unblocked(xb), x * scale)
 
 
+@pytest.mark.parametrize("segments", [(B + B // 2,), (B // 2, 2 * B, 3), (2 * B, B)])
+def test_a_global_pool_of_segmented_channels_gathers_each_channels_mean(segments):
+    """A concat's parts (each from a block's first lane) or one padded value, pooled into NCHW (N, C, 1, 1)."""
+    rng = np.random.default_rng(sum(segments))
+    parts = [rng.standard_normal((2, c, 9, 7)).astype(np.float32) for c in segments]
+    out = np.full((2, sum(segments), 1, 1), np.nan, np.float32)
+    global_avg_pool_blocked(np.concatenate([blocked(p) for p in parts], axis=1), out, segments)
+    want = np.concatenate(parts, axis=1).astype(np.float64).mean(axis=(2, 3), keepdims=True)
+    np.testing.assert_allclose(out, want, rtol=1e-6, atol=1e-6)
+
+
 def test_squeeze_excitation_kernels_refuse_mismatched_operands():
     x = np.zeros((1, 2, 3, 3, B), np.float32)
     with pytest.raises(ValueError, match="global_avg_pool_blocked"):
-        global_avg_pool_blocked(x, np.zeros((1, B, 1, 1), np.float32))
+        global_avg_pool_blocked(x, np.zeros((1, B, 1, 1), np.float32), (2 * B,))
+    with pytest.raises(ValueError, match="global_avg_pool_blocked"):  # segments of 2B + 1 channels take 3 blocks
+        global_avg_pool_blocked(x, np.zeros((1, 2 * B + 1, 1, 1), np.float32), (B, B + 1))
     with pytest.raises(ValueError, match="channel_scale_blocked"):
         channel_scale_blocked(x, np.zeros((1, B, 1, 1), np.float32), np.zeros_like(x))
 

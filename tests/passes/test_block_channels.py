@@ -207,7 +207,7 @@ def test_a_stem_conv_reads_the_image_on_nchw_into_the_layout():
 def segmented_concat(b: int, s: int = S) -> tuple[str, dict[str, np.ndarray]]:
     """Inception's concat of parts that are not whole blocks: 1x1 convs of 2b channels into 1.5b and 2.5b,
     joined (4b channels in segments of 1.5b and 2.5b: 2 + 3 blocks), a depthwise 5x5 conv and a 3x3 max pool
-    of the join, a 1x1 conv into 2b; the join is a graph output too."""
+    of the join, a 1x1 conv into 2b and a global average pool; the join is a graph output too."""
     c, p, q, m = 2 * b, 3 * b // 2, 5 * b // 2, 4 * b
     text = f"""
     graph g(%x: f32[1,{c},{s},{s}]) {{
@@ -227,7 +227,8 @@ def segmented_concat(b: int, s: int = S) -> tuple[str, dict[str, np.ndarray]]:
       %pd: f32[1,{m},{s},{s}] = max_pool2d(%d) {{kernel=[3, 3], stride=[1, 1], padding=[1, 1, 1, 1]}} @pool
       %c: f32[1,{c},{s},{s}] = conv2d(%pd, %wc, %bc) @conv_c
       %out0: f32[1,{c},{s},{s}] = sin(%c) @sin
-      return %out0, %cat
+      %gap: f32[1,{m},1,1] = adaptive_avg_pool2d(%pd) {{output_size=[1, 1]}} @gap
+      return %out0, %cat, %gap
     }}"""
     return text, {"wa": w(p, c, 1, 1), "ba": w(p), "wb": w(q, c, 1, 1), "bb": w(q), "wd": w(m, 1, 5, 5), "bd": w(m),
                   "wc": w(c, m, 1, 1), "bc": w(c)}
@@ -239,7 +240,8 @@ def test_a_concat_of_parts_that_are_not_whole_blocks_joins_in_segments():
     text, weights = segmented_concat(B)
     after = blocked(text, weights)
     assert ops(after) == ["to_blocked", "blocked_conv2d", "blocked_conv2d", "concat", "from_blocked", "blocked_conv2d",
-                          "blocked_max_pool2d", "blocked_conv2d", "from_blocked", "sin"]
+                          "blocked_max_pool2d", "blocked_conv2d", "from_blocked", "sin", "blocked_global_avg_pool"]
+    assert tuple(after.nodes[-1].attrs["segments"]) == (3 * B // 2, 5 * B // 2)
     cat, leave, dw, conv_c = after.nodes[3], after.nodes[4], after.nodes[5], after.nodes[7]
     assert cat.outputs[0].shape == (1, 5, S, S, B) and tuple(leave.attrs["segments"]) == (3 * B // 2, 5 * B // 2)
     assert tuple(dw.attrs["in_segments"]) == tuple(conv_c.attrs["in_segments"]) == (3 * B // 2, 5 * B // 2)
@@ -248,13 +250,15 @@ def test_a_concat_of_parts_that_are_not_whole_blocks_joins_in_segments():
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
 
 
-def test_squeeze_excitation_blocks_take_whole_blocks_only():
-    """Their gate is one value per channel in order: the pool and scale of a block on channels that pad
-    their last block stay on NCHW (their convs are blocked)."""
+def test_squeeze_excitation_scales_take_whole_blocks_only():
+    """The gate is one value per channel in order: the scale of a block on channels that pad their last block
+    stays on NCHW (its pool and convs are blocked: the pool gathers each channel's mean)."""
     m = 6 * B + B // 2
     text, w = squeeze_excitation(4 * B, m)
     after = blocked(text, w)
-    assert "blocked_global_avg_pool" not in ops(after) and "blocked_channel_scale" not in ops(after)
+    assert "blocked_channel_scale" not in ops(after)
+    pool = next(n for n in after.nodes if n.op == "blocked_global_avg_pool")
+    assert tuple(pool.attrs["segments"]) == (m,) and pool.outputs[0].shape == (1, m, 1, 1)
     assert ops(after).count("blocked_conv2d") == 2  # the expansion and the depthwise conv
     x = RNG.normal(size=(1, 4 * B, 7, 7)).astype(np.float32)
     np.testing.assert_allclose(Interpreter(after)(x), Interpreter(parse_graph(text, w))(x), rtol=1e-4, atol=1e-5)
