@@ -364,7 +364,7 @@ def _emit_blocked_conv2d(e: Emit) -> list[str]:
     depthwise = a["groups"] > 1
     bias = _blocked_bias(e, 2, segments if depthwise else ())
     residual = e.args[3] if len(e.args) > 3 else no_residual(e.outs[0])
-    tag = f"{block}" + "".join(f"_{c}" for c in segments)  # a weight packed for these lanes
+    tag = _lanes_tag(block, segments)
     kernel, stride, padding = e.node.inputs[1].shape[2:], tuple(a["stride"]), tuple(a["padding"])
     if depthwise:  # (the op takes no other groups)
         wd = e.prepack(1, f"depthwise_blocked{tag}", lambda w: pack_depthwise_blocked(w, block, segments or None))
@@ -389,6 +389,11 @@ def _emit_blocked_conv2d(e: Emit) -> list[str]:
             f"{const_args(kernel, stride, padding, a['dilation'])}, {epilogue_args(a)})"]
 
 
+def _lanes_tag(block: int, segments: tuple[int, ...]) -> str:
+    """The part of a prepacked weight's name that says which lanes it was packed for: "16", "16_24_40"."""
+    return f"{block}" + "".join(f"_{c}" for c in segments)
+
+
 def _blocked_bias(e: Emit, index: int, segments: tuple[int, ...]) -> str:
     """Input `index`, a blocked conv's bias (its channels in `segments`, () for one) with zeros in the lanes
     padding its output's blocks, or zeros for the output's lanes."""
@@ -396,8 +401,7 @@ def _blocked_bias(e: Emit, index: int, segments: tuple[int, ...]) -> str:
     lanes = y.shape[1] * block
     bias = e.node.inputs[index] if len(e.node.inputs) > index else None
     if bias is not None and bias.is_constant and bias.shape[0] != lanes:
-        tag = f"blocks{block}" + "".join(f"_{c}" for c in segments)
-        return e.prepack(index, tag, lambda b: pad_bias(b, block, segments or None))
+        return e.prepack(index, f"blocks{_lanes_tag(block, segments)}", lambda b: pad_bias(b, block, segments or None))
     return e.bias(index, lanes)
 
 
@@ -406,7 +410,7 @@ def _emit_blocked_expand_depthwise(e: Emit) -> list[str]:
     """A 1x1 expansion and the depthwise conv of its result in one kernel (compiler/passes/fuse_expand_depthwise.py)."""
     a = e.node.attrs
     block, segments = a["block"], tuple(a.get("in_segments") or ())
-    tag = f"{block}" + "".join(f"_{c}" for c in segments)
+    tag = _lanes_tag(block, segments)
     we = e.prepack(1, f"blocked{tag}",
                    lambda w: pack_channel_panels(pad_to_blocks(w, block, segments=segments or None), block))
     wd = e.prepack(3, f"depthwise_blocked{block}", lambda w: pack_depthwise_blocked(w, block))

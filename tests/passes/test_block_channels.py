@@ -5,6 +5,9 @@ what the NCHW one does (the interpreter runs both), and so does the compiled for
 import numpy as np
 import pytest
 
+from codegen.kernels.microkernel import taps_channels
+from codegen.kernels.vectors import target_vector_floats
+from compiler.api import optimize
 from compiler.interpreter import Interpreter
 from compiler.numba_backend import NumbaModel
 from compiler.passes.block_channels import (
@@ -22,6 +25,12 @@ from tests.passes.golden import run_pass
 B = 16
 S = 28  # the planes: 784 pixels, BLOCKED_MIN_PIXELS
 RNG = np.random.default_rng(5)
+
+
+def cpu_block() -> int:
+    """The block the pipeline uses on the CPU numba compiles for: 16 on AVX2, 64 on AVX-512 (where the pipeline
+    does not run block-channels, and the compiled-forward tests call it with this block themselves)."""
+    return taps_channels(target_vector_floats())
 
 
 def w(*shape: int) -> np.ndarray:
@@ -169,10 +178,10 @@ def test_channels_that_pad_the_last_block_run_blocked():
     np.testing.assert_allclose(Interpreter(after)(x), Interpreter(parse_graph(text, w))(x), rtol=1e-4, atol=1e-5)
 
 
-def stem(c: int = 3, s: int = 2 * S) -> tuple[str, dict[str, np.ndarray]]:
-    """MobileNetV2's stem and first block: a 3x3 stride-2 conv of c channels into 2B, ReLU6, a depthwise 3x3
-    conv, ReLU6, a 1x1 conv into B, read by a sine."""
-    h, m, o = s // 2, 2 * B, B
+def stem(c: int = 3, s: int = 2 * S, b: int = B) -> tuple[str, dict[str, np.ndarray]]:
+    """MobileNetV2's stem and first block: a 3x3 stride-2 conv of c channels into 2b, ReLU6, a depthwise 3x3
+    conv, ReLU6, a 1x1 conv into b, read by a sine."""
+    h, m, o = s // 2, 2 * b, b
     text = f"""
     graph g(%x: f32[1,{c},{s},{s}]) {{
       const %w1: f32[{m},{c},3,3]
@@ -399,11 +408,7 @@ def test_the_compiled_forward_on_the_blocked_layout_matches_the_interpreter(tmp_
     """Every blocked kernel in one forward: a 1x1 conv, a 3x3 one by Winograd F(4x4), a 1x1 one with its
     residual, a strided 3x3 one (direct), the reorders; at the block this CPU's kernels take (64 on AVX-512, where the pipeline
     itself does not run the pass)."""
-    from codegen.kernels.microkernel import taps_channels
-    from codegen.kernels.vectors import target_vector_floats
-    from compiler.api import optimize
-
-    block = taps_channels(target_vector_floats())
+    block = cpu_block()
     c, m = 2 * block, 4 * block
     text, w = bottleneck(c, m), weights(c, m)
     graph = block_channels(optimize(parse_graph(text, w)), block)
@@ -416,11 +421,7 @@ def test_the_compiled_forward_on_the_blocked_layout_matches_the_interpreter(tmp_
 
 def test_a_compiled_depthwise_chain_on_the_blocked_layout_matches_the_interpreter(tmp_path):
     """depthwise_blocked in a forward, between blocked 1x1 convs, at this CPU's block."""
-    from codegen.kernels.microkernel import taps_channels
-    from codegen.kernels.vectors import target_vector_floats
-    from compiler.api import optimize
-
-    block = taps_channels(target_vector_floats())
+    block = cpu_block()
     text, w = inverted_residual(block, 2 * block, 9)
     graph = block_channels(optimize(parse_graph(text, w), stop_after="block-channels"), block)  # (unfused: the
     # depthwise kernel itself, not fuse-expand-depthwise's)
@@ -434,11 +435,7 @@ def test_a_compiled_depthwise_chain_on_the_blocked_layout_matches_the_interprete
 def test_a_compiled_chain_on_channels_that_pad_the_last_block_matches_the_interpreter(tmp_path, batch):
     """The reorders, the padded weights and biases, and the kernels on padded blocks in a forward, at this
     CPU's block: an inverted residual on 1.5 blocks of channels, expanded to 6 times as many."""
-    from codegen.kernels.microkernel import taps_channels
-    from codegen.kernels.vectors import target_vector_floats
-    from compiler.api import optimize
-
-    block = taps_channels(target_vector_floats())
+    block = cpu_block()
     c = block + block // 2
     text, w = inverted_residual(c, 6 * c, 9)
     text = text.replace("f32[1,", f"f32[{batch},")
@@ -453,11 +450,7 @@ def test_a_compiled_chain_on_channels_that_pad_the_last_block_matches_the_interp
 def test_a_compiled_chain_with_window_pools_matches_the_interpreter(tmp_path, channels, batch):
     """pool_blocked in a forward, max and average, at this CPU's block; 1.75 blocks: padded channels (3x3 convs
     on 1.5 would grow by more than MAX_PADDING)."""
-    from codegen.kernels.microkernel import taps_channels
-    from codegen.kernels.vectors import target_vector_floats
-    from compiler.api import optimize
-
-    block = taps_channels(target_vector_floats())
+    block = cpu_block()
     c = int(block * channels)
     text, weights = pooled_chain(c, 2 * S, batch)
     graph = block_channels(optimize(parse_graph(text, weights)), block)
@@ -468,12 +461,8 @@ def test_a_compiled_chain_with_window_pools_matches_the_interpreter(tmp_path, ch
 
 
 def test_a_compiled_stem_on_nchw_matches_the_interpreter(tmp_path):
-    from codegen.kernels.microkernel import taps_channels
-    from codegen.kernels.vectors import target_vector_floats
-    from compiler.api import optimize
-
-    block = taps_channels(target_vector_floats())
-    text, weights = stem()
+    block = cpu_block()
+    text, weights = stem(b=block)
     graph = block_channels(optimize(parse_graph(text, weights)), block)
     assert graph.nodes[0].op == "blocked_conv2d" and len(graph.nodes[0].inputs[0].shape) == 4
     x = RNG.normal(size=(1, 3, 2 * S, 2 * S)).astype(np.float32)
@@ -484,11 +473,7 @@ def test_a_compiled_stem_on_nchw_matches_the_interpreter(tmp_path):
 def test_a_compiled_segmented_concat_matches_the_interpreter(tmp_path):
     """Segments in a forward at this CPU's block: the weights packed into their lanes, from_blocked gathering
     them."""
-    from codegen.kernels.microkernel import taps_channels
-    from codegen.kernels.vectors import target_vector_floats
-    from compiler.api import optimize
-
-    block = taps_channels(target_vector_floats())
+    block = cpu_block()
     text, weights = segmented_concat(block, 9)
     graph = block_channels(optimize(parse_graph(text, weights)), block)
     assert any(n.attrs.get("in_segments") for n in graph.nodes if n.op.startswith("blocked_"))
@@ -501,11 +486,7 @@ def test_a_compiled_segmented_concat_matches_the_interpreter(tmp_path):
 def test_a_compiled_squeeze_excitation_chain_matches_the_interpreter(tmp_path, side):
     """global_avg_pool_blocked and channel_scale_blocked in a forward (7 x 7: in the calling thread; 23 x 23:
     in tasks), at this CPU's block."""
-    from codegen.kernels.microkernel import taps_channels
-    from codegen.kernels.vectors import target_vector_floats
-    from compiler.api import optimize
-
-    block = taps_channels(target_vector_floats())
+    block = cpu_block()
     text, w = squeeze_excitation(4 * block, 8 * block, side)
     graph = block_channels(optimize(parse_graph(text, w)), block)
     assert {"blocked_global_avg_pool", "blocked_channel_scale"} <= set(ops(graph))
@@ -518,11 +499,7 @@ def test_a_compiled_squeeze_excitation_chain_matches_the_interpreter(tmp_path, s
 def test_a_compiled_blocked_concat_matches_the_interpreter(tmp_path, batch):
     """A concat of blocked values in a forward: written in place by its parts' convs at batch 1, copied
     at batch 2 (its parts are not end to end there)."""
-    from codegen.kernels.microkernel import taps_channels
-    from codegen.kernels.vectors import target_vector_floats
-    from compiler.api import optimize
-
-    block = taps_channels(target_vector_floats())
+    block = cpu_block()
     text, w = concat_block(2 * block, "conv")
     text = text.replace("%x: f32[1,", f"%x: f32[{batch},").replace(": f32[1,", f": f32[{batch},")
     graph = block_channels(optimize(parse_graph(text, w)), block)
