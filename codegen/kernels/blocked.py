@@ -31,7 +31,8 @@ on 56 x 56 0.82-0.99 against 1.01-1.30; 128 -> 512 on 28 x 28 0.87 against 1.10;
 - conv2d_blocked: any other ungrouped conv (kernel, stride, dilation, zero padding): each task copies
   its band of output rows' input rows, zero-padded, into scratch, where every (channel, tap) of
   every output pixel lies at a fixed offset from the pixel's window; conv2d_blocked_nchw, the same
-  from an NCHW input (a stem conv on an image's 3 channels), each channel's rows into its lane.
+  from an NCHW input (a stem conv on an image's 3 channels), each channel's rows gathered as a plane
+  (AlexNet's 11x11 stride-4 stem 0.65-0.75 of the time with them in lanes, MobileNetV2's 0.65-0.8).
 
 The convs take their weights as conv_channels.pack_channel_panels(pad_to_blocks(weight, B), B) packs them
 (pack_winograd_blocked for Winograd's, pack_depthwise_blocked for depthwise ones'), and biases of whole
@@ -293,8 +294,8 @@ def conv2d_blocked_nchw(x, wt, bias, residual, out, kernel, stride, padding, dil
                         act, alpha, beta, post, post_alpha, post_beta):
     """conv2d_blocked of an NCHW x (N, C, H, W) into the blocked layout: a chain's first conv on an image's
     few channels (a stem's 3), whose input would take B lanes a pixel blocked. Each task gathers its band's
-    rows of each channel into its lane of the scratch (channel c of the band's pixels B floats apart), and
-    the reduction reads the C real channels only: wt = pack_channel_panels(W, B) (O / B, C * KH * KW, B)."""
+    rows of each channel as a plane of the scratch (a window's pixels one float apart, sharing cache lines),
+    and the reduction reads the C real channels only: wt = pack_channel_panels(W, B) (O / B, C * KH * KW, B)."""
     n_n, c_n, h, w = x.shape
     _conv2d_blocked(x.reshape(-1), n_n, c_n, h, w, True, wt, bias, residual, out, kernel, stride, padding,
                     dilation, act, alpha, beta, post, post_alpha, post_beta)
@@ -324,13 +325,18 @@ def _conv2d_blocked(xf, n_n, c_n, h, w, nchw, wt, bias, residual, out, kernel, s
         y0, y1 = bi * gpb * MR // ow, (min(oh * ow, (bi + 1) * gpb * MR) - 1) // ow
         hin = max(hin, (y1 - y0) * sh + (kh - 1) * dh + 1)
     n_g, per = _block_groups(n_n * bands, ob_n, serial)
+    # a pixel's stride in the scratch: a block's on the layout; an NCHW input's channels are gathered as planes,
+    # so that the pixels a tap reads share cache lines (as lanes of blocks, each line held one float a
+    # channel: AlexNet's 11x11 stride-4 stem ran at 0.6 of the machine's peak)
+    ps = 1 if nchw else b
     rows = np.empty(k, np.int64)  # reduction step (c, i, j): channel c's tap (i, j) from the window
     for c in range(c_n):
         for i in range(kh):
             for j in range(kw):
-                rows[(c * kh + i) * kw + j] = (c // b) * hin * wp * b + (i * dh * wp + j * dw) * b + c % b
+                at = c * hin * wp if nchw else (c // b) * hin * wp * b + c % b
+                rows[(c * kh + i) * kw + j] = at + (i * dh * wp + j * dw) * ps
     tasks = n_n * bands * n_g
-    size = cb_n * hin * wp * b
+    size = (c_n if nchw else cb_n * b) * hin * wp
     scratch = np.empty((1 if serial else min(num_threads(), tasks)) * size, np.float32)
     data = (xf, wt.reshape(-1), bias, residual_run(residual, out), out.reshape(-1), rows,
             (n_n, cb_n, h, w, b, ob_n, oh, ow, k, c_n, nchw), (kh, dh, sh, sw, pt, pl, hin, wp, gpb, bands, n_g, per),
@@ -349,7 +355,8 @@ def _conv2d_task(t, xf, wf, bias, rf, of, rows, dims, window, acts, params, scra
     n_n, cb_n, h, w, b, ob_n, oh, ow, k, c_n, nchw = dims
     kh, dh, sh, sw, pt, pl, hin, wp, gpb, bands, n_g, per = window
     gi, bi, n = t % n_g, (t // n_g) % bands, t // (n_g * bands)
-    src = _band_scratch(scratch, cb_n * hin * wp * b)
+    ps = 1 if nchw else b  # a pixel's stride in the scratch: an NCHW input's channels gathered as planes
+    src = _band_scratch(scratch, (c_n if nchw else cb_n * b) * hin * wp)
     p0 = bi * gpb * MR
     p1 = min(oh * ow, p0 + gpb * MR)
     y0 = p0 // ow
@@ -357,27 +364,15 @@ def _conv2d_task(t, xf, wf, bias, rf, of, rows, dims, window, acts, params, scra
     n_rows = ((p1 - 1) // ow - y0) * sh + (kh - 1) * dh + 1
     if nchw:
         for c in range(c_n):
-            _gather_plane_rows(src, (c // b) * hin * wp * b + c % b, xf, (n * c_n + c) * h * w, iy0, n_rows, h, w, wp,
-                               pl, b)
+            _gather_rows(src, c * hin * wp, xf, (n * c_n + c) * h * w, iy0, n_rows, h, w, wp, pl, 1)
     else:
         for cb in range(cb_n):
             _gather_rows(src, cb * hin * wp * b, xf, (n * cb_n + cb) * h * w * b, iy0, n_rows, h, w, wp, pl, b)
     pix = np.zeros(p1 - p0 + MR, np.int64)  # each pixel's window in the scratch; MR past the band, the first's
     for p in range(p0, p1):
-        pix[p - p0] = (((p // ow - y0) * sh) * wp + p % ow * sw) * b
+        pix[p - p0] = (((p // ow - y0) * sh) * wp + p % ow * sw) * ps
     _blocked_out(src, 0, pix, 0, p0, p1, rows, k, wf, bias, rf, of, n * ob_n, oh * ow, b, gi * per,
                  min(ob_n, (gi + 1) * per), acts, params)
-
-
-@numba.njit(inline="always", **SEQ)
-def _gather_plane_rows(src, d0, xf, x0, iy0, n_rows, h, w, wp, pl, b):
-    """Rows iy0 .. iy0 + n_rows - 1 of one NCHW plane (at xf[x0:], h rows of w pixels) into one lane of
-    src[d0:]: rows of wp pixels B floats apart, the image's column 0 at column pl; zeros outside the image."""
-    for r in range(n_rows):
-        iy, d = iy0 + r, d0 + r * wp * b
-        for col in range(wp):
-            ix = col - pl
-            src[u(d + col * b)] = xf[u(x0 + iy * w + ix)] if 0 <= iy < h and 0 <= ix < w else 0.0
 
 
 @numba.njit(inline="always", **SEQ)

@@ -546,28 +546,32 @@ def test_blocked_pools_refuse_an_output_blocked_otherwise():
         pool_blocked(x, np.zeros((1, 1, 2, 2, B), np.float32), (2, 2), (2, 2), (0, 0, 0, 0), (1, 1), True, True, 0)
 
 
-# (n, c, o, hw, kernel, stride, padding): MobileNet's and EfficientNet's stem, ResNet's 7x7, YOLOv5's 6x6, a
-# gray image, one too small for tasks
+# (n, c, o, hw, kernel, stride, padding, dilation): MobileNet's and EfficientNet's stem, AlexNet's 11x11 stride 4,
+# a dilated stride-2 one padded on the bottom right only, ResNet's 7x7, YOLOv5's 6x6, a gray image, one too small
+# for tasks
 STEMS = [
-    (1, 3, 32, (33, 31), (3, 3), (2, 2), (1, 1, 1, 1)),
-    (2, 3, 2 * B + B // 2, (40, 40), (7, 7), (2, 2), (3, 3, 3, 3)),
-    (1, 3, B, (26, 26), (6, 6), (2, 2), (2, 2, 2, 2)),
-    (2, 1, B, (9, 9), (3, 3), (1, 1), (1, 1, 1, 1)),
+    (1, 3, 32, (33, 31), (3, 3), (2, 2), (1, 1, 1, 1), (1, 1)),
+    (1, 3, B, (59, 63), (11, 11), (4, 4), (2, 2, 2, 2), (1, 1)),
+    (2, 2, B + 3, (20, 17), (3, 3), (2, 2), (0, 0, 1, 1), (2, 1)),
+    (2, 3, 2 * B + B // 2, (40, 40), (7, 7), (2, 2), (3, 3, 3, 3), (1, 1)),
+    (1, 3, B, (26, 26), (6, 6), (2, 2), (2, 2, 2, 2), (1, 1)),
+    (2, 1, B, (9, 9), (3, 3), (1, 1), (1, 1, 1, 1), (1, 1)),
 ]
 
 
-@pytest.mark.parametrize("n, c, o, hw, kernel, stride, padding", STEMS)
+@pytest.mark.parametrize("n, c, o, hw, kernel, stride, padding, dilation", STEMS)
 @pytest.mark.parametrize("act, with_residual", [("silu", False), ("clamp", True)])
-def test_a_stem_conv_from_an_nchw_input_matches_float64(n, c, o, hw, kernel, stride, padding, act, with_residual):
-    """conv2d_blocked_nchw: each channel's rows gathered into its lane, the reduction over the real channels
-    only (the weight packed unpadded on its input side)."""
+def test_a_stem_conv_from_an_nchw_input_matches_float64(n, c, o, hw, kernel, stride, padding, dilation, act,
+                                                         with_residual):
+    """conv2d_blocked_nchw: each channel's rows gathered as a plane, the reduction over the real channels only
+    (the weight packed unpadded on its input side)."""
     x, w, bias = operands(n, c, o, hw, kernel, seed=c + o + kernel[0])
-    out_hw = out_size(hw, kernel, stride, padding, (1, 1))
+    out_hw = out_size(hw, kernel, stride, padding, dilation)
     residual = np.random.default_rng(o).standard_normal((n, o, *out_hw)).astype(np.float32) if with_residual else None
     out = np.full((n, blocks(o), *out_hw, B), np.nan, np.float32)
     conv2d_blocked_nchw(x, read_only(pack_channel_panels(w, B)), block_bias(bias, o),
-                        out[:0] if residual is None else blocked(residual), out, kernel, stride, padding, (1, 1),
+                        out[:0] if residual is None else blocked(residual), out, kernel, stride, padding, dilation,
                         ACTIVATION_CODES[act], -0.5, 0.75, 0, 0.0, 0.0)
-    want = reference(x, w, bias, residual, act, "none", stride, padding)
+    want = reference(x, w, bias, residual, act, "none", stride, padding, dilation)
     np.testing.assert_allclose(unblocked(out, o), want, rtol=1e-4, atol=2e-5)
     assert np.all(padding_lanes(out, o) == 0)
