@@ -136,6 +136,15 @@ class Graph:
 
     # -- construction helpers ------------------------------------------------------
 
+    def add_constant(self, name: str, data: np.ndarray) -> Value:
+        """A new constant holding data (contiguous, read-only), under name or name_1, name_2, ...: never
+        another constant that happens to bear the name."""
+        data = np.ascontiguousarray(data)
+        data.flags.writeable = False
+        v = Value(unique_name(name, set(self.constants)), TensorType.of(data), data)
+        self.constants[v.name] = v
+        return v
+
     def copy(self) -> Graph:
         """A structural copy: new Value and Node objects, constant arrays shared (read-only)."""
         mapping: dict[Value, Value] = {}

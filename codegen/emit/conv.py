@@ -12,6 +12,7 @@ from codegen.emit.gemm import NO_EPILOGUE, epilogue_args, linear_call, no_residu
 from codegen.kernels.blocked import (
     channel_scale_blocked,
     conv1x1_blocked,
+    conv1x1_blocked_prologue,
     conv2d_blocked,
     conv2d_blocked_nchw,
     depthwise_blocked,
@@ -387,6 +388,25 @@ def _emit_blocked_conv2d(e: Emit) -> list[str]:
                 f"{epilogue_args(a)})"]
     return [f"{e.call(conv2d_blocked)}({e.args[0]}, {wt}, {bias}, {residual}, {e.outs[0]}, "
             f"{const_args(kernel, stride, padding, a['dilation'])}, {epilogue_args(a)})"]
+
+
+@emits("blocked_affine_conv2d")
+def _emit_blocked_affine_conv2d(e: Emit) -> list[str]:
+    """A 1x1 unpadded conv on the blocked layout after a per-channel affine (and ReLU) of its input: the
+    prologue applied by conv1x1_blocked_prologue, scale and shift padded to the input's lanes."""
+    a = e.node.attrs
+    block, segments = a["block"], tuple(a.get("in_segments") or ())
+    if e.node.inputs[3].shape[2:] != (1, 1) or any(a["padding"]) or a["groups"] != 1:
+        raise CodegenUnsupportedError(f"blocked_affine_conv2d {e.node.name}: only a 1x1 unpadded ungrouped conv")
+    tag = _lanes_tag(block, segments)
+    scale, shift = (e.prepack(i, f"lanes{tag}", lambda v: pad_bias(v, block, segments or None)) for i in (1, 2))
+    bias = _blocked_bias(e, 4, ())
+    residual = e.args[5] if len(e.args) > 5 else no_residual(e.outs[0])
+    wt = e.prepack(3, f"blocked{tag}",
+                   lambda w: pack_channel_panels(pad_to_blocks(w, block, segments=segments or None), block))
+    relu = int(a["in_activation"] == "relu")
+    return [f"{e.call(conv1x1_blocked_prologue)}({e.args[0]}, {scale}, {shift}, {const(relu)}, {wt}, {bias}, "
+            f"{residual}, {e.outs[0]}, {const(tuple(a['stride']))}, {epilogue_args(a)})"]
 
 
 def _lanes_tag(block: int, segments: tuple[int, ...]) -> str:

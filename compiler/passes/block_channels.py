@@ -7,10 +7,12 @@ On the blocked layout (ir/ops/layout.py; onnxruntime's NCHWc) a conv's microkern
 reduction step's pixels from one contiguous block and stores its block of outputs, epilogue and
 residual included, as one contiguous run from the registers (codegen/kernels/blocked.py).
 
-Blocked: conv2d with a bias and fused_conv2d nodes on float32 with constant weights and biases, ungrouped or
-depthwise (groups == input channels == output channels), zero-padded, whose multiply-adds with its input and
-output channels padded to whole blocks are at most MAX_PADDING more (ir/ops/layout.py: the padding channels
-are zero in the weights). Between them: window pools, concats along the channels (whose parts' blocks make
+Blocked: conv2d and fused_conv2d nodes on float32 with constant weights and biases (a conv2d without one gets
+zeros), ungrouped or depthwise (groups == input channels == output channels), zero-padded, whose multiply-adds
+with its input and output channels padded to whole blocks are at most MAX_PADDING more (ir/ops/layout.py: the
+padding channels are zero in the weights); and fused_affine_conv2d nodes, a BatchNorm-ReLU before a 1x1 conv
+(DenseNet's), as blocked_affine_conv2d (the kernel applies the affine to each task's pixels: blocked, DenseNet-
+121 at batch 1 takes 0.83 of its NCHW time, at batch 8 0.93). Between them: window pools, concats along the channels (whose parts' blocks make
 the result's segments: _segments), global average pools, and squeeze-and-excitation scales of one segment of
 whole blocks (_misfits). A conv whose input
 does not come from a blocked conv and none of whose readers is one would pay two reorders for one conv, and
@@ -36,10 +38,11 @@ from __future__ import annotations
 import numpy as np
 
 from ir.graph import Graph, Node, Value
+from ir.ops.fused import conv_weight
 from ir.ops.layout import blocked_shape, segment_lanes
 from ir.types import TensorType
 
-_CONVS = ("conv2d", "fused_conv2d")
+_CONVS = ("conv2d", "fused_conv2d", "fused_affine_conv2d")  # (an affine one: 1x1, _blockable)
 _POOLS = {"max_pool2d": "blocked_max_pool2d", "avg_pool2d": "blocked_avg_pool2d"}  # window pools between blocked nodes
 # output pixels a conv needs to run blocked. On 14 x 14 and 7 x 7 the NCHW 1x1 kernels already run near
 # the machine's peak and the blocked ones 1.1-1.4x their time in ResNet-50; from 28 x 28 up the blocked
@@ -125,12 +128,17 @@ def block_channels(graph: Graph, block: int | None = None) -> Graph:
             x, scale = _scaled(node)
             nodes.append(Node("blocked_channel_scale", node.name, [blocked(x), scale], [yb], {"block": block}))
         else:
-            x, weight, bias, *residual = node.inputs
-            ins = [x if _reads_nchw(node) else blocked(x), weight, bias, *(blocked(r) for r in residual)]
+            x, residual = node.inputs[0], _residual(node)
+            params = node.inputs[1:len(node.inputs) - len(residual)]  # (scale, shift,) weight, bias
+            if node.op == "conv2d" and len(params) == 1:  # a conv without a bias: zeros
+                zeros = np.zeros(params[0].shape[0], np.float32)
+                params = [*params, graph.add_constant(f"{node.name}.zero_bias", zeros)]
+            ins = [x if _reads_nchw(node) else blocked(x), *params, *(blocked(r) for r in residual)]
             attrs = {**node.attrs, "block": block}
             if len(segments.get(x, ())) > 1:
                 attrs["in_segments"] = segments[x]
-            nodes.append(Node("blocked_conv2d", node.name, ins, [yb], attrs))
+            op = "blocked_affine_conv2d" if node.op == "fused_affine_conv2d" else "blocked_conv2d"
+            nodes.append(Node(op, node.name, ins, [yb], attrs))
         entered[y] = yb
         if y in outputs or any(_reads_unblocked(r, y, chosen) for r in users.get(y, [])):
             attrs = {"block": block, "segments": segments[y]}
@@ -174,7 +182,7 @@ def _misfits(chosen: set[Node], segments: dict[Value, tuple[int, ...]], block: i
                 misfits.add(node)
         elif node.op in _CONVS:
             y = node.outputs[0]
-            residual = node.inputs[3:]
+            residual = _residual(node)
             lanes = 1 if _reads_nchw(node) else segment_lanes(parts, block)[1]
             out = 1 if _is_depthwise(node) else -(-y.shape[1] // block) * block
             real = (1 if _reads_nchw(node) else x.shape[1]) * (1 if _is_depthwise(node) else y.shape[1])
@@ -198,6 +206,11 @@ def _lone(chosen: set[Node], users: dict[Value, list[Node]]) -> set[Node]:
         dropped |= lone
 
 
+def _residual(node: Node) -> list[Value]:
+    """A chosen conv's residual input: [] or [r]."""
+    return node.inputs[3 + 2 * (node.op == "fused_affine_conv2d"):]
+
+
 def _pixels(node: Node) -> int:
     return node.outputs[0].shape[2] * node.outputs[0].shape[3]
 
@@ -210,7 +223,7 @@ def _runs_f4(node: Node) -> bool:
     """Whether the conv runs Winograd F(4x4, 3x3) once blocked (codegen/emit/conv.py's rule)."""
     from codegen.emit.conv import runs_winograd_f4
 
-    return node.op in _CONVS and runs_winograd_f4(node)
+    return node.op in ("conv2d", "fused_conv2d") and runs_winograd_f4(node)
 
 
 def _layout_inputs(node: Node) -> list[Value]:
@@ -221,14 +234,14 @@ def _layout_inputs(node: Node) -> list[Value]:
     if node.op == "mul":
         return [_scaled(node)[0]]
     if _reads_nchw(node):
-        return list(node.inputs[3:])
-    return [node.inputs[0], *node.inputs[3:]]
+        return _residual(node)
+    return [node.inputs[0], *_residual(node)]
 
 
 def _reads_nchw(node: Node) -> bool:
     """Whether a conv reads its input on NCHW (conv2d_blocked_nchw): an ungrouped windowed conv on at most
     STEM_CHANNELS channels, an image's, which blocked would take a whole block a pixel."""
-    return (node.op in _CONVS and node.attrs["groups"] == 1 and node.inputs[1].shape[2:] != (1, 1)
+    return (node.op in _CONVS and node.attrs["groups"] == 1 and conv_weight(node).shape[2:] != (1, 1)
             and len(node.inputs[0].shape) == 4 and node.inputs[0].shape[1] <= STEM_CHANNELS)
 
 
@@ -272,7 +285,7 @@ def _chains(chosen: set[Node]) -> list[set[Node]]:
 
 def _macs(chain: set[Node]) -> int:
     """The chain's multiply-adds, a depthwise conv's counted DEPTHWISE_MAC_WEIGHT times."""
-    return sum(int(np.prod(n.outputs[0].shape)) * int(np.prod(n.inputs[1].shape[1:]))
+    return sum(int(np.prod(n.outputs[0].shape)) * int(np.prod(conv_weight(n).shape[1:]))
                * (DEPTHWISE_MAC_WEIGHT if _is_depthwise(n) else 1) for n in chain if n.op in _CONVS)
 
 
@@ -305,12 +318,17 @@ def _joinable(node: Node, block: int) -> bool:
 
 
 def _blockable(node: Node, block: int) -> bool:
-    if node.op not in _CONVS or len(node.inputs) < 3:
+    """Whether a conv may run blocked: float32, constant weights and bias, zero-padded, ungrouped or depthwise,
+    padded at most MAX_PADDING; one after a per-channel affine (fused_affine_conv2d: a BatchNorm and ReLU before
+    it, DenseNet's) 1x1 unpadded, its scale and shift constant."""
+    if node.op not in _CONVS:
         return False
-    x, w, y = node.inputs[0], node.inputs[1], node.outputs[0]
-    a = node.attrs
+    x, w, y, a = node.inputs[0], conv_weight(node), node.outputs[0], node.attrs
+    params = node.inputs[1:5] if node.op == "fused_affine_conv2d" else node.inputs[1:3]
+    if node.op == "fused_affine_conv2d" and (w.shape[2:] != (1, 1) or any(a["padding"]) or a["groups"] != 1):
+        return False
     depthwise = a["groups"] == x.shape[1] == y.shape[1] and w.shape[1] == 1
-    return (x.dtype == y.dtype == w.dtype == "float32" and w.is_constant and node.inputs[2].is_constant
+    return (x.dtype == y.dtype == w.dtype == "float32" and all(v.is_constant for v in params)
             and len(x.shape) == 4 and (a["groups"] == 1 or depthwise) and a["padding_mode"] == "zeros"
             and _padded_macs(1 if _reads_nchw(node) else x.shape[1], 1 if depthwise else y.shape[1], block)
             <= 1 + MAX_PADDING

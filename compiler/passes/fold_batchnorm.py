@@ -42,8 +42,8 @@ def fold_batchnorm(graph: Graph) -> Graph:
         bias = producer.inputs[2].data.astype(np.float64) if len(producer.inputs) > 2 else 0.0
         new_w = weight.data.astype(np.float64) * scale.reshape((-1,) + (1,) * (weight.type.rank - 1))
         new_b = bias * scale + shift
-        w = _constant(graph, f"{bn.name}.folded_weight", new_w.astype(weight.dtype))
-        b = _constant(graph, f"{bn.name}.folded_bias", new_b.astype(weight.dtype))
+        w = graph.add_constant(f"{bn.name}.folded_weight", new_w.astype(weight.dtype))
+        b = graph.add_constant(f"{bn.name}.folded_bias", new_b.astype(weight.dtype))
         # the producer now computes the BN's output value directly
         replaced[producer] = Node(producer.op, producer.name, [producer.inputs[0], w, b], bn.outputs,
                                   dict(producer.attrs))
@@ -64,8 +64,8 @@ def _as_affine(graph: Graph, bn: Node, taken: set[str]) -> list[Node]:
     x, out = bn.inputs[0], bn.outputs[0]
     scale, shift = _scale_shift(bn)
     shape = (-1,) + (1,) * (x.type.rank - 2)
-    s = _constant(graph, unique_name(f"{bn.name}.scale", taken), scale.reshape(shape).astype(x.dtype))
-    b = _constant(graph, unique_name(f"{bn.name}.shift", taken), shift.reshape(shape).astype(x.dtype))
+    s = graph.add_constant(unique_name(f"{bn.name}.scale", taken), scale.reshape(shape).astype(x.dtype))
+    b = graph.add_constant(unique_name(f"{bn.name}.shift", taken), shift.reshape(shape).astype(x.dtype))
     scaled = Value(unique_name(f"{bn.name}.scaled", taken), x.type)
     return [Node("mul", f"{bn.name}.mul", [x, s], [scaled]), Node("add", bn.name, [scaled, b], [out])]
 
@@ -86,13 +86,3 @@ def _foldable(producer: Node | None, users, outputs) -> bool:
     if not all(v.is_constant for v in producer.inputs[1:]):
         return False
     return producer.op == "conv2d" or out.type.rank == 2
-
-
-def _constant(graph: Graph, name: str, data: np.ndarray) -> Value:
-    from ir.types import TensorType
-
-    data = np.ascontiguousarray(data)
-    data.flags.writeable = False
-    v = Value(name, TensorType.of(data), data)
-    graph.constants[name] = v
-    return v

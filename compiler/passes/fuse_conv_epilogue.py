@@ -19,7 +19,6 @@ import numpy as np
 
 from ir.graph import Graph, Node, Value
 from ir.ops.fused import as_epilogue
-from ir.types import TensorType
 
 _FUSED = {"conv2d": "fused_conv2d", "linear": "fused_linear"}
 
@@ -63,7 +62,8 @@ def fuse_conv_epilogue(graph: Graph) -> Graph:
         if len(members) == 1:
             continue
         x, weight, *rest = node.inputs
-        bias = rest[0] if rest else _zeros(graph, f"{node.name}.zero_bias", weight.shape[0])
+        zeros = np.zeros(weight.shape[0], np.float32)
+        bias = rest[0] if rest else graph.add_constant(f"{node.name}.zero_bias", zeros)
         inputs = [x, weight, bias] + ([residual] if residual is not None else [])
         name = "+".join(m.name for m in members)
         fused[members[-1]] = Node(_FUSED[node.op], name, inputs, [value], attrs)
@@ -71,11 +71,3 @@ def fuse_conv_epilogue(graph: Graph) -> Graph:
     # the fused node sits where its last member was: every input is defined by then
     graph.nodes = [fused[n] if n in fused else n for n in graph.nodes if n in fused or n not in absorbed]
     return graph
-
-
-def _zeros(graph: Graph, name: str, n: int) -> Value:
-    data = np.zeros(n, np.float32)
-    data.flags.writeable = False
-    v = Value(name, TensorType((n,), "float32"), data)
-    graph.constants[name] = v
-    return v

@@ -26,7 +26,6 @@ import numpy as np
 
 from ir.graph import Graph, Node, Value
 from ir.ops.fused import parse_program
-from ir.types import TensorType
 
 _CONVS = ("conv2d", "fused_conv2d")
 
@@ -53,7 +52,7 @@ def fuse_conv_prologue(graph: Graph) -> Graph:
         weight, *rest = conv.inputs[1:]
         if conv.op == "conv2d":
             zeros = np.zeros(weight.shape[0], np.float32)
-            rest = [rest[0] if rest else _constant(graph, f"{conv.name}.zero_bias", zeros)]
+            rest = [rest[0] if rest else graph.add_constant(f"{conv.name}.zero_bias", zeros)]
         attrs = {**conv.attrs, "in_activation": "relu" if relu else "none"}
         replaced[conv] = Node("fused_affine_conv2d", f"{node.name}+{conv.name}",
                               [x, scale, shift, weight, *rest], list(conv.outputs), attrs)
@@ -90,7 +89,8 @@ def _affine_relu(graph: Graph, node: Node) -> tuple[Value, Value, Value, bool] |
             return None
         data = np.broadcast_to(np.asarray(v.data, np.float32).reshape((1,) * (4 - v.data.ndim) + v.data.shape),
                                (1, out.shape[1], 1, 1))
-        channels.append(_constant(graph, f"{v.name}.per_channel{out.shape[1]}", data.reshape(-1)))
+        name = f"{v.name}.per_channel{out.shape[1]}"
+        channels.append(graph.add_constant(name, np.asarray(data.reshape(-1), np.float32)))
     return x, channels[0], channels[1], len(statements) == 3
 
 
@@ -100,17 +100,3 @@ def _per_channel(v: Value, channels: int) -> bool:
         return False
     padded = (1,) * (4 - len(shape)) + tuple(shape)
     return padded[0] == padded[2] == padded[3] == 1 and padded[1] in (1, channels)
-
-
-def _constant(graph: Graph, name: str, data: np.ndarray) -> Value:
-    """A new float32 constant of the graph holding data, under name or name_2, name_3, ...: never
-    another constant that happens to bear the name."""
-    base, k = name, 1
-    while name in graph.constants:
-        k += 1
-        name = f"{base}_{k}"
-    data = np.ascontiguousarray(data, np.float32)
-    data.flags.writeable = False
-    v = Value(name, TensorType(data.shape, "float32"), data)
-    graph.constants[name] = v
-    return v

@@ -228,9 +228,10 @@ def fused_affine_conv2d(x, scale, shift, weight, bias, residual=None, *, in_acti
     return fused_conv2d(x, weight, bias, residual, **conv_and_epilogue)
 
 
-CONV_OPS = ("conv2d", "fused_conv2d", "fused_affine_conv2d", "blocked_conv2d")  # blocked_conv2d: ir/ops/layout.py
+# blocked_conv2d, blocked_affine_conv2d: ir/ops/layout.py
+CONV_OPS = ("conv2d", "fused_conv2d", "fused_affine_conv2d", "blocked_conv2d", "blocked_affine_conv2d")
 
 
 def conv_weight(node: Node):
-    """The weight Value of a node of CONV_OPS (input 1, or 3 after fused_affine_conv2d's scale and shift)."""
-    return node.inputs[3 if node.op == "fused_affine_conv2d" else 1]
+    """The weight Value of a node of CONV_OPS (input 1, or 3 after an affine conv's scale and shift)."""
+    return node.inputs[3 if node.op in ("fused_affine_conv2d", "blocked_affine_conv2d") else 1]

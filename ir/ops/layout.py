@@ -21,7 +21,7 @@ import numpy as np
 
 from ir.op_registry import FLOAT, INT, INTS, STR, register
 from ir.ops.conv import _conv2d_type
-from ir.ops.fused import _CONV_ATTRS, _EPILOGUE_ATTRS, _check_epilogue, fused_conv2d
+from ir.ops.fused import _CONV_ATTRS, _EPILOGUE_ATTRS, _PROLOGUE_ATTRS, _check_epilogue, fused_conv2d
 from ir.ops.pool import _AVG_ATTRS, _MAX_ATTRS, _avg_pool2d_type, _max_pool2d_type, avg_pool2d, max_pool2d
 from ir.types import TensorType
 
@@ -131,6 +131,31 @@ def blocked_conv2d(x, weight, bias, residual=None, *, block, in_segments=None, *
     x = x if x.ndim == 4 else unblocked_array(x, block, segments)  # (an NCHW input: a stem conv's)
     y = fused_conv2d(x, weight, bias, plain, **conv_and_epilogue)
     return blocked_array(y, block, out_segments)
+
+
+def _blocked_affine_conv_type(types: list[TensorType], attrs: dict) -> TensorType:
+    x, scale, shift = types[:3]
+    channels = sum(_in_segments([x, types[3]], attrs))
+    if scale.shape != (channels,) or shift.shape != (channels,) or not scale.dtype == shift.dtype == x.dtype:
+        raise ValueError(f"scale {scale} and shift {shift} must be one value per input channel ({channels}) of "
+                         f"dtype {x.dtype}")
+    if attrs["groups"] != 1 or types[0].rank != 5:
+        raise ValueError("blocked_affine_conv2d: an ungrouped conv on a blocked input only")
+    return _blocked_conv_type([x, *types[3:]], attrs)
+
+
+@register("blocked_affine_conv2d", ["x", "scale", "shift", "weight", "bias", "residual?"],
+          {**_PROLOGUE_ATTRS, **_BLOCKED_CONV_ATTRS}, infer=_blocked_affine_conv_type)
+def blocked_affine_conv2d(x, scale, shift, weight, bias, residual=None, *, in_activation, block, in_segments=None,
+                          **conv_and_epilogue):
+    """fused_affine_conv2d on the blocked layout: blocked_conv2d of in_activation(x * scale + shift), scale and
+    shift one value per input channel (in in_segments), ungrouped."""
+    segments = in_segments or (weight.shape[1],)
+    plain = unblocked_array(x, block, segments) * scale.reshape(1, -1, 1, 1) + shift.reshape(1, -1, 1, 1)
+    if in_activation == "relu":
+        plain = np.maximum(plain, plain.dtype.type(0))
+    return blocked_conv2d(blocked_array(plain, block, segments), weight, bias, residual, block=block,
+                          in_segments=in_segments, **conv_and_epilogue)
 
 
 _EXPAND_ATTRS = {"expand_activation": STR("none"), "expand_alpha": FLOAT(0.0), "expand_beta": FLOAT(0.0)}

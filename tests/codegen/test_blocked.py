@@ -15,6 +15,7 @@ from codegen.kernels.blocked import (
     DEPTHWISE_GROUP,
     channel_scale_blocked,
     conv1x1_blocked,
+    conv1x1_blocked_prologue,
     conv2d_blocked,
     conv2d_blocked_nchw,
     depthwise_blocked,
@@ -23,6 +24,7 @@ from codegen.kernels.blocked import (
     global_avg_pool_blocked,
     pack_depthwise_blocked,
     pack_winograd_blocked,
+    pad_bias,
     pad_to_blocks,
     pool_blocked,
     to_blocked,
@@ -544,6 +546,49 @@ def test_blocked_pools_refuse_an_output_blocked_otherwise():
     x = np.zeros((1, 2, 4, 4, B), np.float32)
     with pytest.raises(ValueError, match="pool_blocked"):
         pool_blocked(x, np.zeros((1, 1, 2, 2, B), np.float32), (2, 2), (2, 2), (0, 0, 0, 0), (1, 1), True, True, 0)
+
+
+# (n, c, o, hw, stride): DenseNet's 1x1 convs after BatchNorm-ReLU on 56 x 56 (tasks of whole chunks) and on
+# 14 x 14 and 7 x 7 (chunks cut smaller to make tasks), channels padding the last block, a strided one, one
+# small enough for the calling thread
+PROLOGUE_CONVS = [
+    (1, 4 * B, 2 * B, (56, 56), (1, 1)),
+    (1, 12 * B, 8 * B, (14, 14), (1, 1)),
+    (2, 6 * B, 2 * B, (7, 7), (1, 1)),
+    (2, 2 * B + 5, B + 3, (9, 11), (1, 1)),
+    (1, 2 * B, B, (15, 13), (2, 2)),
+    (1, B, B, (3, 2), (1, 1)),
+]
+
+
+@pytest.mark.parametrize("n, c, o, hw, stride", PROLOGUE_CONVS)
+@pytest.mark.parametrize("in_act, act, with_residual", [("relu", "relu", False), ("none", "none", True)])
+def test_a_1x1_conv_after_a_per_channel_affine_matches_float64(n, c, o, hw, stride, in_act, act, with_residual):
+    """conv1x1_blocked_prologue: in_act(x * scale + shift) per input channel (a BatchNorm and ReLU before the
+    conv), applied by each task to its chunk's pixels; scale and shift zero in the lanes padding x's blocks."""
+    x, w, bias = operands(n, c, o, hw, (1, 1), seed=c + o)
+    rng = np.random.default_rng(o)
+    scale, shift = rng.uniform(0.5, 1.5, c).astype(np.float32), rng.standard_normal(c).astype(np.float32)
+    out_hw = out_size(hw, (1, 1), stride, (0, 0, 0, 0), (1, 1))
+    residual = rng.standard_normal((n, o, *out_hw)).astype(np.float32) if with_residual else None
+    out = np.full((n, blocks(o), *out_hw, B), np.nan, np.float32)
+    conv1x1_blocked_prologue(blocked(x), read_only(pad_bias(scale, B)), read_only(pad_bias(shift, B)),
+                             int(in_act == "relu"), read_only(pack_channel_panels(pad_to_blocks(w, B), B)),
+                             block_bias(bias, o), out[:0] if residual is None else blocked(residual), out, stride,
+                             ACTIVATION_CODES[act], 0.0, 0.0, 0, 0.0, 0.0)
+    normed = ACTS[in_act](x.astype(np.float64) * scale[None, :, None, None] + shift[None, :, None, None])
+    want = reference(normed, w, bias, residual, act, "none", stride)
+    np.testing.assert_allclose(unblocked(out, o), want, rtol=1e-4, atol=2e-5)
+    assert np.all(padding_lanes(out, o) == 0)
+
+
+def test_a_prologue_of_another_length_than_the_lanes_is_refused():
+    x = np.zeros((1, 1, 4, 4, B), np.float32)
+    out = np.zeros((1, 1, 4, 4, B), np.float32)
+    with pytest.raises(ValueError, match="one value per lane"):
+        conv1x1_blocked_prologue(x, np.ones(B - 1, np.float32), np.zeros(B - 1, np.float32), 1,
+                                 np.zeros((1, B, B), np.float32), zero_bias(B), out[:0], out, (1, 1), 0, 0.0, 0.0, 0,
+                                 0.0, 0.0)
 
 
 # (n, c, o, hw, kernel, stride, padding, dilation): MobileNet's and EfficientNet's stem, AlexNet's 11x11 stride 4,

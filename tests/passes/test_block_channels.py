@@ -346,6 +346,83 @@ def test_a_concat_of_blocked_convs_that_a_blocked_conv_reads_joins_the_chain():
         "a concat that no blocked conv reads stays on NCHW"
 
 
+def dense_block(c: int, g: int, batch: int = 1) -> tuple[str, dict[str, np.ndarray]]:
+    """A 3x3 conv -> ReLU (x0), then two DenseNet layers: BatchNorm -> ReLU -> 1x1 conv (m = 4g) -> ReLU -> 3x3 conv
+    without a bias (g), each reading the concat of x0 and every earlier layer's output; the last concat read by a
+    sine."""
+    m, k = 4 * g, c + g
+    text = f"""
+    graph g(%x: f32[{batch},{c},{S},{S}]) {{
+      const %w0: f32[{c},{c},3,3]
+      const %b0: f32[{c}]
+      const %s1: f32[1,{c},1,1]
+      const %t1: f32[1,{c},1,1]
+      const %w1: f32[{m},{c},1,1]
+      const %b1: f32[{m}]
+      const %w2: f32[{g},{m},3,3]
+      const %s2: f32[1,{k},1,1]
+      const %t2: f32[1,{k},1,1]
+      const %w3: f32[{m},{k},1,1]
+      const %b3: f32[{m}]
+      const %w4: f32[{g},{m},3,3]
+      %z0: f32[{batch},{c},{S},{S}] = conv2d(%x, %w0, %b0) {{padding=[1, 1, 1, 1]}} @conv0
+      %x0: f32[{batch},{c},{S},{S}] = relu(%z0) @relu0
+      %a1: f32[{batch},{c},{S},{S}] = mul(%x0, %s1) @norm1
+      %n1: f32[{batch},{c},{S},{S}] = add(%a1, %t1) @shift1
+      %r1: f32[{batch},{c},{S},{S}] = relu(%n1) @relu1
+      %c1: f32[{batch},{m},{S},{S}] = conv2d(%r1, %w1, %b1) @conv1
+      %q1: f32[{batch},{m},{S},{S}] = relu(%c1) @relu2
+      %y1: f32[{batch},{g},{S},{S}] = conv2d(%q1, %w2) {{padding=[1, 1, 1, 1]}} @conv2
+      %k1: f32[{batch},{k},{S},{S}] = concat(%x0, %y1) {{dim=1}} @cat1
+      %a2: f32[{batch},{k},{S},{S}] = mul(%k1, %s2) @norm3
+      %n2: f32[{batch},{k},{S},{S}] = add(%a2, %t2) @shift3
+      %r2: f32[{batch},{k},{S},{S}] = relu(%n2) @relu3
+      %c3: f32[{batch},{m},{S},{S}] = conv2d(%r2, %w3, %b3) @conv3
+      %q3: f32[{batch},{m},{S},{S}] = relu(%c3) @relu4
+      %y2: f32[{batch},{g},{S},{S}] = conv2d(%q3, %w4) {{padding=[1, 1, 1, 1]}} @conv4
+      %k2: f32[{batch},{k + g},{S},{S}] = concat(%x0, %y1, %y2) {{dim=1}} @cat2
+      %out0: f32[{batch},{k + g},{S},{S}] = sin(%k2) @sin
+      return %out0
+    }}"""
+    return text, {"w0": w(c, c, 3, 3), "b0": w(c), "s1": RNG.uniform(0.5, 1.5, (1, c, 1, 1)).astype(np.float32),
+                  "t1": w(1, c, 1, 1),
+                  "w1": w(m, c, 1, 1), "b1": w(m), "w2": w(g, m, 3, 3),
+                  "s2": RNG.uniform(0.5, 1.5, (1, k, 1, 1)).astype(np.float32), "t2": w(1, k, 1, 1),
+                  "w3": w(m, k, 1, 1), "b3": w(m), "w4": w(g, m, 3, 3)}
+
+
+@pytest.mark.parametrize("g", [2 * B, B + B // 2])
+def test_a_dense_block_runs_blocked_its_norms_in_the_convs_prologues(g):
+    """DenseNet: each BatchNorm-ReLU before a 1x1 conv (fused_affine_conv2d) runs in the blocked conv's prologue
+    (blocked_affine_conv2d, its scale and shift per input channel in the concat's segments), the 3x3 convs
+    without a bias blocked too; the input enters once; the last concat, which only a sine reads, stays on NCHW,
+    each of its parts leaving the layout."""
+    text, weights = dense_block(2 * B, g)
+    graph = block_channels(optimize(parse_graph(text, weights)), B)
+    assert ops(graph).count("blocked_affine_conv2d") == 2 and ops(graph).count("blocked_conv2d") == 3
+    assert ops(graph).count("to_blocked") == 1 and ops(graph).count("from_blocked") == 3
+    second = [n for n in graph.nodes if n.op == "blocked_affine_conv2d"][1]
+    assert tuple(second.attrs["in_segments"]) == (2 * B, g)
+    x = RNG.normal(size=(1, 2 * B, S, S)).astype(np.float32)
+    np.testing.assert_allclose(Interpreter(graph)(x), Interpreter(parse_graph(text, weights))(x), rtol=1e-4,
+                               atol=1e-5)
+
+
+def test_a_windowed_conv_after_a_per_channel_affine_stays_on_nchw():
+    """A BatchNorm-ReLU before a 3x3 conv (a pre-activation ResNet's): the blocked prologue is the 1x1 kernel's
+    only; the 3x3 one stays fused_affine_conv2d on NCHW, and the graph computes what it did."""
+    g = 2 * B
+    text, weights = dense_block(2 * B, g)
+    text = text.replace(f"const %w1: f32[{4 * g},{2 * B},1,1]", f"const %w1: f32[{4 * g},{2 * B},3,3]").replace(
+        "conv2d(%r1, %w1, %b1) @conv1", "conv2d(%r1, %w1, %b1) {padding=[1, 1, 1, 1]} @conv1")
+    weights["w1"] = w(4 * g, 2 * B, 3, 3)
+    graph = block_channels(optimize(parse_graph(text, weights)), B)
+    assert ops(graph).count("fused_affine_conv2d") == 1 and ops(graph).count("blocked_affine_conv2d") == 1
+    x = RNG.normal(size=(1, 2 * B, S, S)).astype(np.float32)
+    np.testing.assert_allclose(Interpreter(graph)(x), Interpreter(parse_graph(text, weights))(x), rtol=1e-4,
+                               atol=1e-5)
+
+
 def squeeze_excitation(c: int, m: int, s: int = 7) -> tuple[str, dict[str, np.ndarray]]:
     """EfficientNet's MBConv in small: 1x1 expand -> SiLU -> 3x3 depthwise -> SiLU -> squeeze-and-excitation
     (global average pool, 1x1 conv -> SiLU, 1x1 conv -> sigmoid, scale) -> 1x1 project, read by a sine."""
@@ -504,6 +581,19 @@ def test_a_compiled_blocked_concat_matches_the_interpreter(tmp_path, batch):
     text = text.replace("%x: f32[1,", f"%x: f32[{batch},").replace(": f32[1,", f": f32[{batch},")
     graph = block_channels(optimize(parse_graph(text, w)), block)
     assert "concat" in ops(graph) and ops(graph).count("blocked_conv2d") == 3
+    x = RNG.normal(size=(batch, 2 * block, S, S)).astype(np.float32)
+    np.testing.assert_allclose(NumbaModel.build(graph, tmp_path)(x), Interpreter(parse_graph(text, w))(x),
+                               rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("growth, batch", [(2, 1), (1.5, 2)])
+def test_a_compiled_dense_block_matches_the_interpreter(tmp_path, growth, batch):
+    """conv1x1_blocked_prologue in a forward at this CPU's block: whole blocks at batch 1, a growth that pads its
+    blocks (segments, the scale and shift packed into their lanes) at batch 2."""
+    block = cpu_block()
+    text, w = dense_block(2 * block, int(growth * block), batch)
+    graph = block_channels(optimize(parse_graph(text, w)), block)
+    assert ops(graph).count("blocked_affine_conv2d") == 2
     x = RNG.normal(size=(batch, 2 * block, S, S)).astype(np.float32)
     np.testing.assert_allclose(NumbaModel.build(graph, tmp_path)(x), Interpreter(parse_graph(text, w))(x),
                                rtol=1e-4, atol=1e-4)
