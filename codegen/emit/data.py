@@ -7,7 +7,7 @@ import math
 import numpy as np
 
 from codegen.emit import Emit, const, emits, lit
-from codegen.kernels.data import RANK, copy_runs, strided_copy, take
+from codegen.kernels.data import RANK, copy_runs, strided_copy, take, transpose_f32
 from ir.errors import CodegenUnsupportedError
 from ir.graph import Node
 from ir.ops.common import normalize_axis
@@ -67,8 +67,14 @@ def _emit_reshape(e: Emit) -> list[str]:
 
 @emits("transpose")
 def _emit_transpose(e: Emit) -> list[str]:
+    """A float32 transpose of the unit-stride dim: transpose_f32 (squares in registers); any other, strided_copy."""
     perm, strides = e.node.attrs["perm"], contiguous_strides(e.node.inputs[0].shape)
-    return _gather(e, e.node.outputs[0].shape, [strides[p] for p in perm])
+    shape = e.node.outputs[0].shape
+    n, s, d, transposed = plan_copy(shape, [strides[p] for p in perm], contiguous_strides(shape))
+    if transposed and e.node.inputs[0].dtype == e.node.outputs[0].dtype == "float32":
+        return [f"{e.call(transpose_f32)}({e.args[0]}.reshape(-1), {e.outs[0]}.reshape(-1), {const(n)}, {const(s)}, "
+                f"{const(d)}, 0, 0)"]
+    return _gather(e, shape, [strides[p] for p in perm])
 
 
 def _slice_plan(shape, index: list[slice]) -> tuple[list[int], int]:

@@ -31,9 +31,34 @@ def rand(*shape, dtype=np.float32):
     ((2, 3, 40, 33, 37), (0, 1, 3, 4, 2)), ((2, 3, 85, 30, 40), (0, 1, 3, 4, 2)),
     ((3, 70, 65), (0, 2, 1)), ((4, 1, 6, 1), (3, 2, 1, 0)),
     ((2, 3, 4, 5, 6, 7, 2), (6, 4, 2, 0, 1, 3, 5)),
+    # float32 transposes of the unit-stride dim (transpose_f32's squares): ConvNeXt's NCHW <-> NHWC permutes,
+    # attention's key transpose (in tasks), whole squares only, a plane smaller than one
+    ((1, 96, 56, 56), (0, 2, 3, 1)), ((2, 28, 28, 72), (0, 3, 1, 2)), ((8, 12, 197, 64), (0, 1, 3, 2)),
+    ((3, 16, 24), (0, 2, 1)), ((2, 5, 7), (0, 2, 1)),
 ])
 def test_transpose(shape, perm):
     check("transpose", [rand(*shape)], {"perm": perm})
+
+
+def test_a_float32_transpose_copies_every_bit():
+    """transpose_f32's squares go through registers: NaN, infinities, -0.0 and subnormals come out as they
+    went in."""
+    from codegen.emit.data import contiguous_strides, plan_copy
+    from codegen.kernels.data import transpose_f32
+
+    x = rand(2, 40, 37)
+    x.reshape(-1)[::7] = np.nan
+    x.reshape(-1)[1::11] = np.inf
+    x.reshape(-1)[2::13] = -np.inf
+    x.reshape(-1)[3::17] = -0.0
+    x.reshape(-1)[4::19] = np.float32(1e-42)
+    want = np.ascontiguousarray(x.transpose(0, 2, 1))
+    strides = contiguous_strides(x.shape)
+    n, s, d, transposed = plan_copy(want.shape, [strides[p] for p in (0, 2, 1)], contiguous_strides(want.shape))
+    assert transposed
+    out = np.full_like(want, 7.0)
+    transpose_f32(x.reshape(-1), out.reshape(-1), n, s, d, 0, 0)
+    np.testing.assert_array_equal(out.view(np.uint32), want.view(np.uint32))
 
 
 def test_transpose_int_and_jit():
