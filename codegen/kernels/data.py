@@ -57,8 +57,10 @@ def _copy_line(s, d, a, b, m, ss, ds):
             d[u(b + i * ds)] = s[u(a + i * ss)]
 
 
-@numba.njit(cache=True, nogil=True)
-def _copy_task(t, s, d, shape, sstr, dstr, soff, doff, t4, t5, nb4, nb5, along4):
+@numba.njit(inline="always", cache=True, nogil=True)
+def _tile_of(t, shape, sstr, dstr, soff, doff, nb4, nb5):
+    """(b4, b5, soff, doff) of task t of a copy cut into nb4 x nb5 tiles of its last two dims for each index of
+    the others: its tile, and the offsets of its index of the others."""
     r = len(shape)
     b5 = t % nb5
     t //= nb5
@@ -69,6 +71,13 @@ def _copy_task(t, s, d, shape, sstr, dstr, soff, doff, t4, t5, nb4, nb5, along4)
         o //= shape[k]
         soff += i * sstr[k]
         doff += i * dstr[k]
+    return b4, b5, soff, doff
+
+
+@numba.njit(cache=True, nogil=True)
+def _copy_task(t, s, d, shape, sstr, dstr, soff, doff, t4, t5, nb4, nb5, along4):
+    r = len(shape)
+    b4, b5, soff, doff = _tile_of(t, shape, sstr, dstr, soff, doff, nb4, nb5)
     lo4, lo5 = b4 * t4, b5 * t5
     _copy_block(s, d, shape, sstr, dstr, soff, doff, lo4, min(lo4 + t4, shape[r - 2]), lo5,
                 min(lo5 + t5, shape[r - 1]), along4)
@@ -217,15 +226,7 @@ def transpose_f32(src, dst, shape, sstr, dstr, soff, doff):
 def _transpose_task(t, s, d, shape, sstr, dstr, soff, doff, tile, nb4, nb5):
     """Tile t of transpose_f32: its whole squares in registers, the rest element by element."""
     r = len(shape)
-    b5 = t % nb5
-    t //= nb5
-    b4 = t % nb4
-    o = t // nb4
-    for k in range(r - 3, -1, -1):
-        i = o % shape[k]
-        o //= shape[k]
-        soff += i * sstr[k]
-        doff += i * dstr[k]
+    b4, b5, soff, doff = _tile_of(t, shape, sstr, dstr, soff, doff, nb4, nb5)
     ss5, ds4 = sstr[r - 1], dstr[r - 2]
     lo4, lo5 = b4 * tile, b5 * tile
     hi4, hi5 = min(lo4 + tile, shape[r - 2]), min(lo5 + tile, shape[r - 1])
