@@ -35,9 +35,10 @@ RUN, TILE = 128, 32  # transposes copy RUN x TILE blocks, RUN along the longer u
 # with 128 rows a block, 5.9 ms with about 400; Zen 5 EPYC, 2 threads; a plain copy is 2.5 ms)
 SHORT_ROWS_ELEMENTS = 1 << 15
 RANK = 6  # copies are padded to this many dims, so one compiled kernel serves them all
-# transpose_f32's tiles: SQUARES x SQUARES squares of vector_floats() x vector_floats() elements, each transposed
-# in registers (a tile's source and destination, 16 KB each on AVX2, stay in L1)
-SQUARES = 8
+# transpose_f32's tiles: TILE_EDGE x TILE_EDGE elements, squares of vector_floats() x vector_floats() each
+# transposed in registers (8 x 8 squares on AVX2, 4 x 4 on AVX-512); a tile's source and destination, 16 KB
+# each, stay in L1 (on AVX2 tiles of 32 and 128 ran level with 64 in ConvNeXt-T)
+TILE_EDGE = 64
 
 
 @numba.njit(inline="always", cache=True, nogil=True)
@@ -208,7 +209,8 @@ def transpose_f32(src, dst, shape, sstr, dstr, soff, doff):
     n4, n5 = shape[r - 2], shape[r - 1]
     if sstr[r - 2] != 1 or dstr[r - 1] != 1:
         raise ValueError("transpose_f32: not a transpose of the last two dims")
-    t = SQUARES * vector_floats()
+    n = vector_floats()
+    t = max(n, TILE_EDGE // n * n)
     nb4, nb5 = -(-n4 // t), -(-n5 // t)
     outer = 1
     for k in range(r - 2):
