@@ -69,12 +69,12 @@ def _emit_reshape(e: Emit) -> list[str]:
 def _emit_transpose(e: Emit) -> list[str]:
     """A float32 transpose of the unit-stride dim: transpose_f32 (squares in registers); any other, strided_copy."""
     perm, strides = e.node.attrs["perm"], contiguous_strides(e.node.inputs[0].shape)
-    shape = e.node.outputs[0].shape
-    n, s, d, transposed = plan_copy(shape, [strides[p] for p in perm], contiguous_strides(shape))
+    shape, sstr = e.node.outputs[0].shape, [strides[p] for p in perm]
+    n, s, d, transposed = plan_copy(shape, sstr, contiguous_strides(shape))
     if transposed and e.node.inputs[0].dtype == e.node.outputs[0].dtype == "float32":
         return [f"{e.call(transpose_f32)}({e.args[0]}.reshape(-1), {e.outs[0]}.reshape(-1), {const(n)}, {const(s)}, "
                 f"{const(d)}, 0, 0)"]
-    return _gather(e, shape, [strides[p] for p in perm])
+    return _gather(e, shape, sstr)
 
 
 def _slice_plan(shape, index: list[slice]) -> tuple[list[int], int]:

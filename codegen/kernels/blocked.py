@@ -235,8 +235,8 @@ def _conv1x1_blocked(x, wt, bias, residual, out, stride, acts, params, prologue)
     # a prologue's scratch, a chunk's input pixels through it: reduction step c at rows_in[c] from the pixel
     size = cb_n * cg * MR * b if prologue[0].size != 0 else 0
     scratch = np.empty((1 if serial else min(num_threads(), tasks)) * size, np.float32)
-    rows_in = np.empty(c_n, np.int64)
-    for c in range(c_n):
+    rows_in = np.empty(c_n if size else 0, np.int64)
+    for c in range(rows_in.size):
         rows_in[c] = (c // b) * cg * MR * b + c % b
     data = (x.reshape(-1), wt.reshape(-1), bias, residual_run(residual, out), out.reshape(-1), pix, rows,
             (n_n, c_n, h * w, hw, ob_n, b, chunks, cg, n_g, per), acts, params, prologue, rows_in, scratch)

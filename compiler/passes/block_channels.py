@@ -11,12 +11,12 @@ Blocked: conv2d and fused_conv2d nodes on float32 with constant weights and bias
 zeros), ungrouped or depthwise (groups == input channels == output channels), zero-padded, whose multiply-adds
 with its input and output channels padded to whole blocks are at most MAX_PADDING more (ir/ops/layout.py: the
 padding channels are zero in the weights); and fused_affine_conv2d nodes, a BatchNorm-ReLU before a 1x1 conv
-(DenseNet's), as blocked_affine_conv2d (the kernel applies the affine to each task's pixels: blocked, DenseNet-
-121 at batch 1 takes 0.83 of its NCHW time, at batch 8 0.93). Between them: window pools, concats along the channels (whose parts' blocks make
-the result's segments: _segments), global average pools, and squeeze-and-excitation scales of one segment of
-whole blocks (_misfits). A conv whose input
-does not come from a blocked conv and none of whose readers is one would pay two reorders for one conv, and
-stays on NCHW (dropped until no such conv is left). In chains without a depthwise conv or a 3x3 conv that runs
+(DenseNet's), as blocked_affine_conv2d (the kernel applies the affine to each task's pixels: blocked,
+DenseNet-121 at batch 1 takes 0.83 of its NCHW time, at batch 8 0.93). Between them: window pools, concats
+along the channels (whose parts' blocks make the result's segments: _segments), global average pools, and
+squeeze-and-excitation scales of one segment of whole blocks (_misfits). A conv whose input does not come
+from a blocked conv and none of whose readers is one would pay two reorders for one conv, and stays on NCHW
+(dropped until no such conv is left). In chains without a depthwise conv or a 3x3 conv that runs
 Winograd F(4x4, 3x3) blocked (blocked.winograd_f4_pays), convs of fewer than BLOCKED_MIN_PIXELS output pixels
 stay on NCHW too; a chain with one runs whole.
 In-process A/B of the whole forward at batch 1 (AVX2), blocked / NCHW: MobileNetV2 0.88-0.93, ResNet-18 0.84,
