@@ -112,8 +112,9 @@ def node_cost(node: Node) -> tuple[int, int]:
         flops = 2 * math.prod(out) * math.prod(conv_weight(node).shape[1:])
     elif node.op == "blocked_expand_depthwise":
         flops = 2 * expand_depthwise_macs(node)
-    elif node.op == "conv_transpose2d":
-        flops = 2 * math.prod(node.inputs[0].shape) * math.prod(node.inputs[1].shape[1:])
+    elif node.op in ("conv_transpose2d", "blocked_conv_transpose2d"):  # each input pixel times the whole weight
+        x = node.inputs[0].shape
+        flops = 2 * x[0] * x[2] * x[3] * math.prod(node.inputs[1].shape)
     elif node.op in ("linear", "fused_linear", "matmul"):
         flops = 2 * math.prod(out) * node.inputs[0].shape[-1]
     return flops, sum(v.type.nbytes for v in node.outputs)

@@ -15,11 +15,13 @@ from codegen.kernels.blocked import (
     conv1x1_blocked_prologue,
     conv2d_blocked,
     conv2d_blocked_nchw,
+    conv_transpose_blocked,
     depthwise_blocked,
     expand_depthwise_blocked,
     from_blocked,
     global_avg_pool_blocked,
     pack_depthwise_blocked,
+    pack_transpose_blocked,
     pack_winograd_blocked,
     pad_bias,
     pad_to_blocks,
@@ -423,6 +425,17 @@ def _blocked_bias(e: Emit, index: int, segments: tuple[int, ...]) -> str:
     if bias is not None and bias.is_constant and bias.shape[0] != lanes:
         return e.prepack(index, f"blocks{_lanes_tag(block, segments)}", lambda b: pad_bias(b, block, segments or None))
     return e.bias(index, lanes)
+
+
+@emits("blocked_conv_transpose2d")
+def _emit_blocked_conv_transpose2d(e: Emit) -> list[str]:
+    """An upsampling whose kernel is its stride on the channel-blocked layout: conv_transpose_blocked."""
+    a = e.node.attrs
+    block, segments = a["block"], tuple(a.get("in_segments") or ())
+    wt = e.prepack(1, f"transpose_blocked{_lanes_tag(block, segments)}",
+                   lambda w: pack_transpose_blocked(w, block, segments or None))
+    return [f"{e.call(conv_transpose_blocked)}({e.args[0]}, {wt}, {_blocked_bias(e, 2, ())}, {e.outs[0]}, "
+            f"{const(tuple(a['stride']))})"]
 
 
 @emits("blocked_expand_depthwise")

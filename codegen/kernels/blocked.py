@@ -47,6 +47,7 @@ from numba.core import cgutils, types
 from numba.extending import intrinsic
 
 from codegen.kernels.common import PARALLEL_MIN_ELEMENTS, SEQ, num_threads, thread_id, u
+from codegen.kernels.conv_channels import pack_channel_panels
 from codegen.kernels.epilogue import ONE_PASS, epilogue_run, one_pass_bounds, residual_run
 from codegen.kernels.gemm import PACKED_K_CHUNK, PARALLEL_MIN_MACS
 from codegen.kernels.microkernel import (
@@ -424,6 +425,76 @@ def _conv2d_task(t, xf, wf, bias, rf, of, rows, dims, window, acts, params, scra
         pix[p - p0] = (((p // ow - y0) * sh) * wp + p % ow * sw) * ps
     _blocked_out(src, 0, pix, 0, p0, p1, rows, k, wf, bias, rf, of, n * ob_n, oh * ow, b, gi * per,
                  min(ob_n, (gi + 1) * per), acts, params)
+
+
+@numba.njit(**SEQ)
+def conv_transpose_blocked(x, wt, bias, out, stride):
+    """conv_transpose2d on the blocked layout whose kernel is its stride (no padding, groups or dilation: a
+    UNet's 2x2 stride-2 upsampling): no two taps write one output pixel, so each tap (i, j) is a 1x1 conv of
+    the input whose output pixels land `stride` apart, stored from the registers with that pixel stride.
+    x (N, C / B, H, W, B), wt = pack_transpose_blocked(W, B) (KH * KW, O / B, C, B), out (N, O / B, H * KH,
+    W * KW, B), bias of whole blocks. Tasks: (image, input row, group of output blocks); a row's last partial
+    group of MR pixels goes through scratch."""
+    n_n, cb_n, h, w, b = x.shape
+    sh, sw = stride
+    ob_n, oh, ow = out.shape[1], out.shape[2], out.shape[3]
+    k = cb_n * b
+    if (b != taps_width() or out.shape[4] != b or out.shape[0] != n_n or wt.shape != (sh * sw, ob_n, k, b)
+            or (oh, ow) != (h * sh, w * sw) or bias.size != ob_n * b):
+        raise ValueError("conv_transpose_blocked: blocks of another width, or operands of mismatched shapes")
+    serial = n_n * h * w * sh * sw * ob_n * b * k < PARALLEL_MIN_MACS
+    n_g, per = _block_groups(n_n * h, ob_n, serial)
+    pix = np.zeros(w + MR, np.int64)  # a row's pixel x from the row's start; MR past the row, the first's
+    for p in range(w):
+        pix[p] = p * b
+    rows = np.empty(k, np.int64)  # reduction step c: input channel c of each pixel
+    for c in range(k):
+        rows[c] = (c // b) * h * w * b + c % b
+    tasks = n_n * h * n_g
+    data = (x.reshape(-1), wt.reshape(-1), bias, out.reshape(-1), pix, rows, (n_n, cb_n, h, w, b, ob_n, sh, sw, n_g,
+                                                                               per))
+    if serial:
+        for t in range(tasks):
+            _conv_transpose_task(t, *data)
+    else:
+        run_tasks(_conv_transpose_task, tasks, data)
+
+
+@numba.njit(**SEQ)
+def _conv_transpose_task(t, xf, wf, bias, of, pix, rows, dims):
+    """Task t of conv_transpose_blocked: one input row's pixels, each tap, the task's output blocks."""
+    n_n, cb_n, h, w, b, ob_n, sh, sw, n_g, per = dims
+    gi, m = t % n_g, t // n_g
+    n, y = m // h, m % h
+    k, oh, ow = cb_n * b, h * sh, w * sw
+    a0 = (n * cb_n * h + y) * w * b  # the row's first pixel in block 0
+    lo, hi = np.float32(-np.inf), np.float32(np.inf)
+    whole = w // MR * MR
+    acc = np.empty(MR * b, np.float32)
+    for tap in range(sh * sw):
+        i, j = tap // sw, tap % sw
+        for q in range(gi * per, min(ob_n, (gi + 1) * per)):
+            w0 = (tap * ob_n + q) * k * b
+            o0 = (((n * ob_n + q) * oh + y * sh + i) * ow + j) * b  # output pixel (y * sh + i, j)
+            for p in range(0, whole, MR):
+                micro_gemm_taps_out(k, xf, a0, pix, p, rows, 0, wf, w0, b, of, o0 + p * sw * b, sw * b, bias, q * b,
+                                    lo, hi, lo, of[:0])
+            if whole < w:
+                micro_gemm_taps(k, xf, a0, pix, whole, rows, 0, wf, w0, b, acc, 0, b, False)
+                for p in range(w - whole):
+                    d = o0 + (whole + p) * sw * b
+                    for jj in range(b):
+                        of[u(d + jj)] = acc[p * b + jj] + bias[q * b + jj]
+
+
+def pack_transpose_blocked(weight: np.ndarray, block: int, segments=None) -> np.ndarray:
+    """A conv_transpose2d's (C, O, KH, KW) weight (ungrouped) as conv_transpose_blocked takes it: each tap's
+    (O, C) 1x1 conv, its input channels in `segments` (pad_to_blocks), packed by pack_channel_panels:
+    (KH * KW, O / block, C / block * block, block)."""
+    c_n, o_n, kh, kw = weight.shape
+    taps = [pad_to_blocks(np.ascontiguousarray(weight[:, :, i, j].T)[:, :, None, None], block, segments=segments)
+            for i in range(kh) for j in range(kw)]
+    return np.stack([pack_channel_panels(t, block) for t in taps])
 
 
 @numba.njit(inline="always", **SEQ)

@@ -20,7 +20,7 @@ from __future__ import annotations
 import numpy as np
 
 from ir.op_registry import FLOAT, INT, INTS, STR, register
-from ir.ops.conv import _conv2d_type
+from ir.ops.conv import _CONV_T_ATTRS, _conv2d_type, _conv_transpose2d_type, conv_transpose2d
 from ir.ops.fused import _CONV_ATTRS, _EPILOGUE_ATTRS, _PROLOGUE_ATTRS, _check_epilogue, fused_conv2d
 from ir.ops.pool import _AVG_ATTRS, _MAX_ATTRS, _avg_pool2d_type, _max_pool2d_type, avg_pool2d, max_pool2d
 from ir.types import TensorType
@@ -262,3 +262,29 @@ def blocked_channel_scale(x, scale, *, block):
     """x * scale of a blocked x by a (N, C, 1, 1) scale (a squeeze-and-excitation block's), blocked."""
     n, cb, _, _, b = x.shape
     return x * scale.reshape(n, cb, 1, 1, b)
+
+
+def _blocked_transpose_type(types: list[TensorType], attrs: dict) -> TensorType:
+    x, w = types[0], types[1]
+    if x.rank != 5 or w.rank != 4:
+        raise ValueError(f"blocked_conv_transpose2d expects a blocked input and a 4-D weight, got {x} and {w}")
+    kernel, segments = tuple(w.shape[2:]), tuple(attrs.get("in_segments") or (w.shape[0],))
+    if (tuple(attrs["stride"]) != kernel or any(attrs["padding"]) or any(attrs["output_padding"])
+            or tuple(attrs["dilation"]) != (1, 1) or attrs["groups"] != 1):
+        raise ValueError("blocked_conv_transpose2d: only a kernel equal to its stride, without padding, output "
+                         "padding, dilation or groups, runs blocked")
+    if sum(segments) != w.shape[0]:
+        raise ValueError(f"blocked_conv_transpose2d: in_segments {segments} do not split the weight's {w.shape[0]} "
+                         "input channels")
+    plain = [TensorType(unblocked_shape(x.shape, attrs["block"], segments), x.dtype), *types[1:]]
+    out = _conv_transpose2d_type(plain, attrs)
+    return TensorType(blocked_shape(out.shape, attrs["block"]), out.dtype)
+
+
+@register("blocked_conv_transpose2d", ["x", "weight", "bias"],
+          {**_CONV_T_ATTRS, "block": INT(), "in_segments": INTS(None, optional=True)}, infer=_blocked_transpose_type)
+def blocked_conv_transpose2d(x, weight, bias, *, block, in_segments=None, **conv):
+    """conv_transpose2d on the blocked layout, its kernel equal to its stride (a UNet's upsampling): x (its
+    channels in in_segments) and the result (N, blocks, H, W, block)."""
+    plain = unblocked_array(x, block, in_segments or (weight.shape[0],))
+    return blocked_array(conv_transpose2d(plain, weight, bias, **conv), block)

@@ -18,11 +18,13 @@ from codegen.kernels.blocked import (
     conv1x1_blocked_prologue,
     conv2d_blocked,
     conv2d_blocked_nchw,
+    conv_transpose_blocked,
     depthwise_blocked,
     expand_depthwise_blocked,
     from_blocked,
     global_avg_pool_blocked,
     pack_depthwise_blocked,
+    pack_transpose_blocked,
     pack_winograd_blocked,
     pad_bias,
     pad_to_blocks,
@@ -34,6 +36,8 @@ from codegen.kernels.conv_channels import pack_channel_panels
 from codegen.kernels.epilogue import ACTIVATION_CODES
 from codegen.kernels.gemm import PACKED_K_CHUNK
 from codegen.kernels.microkernel import MR, taps_width
+from ir.ops.conv import conv_transpose2d
+from ir.ops.layout import blocked_array
 from tests.codegen.rules import read_only, zero_bias
 
 B = numba.njit(lambda: taps_width())()
@@ -232,6 +236,39 @@ def test_blocked_conv_writes_over_its_own_residual(kernel, post):
     got = run(x, w, bias, buffer, "relu", post, (5, 7), padding=padding, out=buffer)
     np.testing.assert_allclose(got, reference(x, w, bias, residual, "relu", post, padding=padding),
                                rtol=1e-5, atol=1e-5)
+
+
+# upsamplings (n, c, o, hw, kernel == stride, input segments): a UNet's, rows that end in a partial group of MR,
+# a 3x3 stride 3, padded channels in and out, an input of a concat's segments, many tasks
+TRANSPOSES = [(1, 2 * B, B, (8, 8), (2, 2), None), (2, B, 2 * B, (5, 7), (2, 2), None),
+              (1, B, B, (4, 3), (3, 3), None), (1, B + 3, B // 2, (6, 6), (2, 2), None),
+              (1, B + B // 2, B, (7, 5), (2, 1), (B // 2, B)), (2, 4 * B, 2 * B, (16, 16), (2, 2), None)]
+
+
+@pytest.mark.parametrize("n, c, o, hw, kernel, segments", TRANSPOSES)
+def test_blocked_conv_transpose_whose_kernel_is_its_stride_matches_float64(n, c, o, hw, kernel, segments):
+    """conv_transpose_blocked: each tap a 1x1 conv stored stride apart, against the NCHW reference in float64;
+    the lanes padding the output's last block hold 0."""
+    rng = np.random.default_rng(c + o)
+    x = rng.standard_normal((n, c, *hw)).astype(np.float32)
+    w = (rng.standard_normal((c, o, *kernel)) / np.sqrt(c)).astype(np.float32)
+    bias = rng.standard_normal(o).astype(np.float32)
+    expected = conv_transpose2d(x.astype(np.float64), w.astype(np.float64), bias.astype(np.float64),
+                                stride=kernel, padding=(0, 0, 0, 0), output_padding=(0, 0), dilation=(1, 1), groups=1)
+    xb = blocked_array(x, B, segments)
+    out = np.full((n, blocks(o), hw[0] * kernel[0], hw[1] * kernel[1], B), np.nan, np.float32)
+    conv_transpose_blocked(xb, read_only(pack_transpose_blocked(w, B, segments)), block_bias(bias, o), out, kernel)
+    np.testing.assert_allclose(unblocked(out, o), expected, rtol=1e-5, atol=1e-5)
+    assert (out[:, -1, ..., (o - 1) % B + 1:] == 0).all()
+
+
+def test_blocked_conv_transpose_refuses_mismatched_operands():
+    x = np.zeros((1, 1, 4, 4, B), np.float32)
+    wt = pack_transpose_blocked(np.zeros((B, B, 2, 2), np.float32), B)
+    with pytest.raises(ValueError, match="mismatched shapes"):  # an output of another size than H * KH x W * KW
+        conv_transpose_blocked(x, wt, zero_bias(B), np.zeros((1, 1, 8, 9, B), np.float32), (2, 2))
+    with pytest.raises(ValueError, match="mismatched shapes"):  # a weight of another kernel
+        conv_transpose_blocked(x, wt, zero_bias(B), np.zeros((1, 1, 12, 12, B), np.float32), (3, 3))
 
 
 def test_blocked_convs_refuse_blocks_of_another_width():

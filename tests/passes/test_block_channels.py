@@ -308,6 +308,73 @@ def test_window_pools_between_blocked_convs_join_the_chain():
     np.testing.assert_allclose(Interpreter(after)(x), Interpreter(parse_graph(text, weights))(x), rtol=1e-4, atol=1e-5)
 
 
+def unet_level(c: int, n: int = 1, up_channels: int | None = None, bias: bool = True,
+               s: int = 2 * S) -> tuple[str, dict[str, np.ndarray]]:
+    """A UNet's level: 3x3 conv -> ReLU (the skip) -> 2x2 max pool -> 3x3 conv -> ReLU -> 2x2 stride-2
+    conv_transpose2d (with or without a bias) into u channels -> concat with the skip -> 3x3 conv, read by a
+    sine."""
+    h, u = s // 2, up_channels or c
+    text = f"""
+    graph g(%x: f32[{n},{c},{s},{s}]) {{
+      const %w1: f32[{c},{c},3,3]
+      const %b1: f32[{c}]
+      const %w2: f32[{2 * c},{c},3,3]
+      const %b2: f32[{2 * c}]
+      const %wu: f32[{2 * c},{u},2,2]
+      const %bu: f32[{u}]
+      const %w3: f32[{c},{c + u},3,3]
+      const %b3: f32[{c}]
+      %c1: f32[{n},{c},{s},{s}] = conv2d(%x, %w1, %b1) {{padding=[1, 1, 1, 1]}} @conv1
+      %r1: f32[{n},{c},{s},{s}] = relu(%c1) @relu1
+      %p1: f32[{n},{c},{h},{h}] = max_pool2d(%r1) {{kernel=[2, 2], stride=[2, 2]}} @pool1
+      %c2: f32[{n},{2 * c},{h},{h}] = conv2d(%p1, %w2, %b2) {{padding=[1, 1, 1, 1]}} @conv2
+      %r2: f32[{n},{2 * c},{h},{h}] = relu(%c2) @relu2
+      %up: f32[{n},{u},{s},{s}] = conv_transpose2d(%r2, %wu{", %bu" if bias else ""}) {{stride=[2, 2]}} @up
+      %cat: f32[{n},{c + u},{s},{s}] = concat(%up, %r1) {{dim=1}} @cat
+      %c3: f32[{n},{c},{s},{s}] = conv2d(%cat, %w3, %b3) {{padding=[1, 1, 1, 1]}} @conv3
+      %out0: f32[{n},{c},{s},{s}] = sin(%c3) @sin
+      return %out0
+    }}"""
+    weights = {"w1": w(c, c, 3, 3), "b1": w(c), "w2": w(2 * c, c, 3, 3), "b2": w(2 * c), "wu": w(2 * c, u, 2, 2),
+               "w3": w(c, c + u, 3, 3), "b3": w(c)}
+    if bias:
+        weights["bu"] = w(u)
+    else:
+        text = text.replace(f"      const %bu: f32[{u}]\n", "")
+    return text, weights
+
+
+@pytest.mark.parametrize("up_channels, bias", [(2 * B, True), (B + B // 2 + B // 4, False)])
+def test_a_unets_upsampling_joins_the_chain(up_channels, bias):
+    """A conv_transpose2d whose kernel is its stride runs blocked (blocked_conv_transpose2d, its bias zeros where
+    it has none), so the decoder's concat of it and the skip joins the chain: the input enters once, the sine's
+    input alone leaves; an upsampling whose channels pad its last block joins in a segment of its own."""
+    text, weights = unet_level(2 * B, up_channels=up_channels, bias=bias)
+    after = blocked(text, weights)
+    assert ops(after) == ["to_blocked", "blocked_conv2d", "blocked_max_pool2d", "blocked_conv2d",
+                          "blocked_conv_transpose2d", "concat", "blocked_conv2d", "from_blocked", "sin"]
+    up, conv3 = after.nodes[4], after.nodes[6]
+    assert up.outputs[0].shape == (1, -(-up_channels // B), 2 * S, 2 * S, B) and up.inputs[2].is_constant
+    assert tuple(conv3.attrs["in_segments"]) == (up_channels, 2 * B)
+    x = RNG.normal(size=(1, 2 * B, 2 * S, 2 * S)).astype(np.float32)
+    np.testing.assert_allclose(Interpreter(after)(x), Interpreter(parse_graph(text, weights))(x), rtol=1e-4,
+                               atol=1e-5)
+
+
+def test_upsamplings_whose_taps_overlap_stay_on_nchw():
+    """A 3x3 stride-2 conv_transpose2d (its taps overlap, the kernel is not its stride) stays on NCHW: the
+    skip leaves the layout for the concat, which a blocked conv reads again."""
+    text, weights = unet_level(2 * B)
+    text = text.replace(f"const %wu: f32[{4 * B},{2 * B},2,2]", f"const %wu: f32[{4 * B},{2 * B},3,3]").replace(
+        "{stride=[2, 2]} @up", "{stride=[2, 2], padding=[1, 1, 0, 0], output_padding=[0, 0]} @up")
+    weights["wu"] = w(4 * B, 2 * B, 3, 3)
+    after = blocked(text, weights)
+    assert "conv_transpose2d" in ops(after) and "blocked_conv_transpose2d" not in ops(after)
+    x = RNG.normal(size=(1, 2 * B, 2 * S, 2 * S)).astype(np.float32)
+    np.testing.assert_allclose(Interpreter(after)(x), Interpreter(parse_graph(text, weights))(x), rtol=1e-4,
+                               atol=1e-5)
+
+
 def concat_block(c: int, read_by: str) -> tuple[str, dict[str, np.ndarray]]:
     """YOLOv5's C3 in small: a 1x1 conv, a 3x3 conv of it, both joined along the channels, then read
     by `read_by` (a 1x1 conv, or a sine)."""
@@ -599,6 +666,20 @@ def test_a_compiled_dense_block_matches_the_interpreter(tmp_path, growth, batch)
                                rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("batch", [1, 2])
+def test_a_compiled_unet_level_with_its_upsampling_blocked_matches_the_interpreter(tmp_path, batch):
+    """conv_transpose_blocked in a forward at this CPU's block, its output in a concat with the skip: at batch 1
+    into channels that pad its last block, without a bias (a segment of its own), at batch 2 whole blocks."""
+    block = cpu_block()
+    up, bias = (block + block // 2 + block // 4, False) if batch == 1 else (2 * block, True)
+    text, w = unet_level(2 * block, batch, up, bias)
+    graph = block_channels(optimize(parse_graph(text, w)), block)
+    assert "blocked_conv_transpose2d" in ops(graph)
+    x = RNG.normal(size=(batch, 2 * block, 2 * S, 2 * S)).astype(np.float32)
+    np.testing.assert_allclose(NumbaModel.build(graph, tmp_path)(x), Interpreter(parse_graph(text, w))(x),
+                               rtol=1e-4, atol=1e-4)
+
+
 def test_blocked_3x3_convs_take_f4x4_winograd_where_it_pays():
     """F(4x4, 3x3) for stride-1 3x3 convs of enough channel pairs and tiles (F4_MIN_CHANNEL_PAIRS,
     F4_MIN_TILES); none for a strided one, which runs direct."""
@@ -647,3 +728,7 @@ def test_the_executor_costs_a_blocked_conv_as_the_conv_it_is():
     before = {n.name: node_cost(n)[0] for n in fuse_conv_epilogue(parse_graph(text, w)).nodes}
     after = [n for n in blocked(text, w).nodes if n.op == "blocked_conv2d"]
     assert after and all(node_cost(n)[0] == before[n.name] > 0 for n in after)
+    text, w = unet_level(2 * B, up_channels=B + B // 2 + B // 4)  # an upsampling: its padded lanes not counted
+    before = {n.name: node_cost(n)[0] for n in fuse_conv_epilogue(parse_graph(text, w)).nodes}
+    (up,) = [n for n in blocked(text, w).nodes if n.op == "blocked_conv_transpose2d"]
+    assert node_cost(up)[0] == before["up"] == 2 * (2 * S) ** 2 // 4 * 4 * B * (B + B // 2 + B // 4) * 4
