@@ -14,7 +14,8 @@ from codegen.kernels.microkernel import MR
 from tests.codegen.rules import read_only
 
 _erf = np.vectorize(math.erf)
-ACTS = {"none": lambda v: v, "relu": lambda v: np.maximum(v, 0), "gelu": lambda v: 0.5 * v * (1 + _erf(v / math.sqrt(2)))}
+ACTS = {"none": lambda v: v, "relu": lambda v: np.maximum(v, 0),
+        "gelu": lambda v: 0.5 * v * (1 + _erf(v / math.sqrt(2)))}
 
 
 # (rows, reduction, features): many rows of few features (a Swin block's projection: each task's block holds every
