@@ -19,9 +19,10 @@ whose kernel is its stride (a UNet's 2x2 stride 2, as blocked_conv_transpose2d; 
 that a decoder's concat of its upsampling and the encoder's skip stays on the layout (UNet-small at batch 1: 0.94
 of the time with the upsamplings on NCHW, at batch 8 level; AVX2). A conv whose input does not come
 from a blocked conv and none of whose readers is one would pay two reorders for one conv, and stays on NCHW
-(dropped until no such conv is left). In chains without a depthwise conv or a 3x3 conv that runs
-Winograd F(4x4, 3x3) blocked (blocked.winograd_f4_pays), convs of fewer than BLOCKED_MIN_PIXELS output pixels
-stay on NCHW too; a chain with one runs whole.
+(dropped until no such conv is left). Convs on small planes run blocked too: the blocked 1x1 kernel now takes
+0.8-1.05 of the NCHW one's time on 14 x 14 and 7 x 7 (kernels alone; a rule that kept chains of such convs on
+NCHW, set when they took 1.1-1.4x, cost Inception-v3-mini at batch 1 5%: 0.95 without it, no other zoo model
+changed).
 In-process A/B of the whole forward at batch 1 (AVX2), blocked / NCHW: MobileNetV2 0.88-0.93, ResNet-18 0.84,
 ResNet-50 0.92, YOLOv5s at 320 0.91, UNet-small 0.80. Chains of fewer than MIN_MACS_PER_REORDERED multiply-
 adds (depthwise ones weighted) per element they reorder stay on NCHW.
@@ -47,10 +48,6 @@ from ir.types import TensorType
 
 _CONVS = ("conv2d", "fused_conv2d", "fused_affine_conv2d")  # (an affine one: 1x1, _blockable)
 _POOLS = {"max_pool2d": "blocked_max_pool2d", "avg_pool2d": "blocked_avg_pool2d"}  # window pools between blocked nodes
-# output pixels a conv needs to run blocked. On 14 x 14 and 7 x 7 the NCHW 1x1 kernels already run near
-# the machine's peak and the blocked ones 1.1-1.4x their time in ResNet-50; from 28 x 28 up the blocked
-# 1x1 convs take 0.75-0.9 of it, the Winograd 3x3 ones 0.9-1.0 (in-model profile, batch 1, AVX2)
-BLOCKED_MIN_PIXELS = 28 * 28
 # multiply-adds a chain of blocked convs needs per element it reorders (into or out of the layout): a
 # reorder costs about 0.25 ns an element, and blocking saves 10-25% of a conv's 0.01 ns a multiply-add.
 # Chains in ResNets have 2200-2900, YOLOv5s's 170-490 (0.96 of the NCHW forward's time), a UNet's
@@ -89,10 +86,7 @@ def block_channels(graph: Graph, block: int | None = None) -> Graph:
         before = set(chosen)
         chosen -= _lone(chosen, users)
         chosen -= {n for n in chosen if n.op not in _CONVS and not _joins(n, chosen, users)}
-        # convs on small planes, in chains without a depthwise or an F(4x4) Winograd conv (whose gain pays for them)
-        chosen -= {n for chain in _chains(chosen) if not any(_is_depthwise(m) or _runs_f4(m) for m in chain)
-                   for n in chain if n.op in _CONVS and _pixels(n) < BLOCKED_MIN_PIXELS}
-        for chain in _chains(chosen):  # and the chains too short to pay for their reorders
+        for chain in _chains(chosen):  # the chains too short to pay for their reorders
             if _macs(chain) < MIN_MACS_PER_REORDERED * _reordered(chain, users, set(graph.outputs)):
                 chosen -= chain
         chosen -= _misfits(chosen, _segments(chosen, graph), block)

@@ -11,7 +11,6 @@ from compiler.api import optimize
 from compiler.interpreter import Interpreter
 from compiler.numba_backend import NumbaModel
 from compiler.passes.block_channels import (
-    BLOCKED_MIN_PIXELS,
     MAX_PADDING,
     MIN_MACS_PER_REORDERED,
     STEM_CHANNELS,
@@ -23,7 +22,7 @@ from ir import parse_graph
 from tests.passes.golden import run_pass
 
 B = 16
-S = 28  # the planes: 784 pixels, BLOCKED_MIN_PIXELS
+S = 28  # the planes: 784 pixels
 RNG = np.random.default_rng(5)
 
 
@@ -82,8 +81,6 @@ def ops(graph) -> list[str]:
 def test_a_chain_enters_the_layout_once_and_leaves_it_where_something_else_reads():
     text, w = bottleneck(2 * B, 4 * B), weights(2 * B, 4 * B)
     after = blocked(text, w)
-    # conv4's output plane (14 x 14) is under BLOCKED_MIN_PIXELS, but conv2 (64 -> 64 channels) runs F(4x4)
-    # Winograd blocked, which pays for the whole chain
     assert ops(after) == ["to_blocked", "blocked_conv2d", "blocked_conv2d", "blocked_conv2d", "from_blocked",
                           "blocked_conv2d", "from_blocked", "sigmoid"]
     to, conv1, conv2, conv3, back = after.nodes[:5]
@@ -103,14 +100,21 @@ def test_a_graph_output_made_in_the_layout_leaves_it_under_its_name():
     assert after.outputs[1].name == "r3" and after.outputs[1].producer.op == "from_blocked"
 
 
-@pytest.mark.parametrize("c, m, s, why", [
-    (2 * B, B // 2, S, "8 channels would pad to 16: twice the multiply-adds, more than MAX_PADDING"),
-    (2 * B, B, 20, "400 pixels, and no depthwise or F(4x4) Winograd conv to pay for them"),
-])
-def test_convs_the_layout_does_not_serve_stay_on_nchw(c, m, s, why):
-    after = blocked(bottleneck(c, m, s), weights(c, m))
-    assert "blocked_conv2d" not in ops(after), why
-    assert s * s < BLOCKED_MIN_PIXELS or -(-m // B) * B > m * (1 + MAX_PADDING)
+def test_convs_whose_channels_pad_too_much_stay_on_nchw():
+    """8 channels would pad to 16: twice the multiply-adds, more than MAX_PADDING."""
+    after = blocked(bottleneck(2 * B, B // 2), weights(2 * B, B // 2))
+    assert "blocked_conv2d" not in ops(after) and -(-(B // 2) // B) * B > B // 2 * (1 + MAX_PADDING)
+
+
+def test_a_chain_of_convs_on_small_planes_runs_blocked():
+    """A bottleneck on 7 x 7 without a depthwise conv or F(4x4) Winograd (Inception's late branches): its 1x1
+    and 3x3 convs run blocked as on large planes."""
+    text, w = bottleneck(2 * B, 4 * B, 7), weights(2 * B, 4 * B)
+    after = blocked(text, w)
+    assert ops(after).count("blocked_conv2d") == 4 and ops(after).count("to_blocked") == 1
+    x = RNG.normal(size=(1, 2 * B, 7, 7)).astype(np.float32)
+    for got, want in zip(Interpreter(after)(x), Interpreter(parse_graph(text, w))(x)):
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
 
 
 def test_a_lone_conv_would_pay_two_reorders_and_stays_on_nchw():
@@ -150,11 +154,10 @@ def inverted_residual(c: int, m: int, s: int = 7) -> tuple[str, dict[str, np.nda
 
 
 def test_a_chain_with_a_depthwise_conv_runs_blocked_whatever_its_planes():
-    """A depthwise conv's gain on the layout pays for the chain's 1x1 convs on small planes, which on
-    their own stay on NCHW (BLOCKED_MIN_PIXELS)."""
+    """A MobileNet block on 7 x 7 runs blocked; with a grouped conv (not depthwise) in the depthwise conv's place,
+    which stays on NCHW, each 1x1 conv would be a lone one and stays there too."""
     text, w = inverted_residual(2 * B, 4 * B)
     after = blocked(text, w)
-    assert 7 * 7 < BLOCKED_MIN_PIXELS
     assert ops(after) == ["to_blocked", "blocked_conv2d", "blocked_conv2d", "blocked_conv2d", "from_blocked", "sin"]
     assert after.nodes[2].attrs["groups"] == 4 * B and after.nodes[2].attrs["activation"] == "clamp"
     x = RNG.normal(size=(1, 2 * B, 7, 7)).astype(np.float32)
@@ -162,7 +165,7 @@ def test_a_chain_with_a_depthwise_conv_runs_blocked_whatever_its_planes():
     plain = text.replace("{padding=[1, 1, 1, 1], groups=64}", "{padding=[1, 1, 1, 1], groups=2}").replace(
         "const %w2: f32[64,1,3,3]", "const %w2: f32[64,32,3,3]")
     w2 = {**w, "w2": RNG.normal(size=(64, 32, 3, 3)).astype(np.float32)}
-    assert "blocked_conv2d" not in ops(blocked(plain, w2)), "without the depthwise conv: small planes, NCHW"
+    assert "blocked_conv2d" not in ops(blocked(plain, w2)), "lone 1x1 convs about a grouped conv on NCHW"
 
 
 def test_channels_that_pad_the_last_block_run_blocked():
