@@ -451,8 +451,8 @@ def conv_transpose_blocked(x, wt, bias, out, stride):
     for c in range(k):
         rows[c] = (c // b) * h * w * b + c % b
     tasks = n_n * h * n_g
-    data = (x.reshape(-1), wt.reshape(-1), bias, out.reshape(-1), pix, rows, (n_n, cb_n, h, w, b, ob_n, sh, sw, n_g,
-                                                                               per))
+    dims = (n_n, cb_n, h, w, b, ob_n, sh, sw, n_g, per)
+    data = (x.reshape(-1), wt.reshape(-1), bias, out.reshape(-1), pix, rows, dims)
     if serial:
         for t in range(tasks):
             _conv_transpose_task(t, *data)
