@@ -98,6 +98,9 @@ def _shapes_argument(inputs: tuple[torch.Tensor, ...]) -> str:
     return ",".join(f"[{','.join(map(str, t.shape))}]{_pnnx_type(t)}" for t in inputs)
 
 
+_DISCARDED_OUTPUTS = ("pnnxpy", "pnnxonnx", "ncnnparam", "ncnnbin", "ncnnpy")
+
+
 def export_pnnx(module: torch.nn.Module, example_input, out_dir, name: str, example_input2=None) -> Path:
     """Export ``module`` with pnnx; return ``out_dir/<name>.pnnx.param``.
 
@@ -136,7 +139,10 @@ def export_pnnx(module: torch.nn.Module, example_input, out_dir, name: str, exam
                     # (5-8 s for YOLOv5s at batch 4, several times the trace itself), and it only
                     # compares them; the converted model is compared with torch wherever it matters
                     torch.jit.trace(module, inputs_arg, check_trace=False).save(str(pt))
-                    arguments = [f"inputshape={_shapes_argument(inputs)}"]
+                    # only the pnnx files are kept: the converter's other outputs (its ONNX, ncnn and Python
+                    # files, 600 MB for AlexNet) go to the null device, in float32 (no fp16 conversion)
+                    arguments = [f"inputshape={_shapes_argument(inputs)}", "fp16=0",
+                                 *(f"{key}={os.devnull}" for key in _DISCARDED_OUTPUTS)]
                     if example_input2 is not None:
                         arguments.append(f"inputshape2={_shapes_argument(_as_tensors(example_input2))}")
                     # not check=True: the converter may crash converting to ncnn, after the pnnx
