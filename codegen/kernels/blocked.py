@@ -124,6 +124,16 @@ def _pixel_chunks(pixels):
 
 
 @numba.njit(inline="always", **SEQ)
+def _lane_rows(c_n, plane, b):
+    """A pointwise reduction's steps on the layout: step c, input channel c, at (c // b) * plane * b + c % b
+    from its pixel (plane: an image's pixels)."""
+    rows = np.empty(c_n, np.int64)
+    for c in range(c_n):
+        rows[c] = (c // b) * plane * b + c % b
+    return rows
+
+
+@numba.njit(inline="always", **SEQ)
 def _block_groups(jobs, ob_n, serial):
     """(count, blocks each) of the groups of output blocks that give `jobs` jobs MIN_TASKS tasks at least
     (one group when serial)."""
@@ -229,9 +239,7 @@ def _conv1x1_blocked(x, wt, bias, residual, out, stride, acts, params, prologue)
     pix = np.zeros(hw + MR, np.int64)  # output pixel p's input pixel; MR past the image, for the last group's calls
     for p in range(hw):
         pix[p] = (p // ow * sh * w + p % ow * sw) * b
-    rows = np.empty(c_n, np.int64)  # reduction step c: input channel c of each pixel
-    for c in range(c_n):
-        rows[c] = (c // b) * h * w * b + c % b
+    rows = _lane_rows(c_n, h * w, b)
     tasks = n_n * chunks * n_g
     # a prologue's scratch, a chunk's input pixels through it: reduction step c at rows_in[c] from the pixel
     size = cb_n * cg * MR * b if prologue[0].size != 0 else 0
@@ -447,9 +455,7 @@ def conv_transpose_blocked(x, wt, bias, out, stride):
     pix = np.zeros(w + MR, np.int64)  # a row's pixel x from the row's start; MR past the row, the first's
     for p in range(w):
         pix[p] = p * b
-    rows = np.empty(k, np.int64)  # reduction step c: input channel c of each pixel
-    for c in range(k):
-        rows[c] = (c // b) * h * w * b + c % b
+    rows = _lane_rows(k, h * w, b)
     tasks = n_n * h * n_g
     dims = (n_n, cb_n, h, w, b, ob_n, sh, sw, n_g, per)
     data = (x.reshape(-1), wt.reshape(-1), bias, out.reshape(-1), pix, rows, dims)

@@ -48,6 +48,8 @@ from ir.types import TensorType
 
 _CONVS = ("conv2d", "fused_conv2d", "fused_affine_conv2d")  # (an affine one: 1x1, _blockable)
 _POOLS = {"max_pool2d": "blocked_max_pool2d", "avg_pool2d": "blocked_avg_pool2d"}  # window pools between blocked nodes
+_BLOCKED_OPS = {"conv2d": "blocked_conv2d", "fused_conv2d": "blocked_conv2d", "fused_affine_conv2d":
+                "blocked_affine_conv2d", "conv_transpose2d": "blocked_conv_transpose2d"}
 # multiply-adds a chain of blocked convs needs per element it reorders (into or out of the layout): a
 # reorder costs about 0.25 ns an element, and blocking saves 10-25% of a conv's 0.01 ns a multiply-add.
 # Chains in ResNets have 2200-2900, YOLOv5s's 170-490 (0.96 of the NCHW forward's time), a UNet's
@@ -124,26 +126,17 @@ def block_channels(graph: Graph, block: int | None = None) -> Graph:
         elif node.op == "mul":
             x, scale = _scaled(node)
             nodes.append(Node("blocked_channel_scale", node.name, [blocked(x), scale], [yb], {"block": block}))
-        elif node.op == "conv_transpose2d":
-            x, weight = node.inputs[:2]
-            bias = node.inputs[2] if len(node.inputs) > 2 else graph.add_constant(
-                f"{node.name}.zero_bias", np.zeros(y.shape[1], np.float32))
-            attrs = {**node.attrs, "block": block}
-            if len(segments.get(x, ())) > 1:
-                attrs["in_segments"] = segments[x]
-            nodes.append(Node("blocked_conv_transpose2d", node.name, [blocked(x), weight, bias], [yb], attrs))
-        else:
+        else:  # a conv or an upsampling: its weight and bias (zeros where it has none) as they are
             x, residual = node.inputs[0], _residual(node)
             params = node.inputs[1:len(node.inputs) - len(residual)]  # (scale, shift,) weight, bias
-            if node.op == "conv2d" and len(params) == 1:  # a conv without a bias: zeros
-                zeros = np.zeros(params[0].shape[0], np.float32)
+            if node.op in ("conv2d", "conv_transpose2d") and len(params) == 1:
+                zeros = np.zeros(y.shape[1], np.float32)
                 params = [*params, graph.add_constant(f"{node.name}.zero_bias", zeros)]
             ins = [x if _reads_nchw(node) else blocked(x), *params, *(blocked(r) for r in residual)]
             attrs = {**node.attrs, "block": block}
             if len(segments.get(x, ())) > 1:
                 attrs["in_segments"] = segments[x]
-            op = "blocked_affine_conv2d" if node.op == "fused_affine_conv2d" else "blocked_conv2d"
-            nodes.append(Node(op, node.name, ins, [yb], attrs))
+            nodes.append(Node(_BLOCKED_OPS[node.op], node.name, ins, [yb], attrs))
         entered[y] = yb
         if y in outputs or any(_reads_unblocked(r, y, chosen) for r in users.get(y, [])):
             attrs = {"block": block, "segments": segments[y]}
