@@ -264,7 +264,7 @@ def test_blocked_conv_transpose_whose_kernel_is_its_stride_matches_float64(n, c,
 
 def test_blocked_conv_transpose_refuses_mismatched_operands():
     x = np.zeros((1, 1, 4, 4, B), np.float32)
-    wt = pack_transpose_blocked(np.zeros((B, B, 2, 2), np.float32), B)
+    wt = read_only(pack_transpose_blocked(np.zeros((B, B, 2, 2), np.float32), B))
     with pytest.raises(ValueError, match="mismatched shapes"):  # an output of another size than H * KH x W * KW
         conv_transpose_blocked(x, wt, zero_bias(B), np.zeros((1, 1, 8, 9, B), np.float32), (2, 2))
     with pytest.raises(ValueError, match="mismatched shapes"):  # a weight of another kernel
@@ -273,7 +273,7 @@ def test_blocked_conv_transpose_refuses_mismatched_operands():
 
 def test_blocked_convs_refuse_blocks_of_another_width():
     x = np.zeros((1, 1, 4, 4, 2 * B), np.float32)
-    w = pack_channel_panels(np.zeros((2 * B, 2 * B, 1, 1), np.float32), 2 * B)
+    w = read_only(pack_channel_panels(np.zeros((2 * B, 2 * B, 1, 1), np.float32), 2 * B))
     out = np.zeros((1, 1, 4, 4, 2 * B), np.float32)
     with pytest.raises(ValueError, match="blocks of another width"):
         conv1x1_blocked(x, w, zero_bias(2 * B), out[:0], out, (1, 1), 0, 0.0, 0.0, 0, 0.0, 0.0)
@@ -322,11 +322,12 @@ def test_blocked_winograd_matches_float64(n, cb, ob, hw, padding, act, post, wit
 
 
 @pytest.mark.parametrize("tile", [2, 4])
-def test_blocked_winograd_writes_over_its_own_residual_and_without_a_bias(tile):
+def test_blocked_winograd_writes_over_its_own_residual(tile):
+    """With a zero bias: the pass's for a conv without one."""
     x, w, _ = operands(1, B, B, (11, 5), (3, 3), seed=11)
     residual = np.random.default_rng(6).standard_normal((1, B, 11, 5)).astype(np.float32)
     buffer = blocked(residual)  # the memory plan gives the output its residual's buffer
-    winograd_blocked(blocked(x), read_only(pack_winograd_blocked(w, B, tile)), None, buffer, buffer, 1, 1,
+    winograd_blocked(blocked(x), read_only(pack_winograd_blocked(w, B, tile)), zero_bias(B), buffer, buffer, 1, 1,
                      0, 0.0, 0.0, ACTIVATION_CODES["relu"], 0.0, 0.0)
     expected = reference(x, w, None, residual, "none", "relu", padding=(1, 1, 1, 1))
     tolerance = WINOGRAD_TOLERANCE[tile]
@@ -411,10 +412,10 @@ def test_large_depthwise_conv_splits_into_bands_and_writes_over_its_residual():
 
 def test_depthwise_blocked_refuses_mismatched_operands():
     x = np.zeros((1, 1, 4, 4, B), np.float32)
-    w = np.zeros((1, 9, B), np.float32)
+    w = read_only(np.zeros((1, 9, B), np.float32))
     with pytest.raises(ValueError, match="depthwise_blocked"):
-        depthwise_blocked(x, w, None, x[:0], np.zeros((1, 2, 4, 4, B), np.float32), (3, 3), (1, 1), (1, 1, 1, 1),
-                          (1, 1), 0, 0.0, 0.0, 0, 0.0, 0.0)
+        depthwise_blocked(x, w, zero_bias(B), x[:0], np.zeros((1, 2, 4, 4, B), np.float32), (3, 3), (1, 1),
+                          (1, 1, 1, 1), (1, 1), 0, 0.0, 0.0, 0, 0.0, 0.0)
     with pytest.raises(ValueError, match="pack_depthwise_blocked"):
         pack_depthwise_blocked(np.zeros((B, 2, 3, 3), np.float32), B)
 
@@ -432,9 +433,9 @@ def test_squeeze_excitation_pool_and_scale_on_the_blocked_layout_match_numpy(n, 
     scale = rng.standard_normal((n, cb * B, 1, 1)).astype(np.float32)
     xb = blocked(x)
     got = np.full(xb.shape, np.nan, np.float32)
-    channel_scale_blocked(xb, read_only(scale), got)
+    channel_scale_blocked(xb, scale, got)  # (a forward's scale is computed: writable)
     np.testing.assert_array_equal(unblocked(got), x * scale)
-    channel_scale_blocked(xb, read_only(scale), xb)  # the memory plan may give the result its input's buffer
+    channel_scale_blocked(xb, scale, xb)  # the memory plan may give the result its input's buffer
     np.testing.assert_array_equal(unblocked(xb), x * scale)
 
 
@@ -537,8 +538,8 @@ def test_expansion_and_depthwise_in_one_kernel_match_float64(n, c, m, hw, kernel
 
 def test_expansion_and_depthwise_in_one_kernel_refuse_mismatched_operands():
     x = np.zeros((1, 1, 4, 4, B), np.float32)
-    we, be = np.zeros((2, B, B), np.float32), np.zeros(2 * B, np.float32)
-    wt, out = np.zeros((2, 9, B), np.float32), np.zeros((1, 2, 4, 4, B), np.float32)
+    we, be = read_only(np.zeros((2, B, B), np.float32)), zero_bias(2 * B)
+    wt, out = read_only(np.zeros((2, 9, B), np.float32)), np.zeros((1, 2, 4, 4, B), np.float32)
     with pytest.raises(ValueError, match="expand_depthwise_blocked"):
         expand_depthwise_blocked(x, we, be[:B], wt, be, out[:0], out, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1),
                                  (0, 0.0, 0.0), 0, 0.0, 0.0, 0, 0.0, 0.0)
@@ -623,9 +624,9 @@ def test_a_prologue_of_another_length_than_the_lanes_is_refused():
     x = np.zeros((1, 1, 4, 4, B), np.float32)
     out = np.zeros((1, 1, 4, 4, B), np.float32)
     with pytest.raises(ValueError, match="one value per lane"):
-        conv1x1_blocked_prologue(x, np.ones(B - 1, np.float32), np.zeros(B - 1, np.float32), 1,
-                                 np.zeros((1, B, B), np.float32), zero_bias(B), out[:0], out, (1, 1), 0, 0.0, 0.0, 0,
-                                 0.0, 0.0)
+        conv1x1_blocked_prologue(x, read_only(np.ones(B - 1, np.float32)), zero_bias(B - 1), 1,
+                                 read_only(np.zeros((1, B, B), np.float32)), zero_bias(B), out[:0], out, (1, 1),
+                                 0, 0.0, 0.0, 0, 0.0, 0.0)
 
 
 # (n, c, o, hw, kernel, stride, padding, dilation): MobileNet's and EfficientNet's stem, AlexNet's 11x11 stride 4,
