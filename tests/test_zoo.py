@@ -1,8 +1,8 @@
 """Every zoo model, exported by pnnx: the IR round-trips, and both backends compute what the torch
-model computes, to float32 accuracy: MODELS at batch 1 and 4 (the larger ones at 2), the real ARCHITECTURES
-(AlexNet, DenseNet-121, EfficientNet-B0, ConvNeXt-T) at batch 1 (two of them at 2 too), and the reduced-size
-PATTERNS of today's
-architectures (ViT, Swin, MobileNetV3, RegNetY, Inception-v3, ShuffleNetV2, a 1-D conv audio net,
+model computes, to float32 accuracy: MODELS at batch 1 and 4 (the larger ones at 2, compiled), the
+real ARCHITECTURES (AlexNet, DenseNet-121, EfficientNet-B0, ConvNeXt-T) at batch 1 (two of them at 2
+too), and the reduced-size PATTERNS of today's architectures (ViT, Swin, MobileNetV3, RegNetY,
+Inception-v3, ShuffleNetV2, a 1-D conv audio net,
 LSTM/GRU, a LLaMA-style decoder) at batch 1 and 2.
 
 Accuracy is judged against the torch model evaluated in float64, element by element, within
@@ -27,6 +27,7 @@ from ir import parse_graph, print_graph, verify
 from tests.zoo_reference import (
     ARCHITECTURES,
     ARCHITECTURES_AT_BATCH_2,
+    LARGE_MODELS,
     MODELS,
     PATTERNS,
     check,
@@ -55,7 +56,7 @@ def test_compiled_matches_torch_and_the_interpreter(name, batch):
     x = reference(name)[0][:batch]
     param = export_zoo(name, batch=batch)
     check(compiler.compile(param)(x), name, batch, f"{name} numba batch {batch}")
-    if batch > 1:  # batch 1: test_interpreter_matches_torch
+    if batch > 1 and name not in LARGE_MODELS:  # batch 1: test_interpreter_matches_torch; PATTERNS' at batch 2
         check(compiler.compile(param, backend="interpreter")(x), name, batch, f"{name} interpreter batch {batch}")
 
 
