@@ -2,8 +2,7 @@
 model computes, to float32 accuracy: MODELS at batch 1 and 4 (the larger ones at 2, compiled), the
 real ARCHITECTURES (AlexNet, DenseNet-121, EfficientNet-B0, ConvNeXt-T) at batch 1 (two of them at 2
 too), and the reduced-size PATTERNS of today's architectures (ViT, Swin, MobileNetV3, RegNetY,
-Inception-v3, ShuffleNetV2, a 1-D conv audio net,
-LSTM/GRU, a LLaMA-style decoder) at batch 1 and 2.
+Inception-v3, ShuffleNetV2, a 1-D conv audio net, LSTM/GRU, a LLaMA-style decoder) at batch 1 and 2.
 
 Accuracy is judged against the torch model evaluated in float64, element by element, within
 K * sigma + u |y| + TINY, where sigma is the scale of a correct float32 evaluation's rounding
