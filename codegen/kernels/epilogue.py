@@ -67,17 +67,17 @@ def activations_source() -> str:
         else:
             attrs = {**dict(act.fixed), **dict(zip(act.params, _PARAMS))}
             expr = get_op(act.op).scalar_source(["v"], attrs, "T")
-        lines += [f"    {'if' if code == 0 else 'elif'} code == {code}:  # {name}",
-                  "        for i in range(n):",
-                  "            v = dst[u(d + i)] + bias",
-                  f"            dst[u(d + i)] = {expr}"]
+        lines += _branch(code == 0, name, code, "dst[u(d + i)]", expr)
         if name in COPY_PASS:
-            copy_lines += [f"    {'if' if name == copied[0] else 'elif'} code == {code}:  # {name}",
-                           "        for i in range(n):",
-                           "            v = src[u(s + i)] + bias",
-                           f"            dst[u(d + i)] = {expr}"]
+            copy_lines += _branch(name == copied[0], name, code, "src[u(s + i)]", expr)
     copy_lines += ["    else:", "        return False", "    return True"]
     return "\n".join(lines + ["", ""] + copy_lines) + "\n"
+
+
+def _branch(first: bool, name: str, code: int, read: str, expr: str) -> list[str]:
+    """activations_source's lines of activation `name`'s loop: v read from `read`, dst[d + i] = expr of v."""
+    return [f"    {'if' if first else 'elif'} code == {code}:  # {name}", "        for i in range(n):",
+            f"            v = {read} + bias", f"            dst[u(d + i)] = {expr}"]
 
 
 ACTIVATIONS_SOURCE = activations_source()
