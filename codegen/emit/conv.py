@@ -192,38 +192,43 @@ def uses_channel_vectors(node: Node, vector_floats: int) -> bool:
 # steps: 33 against 28 us on conv2d_packed; 64 -> 32, 576 steps: 98 against 101), output channels that
 # fill this much of its half panels at least (16 of 32 on AVX-512: 2x slower), output rows that fill
 # less than this much of the phase planes' pitch conv2d_packed computes (56 of 58 on 56 x 56: 2-4%
-# slower; 40 of 42 on 40 x 40: 5% faster), and phase planes (gathered whole by each task) up to this size.
-# A strided conv on a batch takes it whatever its rows fill: each task gathers one image's phase planes
+# slower; 40 of 42 on 40 x 40: 5% faster), and zero-padded planes (gathered whole by each task) up to this
+# size. A strided conv on a batch takes it whatever its rows fill: each task gathers one image's planes
 # (at batch 1 every task gathers the whole image), and conv2d_packed's tiles each gather theirs with
 # halo rows: 64 -> 128 channels 3x3 stride 2 from 56 x 56 at batch 8 2.25 -> 2.04 ms (batch 1: 0.27 ->
 # 0.29), 128 -> 128 4.86 -> 4.12 (batch 2: 1.15 -> 0.99), 128 -> 256 from 80 x 80 17.6 -> 16.1; AVX2
 # code on the same Zen 5 4.22 -> 3.85, 2.18 -> 2.03, 34.0 -> 32.3. In the model, ResNet-50 at batch 8's
 # 128 -> 128 stride 2: 5.2-6.0 -> 4.3-4.5 ms (profile steps, alternating processes)
-# On AVX2 (16 channels a call: 2 FMAs per gathered broadcast, against 4 on AVX-512) a strided conv runs
-# faster on conv2d_packed at every batch measured, whose tiles gather their part of the input only:
-# 256 -> 512 channels 3x3 stride 2 from 20 x 20 at batch 1 2.99 -> 2.75 ms, 128 -> 256 from 40 x 40
-# 2.69 -> 2.35, 64 -> 128 from 56 x 56 at batch 8 10.7 -> 10.0, 256 -> 512 from 20 x 20 at batch 8
-# 20.0 -> 17.7 (Zen 3 EPYC: 32 KiB L1d, 512 KiB L2; 2 threads, in-process A/B, medians). A strided conv
-# takes conv2d_by_channels only where vectors hold this many floats at least.
+# On AVX2 (16 channels a call: 2 FMAs per gathered broadcast, against 4 on AVX-512) a strided conv at
+# batch 1 runs as fast on conv2d_packed, whose tiles gather their part of the input only: 256 -> 512
+# channels 3x3 stride 2 from 20 x 20 2.21 against 2.18 ms, 128 -> 256 from 40 x 40 1.84 against 1.88; at
+# batch > 1 faster here: 64 -> 128 from 28 x 28 at batch 8 1.90 -> 2.14 ms, 128 -> 128 from 16 x 16 1.29
+# -> 1.46, 32 -> 64 from 56 x 56 2.17 -> 2.81, 64 -> 24 from 15 x 15 0.22 -> 0.25, 256 -> 256 from 14 x 14
+# level (Zen 3 EPYC: 32 KiB L1d, 512 KiB L2; 2 threads, in-process A/B of the compiled conv, medians; since
+# each task gathers one zero-padded plane a channel, not the stride's phase planes). On AVX2 a strided
+# conv takes conv2d_by_channels at batch > 1 only; vectors of this many floats take it at any batch.
 CHANNEL_TAPS_STRIDED_MIN_FLOATS = 16
 CHANNEL_TAPS_MIN_STEPS = 256
 CHANNEL_TAPS_MIN_FILL = 0.75
 CHANNEL_TAPS_MAX_ROW_FILL = 0.96
 CHANNEL_TAPS_MAX_PLANE_BYTES = 1 << 22
 # Grouped convs whose groups fill whole half panels of channels (8 channels on AVX2: RegNetY's groups of
-# 8), at batch > 1, on output planes of at most this many pixels: conv2d_by_channels runs a group's
-# channels in one vector and the batch's pixels end to end in MR-pixel groups, where conv2d_packed pads
-# each group's 8 channels to two MR-row panels and each image's pixels to a panel. Batch 8, 96 -> 96
-# channels in 12 groups, 3x3: on 4 x 4 115-127 -> 65-77 us, stride 2 from 8 x 8 180 -> 134 us; on
-# 8 x 8 outputs level (48 channels, 6 groups), from 32 x 32 stride 2 slower (24 channels, 3 groups:
-# 152 -> 211 us); batch 1 on 4 x 4 level (Zen 3 EPYC, AVX2, 2 threads, in-process A/B, medians).
-GROUPED_CHANNEL_TAPS_MAX_PIXELS = 16
+# 8), on output planes of at most this many pixels (at batch 1, GROUPED_CHANNEL_TAPS_MAX_PIXELS_ONE):
+# conv2d_by_channels runs a group's channels in one vector and the batch's pixels end to end in MR-pixel
+# groups, each group's channels gathered just before its panels, where conv2d_packed pads each group's 8
+# channels to two MR-row panels and each image's pixels to a panel. Batch 8, 3x3, against conv2d_packed:
+# 96 channels in 12 groups on 4 x 4 0.64, from 8 x 8 stride 2 0.50, on 8 x 8 0.69; 48 in 6 on 8 x 8 0.88,
+# from 16 x 16 stride 2 0.91; 128 in 8 on 16 x 16 0.91; 24 in 3 from 32 x 32 stride 2 level. Batch 1: 96
+# in 12 from 8 x 8 stride 2 0.79, 48 in 6 on 8 x 8 level, larger planes 0.87-1.42 (104 in 13 on 28 x 28
+# 1.15, 24 in 3 from 32 x 32 stride 2 1.42) (Zen 3 EPYC, AVX2, 2 threads, in-process A/B, medians).
+GROUPED_CHANNEL_TAPS_MAX_PIXELS = 64
+GROUPED_CHANNEL_TAPS_MAX_PIXELS_ONE = 16
 
 
 def uses_channel_taps(node: Node, vector_floats: int) -> bool:
     """Whether conv node runs conv2d_by_channels (output channels in the vectors, MR pixels a
     microkernel call): a float32 conv with constant weights and a kernel larger than 1x1, without groups
-    (grouped: GROUPED_CHANNEL_TAPS_MAX_PIXELS),
+    (grouped: GROUPED_CHANNEL_TAPS_MAX_PIXELS; strided on AVX2: at batch > 1),
     on images small enough that conv2d_packed's phase-plane columns past each output row, or its
     pixels padded to whole half panels, cost more than MR-pixel groups and channel panels pad. On
     AVX-512, 2 threads, Zen 5 EPYC: 512 -> 512 channels on 7 x 7 0.65 -> 0.57 ms, 256 -> 256 on
@@ -235,13 +240,15 @@ def uses_channel_taps(node: Node, vector_floats: int) -> bool:
     (c, wd), (o, oh, ow), (kh, kw) = (x.shape[1], x.shape[3]), y.shape[1:], w.shape[2:]
     (sh, sw), (dh, dw), pl = a["stride"], a["dilation"], a["padding"][1]
     half = 2 * vector_floats if vector_floats == 16 else vector_floats  # micro_gemm_taps_half's channels
-    wq = plane_pitch.py_func(ow, wd, kw, sw, dw, pl)
-    plane_bytes = 4 * c * sh * sw * (oh + (kh - 1) * dh // sh) * wq
+    wq = plane_pitch.py_func(ow, wd, kw, sw, dw, pl)  # conv2d_packed's phase planes' pitch
+    # the zero-padded planes conv2d_by_channels gathers, an image's
+    plane_bytes = 4 * c * ((oh - 1) * sh + (kh - 1) * dh + 1) * max((ow - 1) * sw + (kw - 1) * dw + 1, pl + wd)
     if a["groups"] > 1:  # not depthwise (w.shape[1]: a group's input channels)
-        return (w.shape[1] > 1 and (o // a["groups"]) % half == 0 and y.shape[0] > 1
-                and oh * ow <= GROUPED_CHANNEL_TAPS_MAX_PIXELS and plane_bytes <= CHANNEL_TAPS_MAX_PLANE_BYTES)
+        most = GROUPED_CHANNEL_TAPS_MAX_PIXELS if y.shape[0] > 1 else GROUPED_CHANNEL_TAPS_MAX_PIXELS_ONE
+        return (w.shape[1] > 1 and (o // a["groups"]) % half == 0 and oh * ow <= most
+                and plane_bytes <= CHANNEL_TAPS_MAX_PLANE_BYTES)
     strided_batch = (sh, sw) != (1, 1) and y.shape[0] > 1
-    if (sh, sw) != (1, 1) and vector_floats < CHANNEL_TAPS_STRIDED_MIN_FLOATS:
+    if (sh, sw) != (1, 1) and vector_floats < CHANNEL_TAPS_STRIDED_MIN_FLOATS and not strided_batch:
         return False
     return (c * kh * kw >= CHANNEL_TAPS_MIN_STEPS and o >= CHANNEL_TAPS_MIN_FILL * -(-o // half) * half
             and (ow < CHANNEL_TAPS_MAX_ROW_FILL * wq or strided_batch) and plane_bytes <= CHANNEL_TAPS_MAX_PLANE_BYTES)

@@ -41,7 +41,7 @@ CHANNEL_CONVS = [
     ((1, 32, 9, 10), 16, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1)),  # a half panel, its pixels split
     ((3, 16, 8, 9), 70, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1)),  # a batch; 144 steps: chunks of 72
     ((5, 32, 7, 7), 24, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1)),  # blocks of 3 and 2 images: groups span two
-    ((2, 24, 15, 14), 64, (3, 3), (2, 2), (1, 1, 1, 1), (1, 1)),  # stride 2: four phase planes a channel
+    ((2, 24, 15, 14), 64, (3, 3), (2, 2), (1, 1, 1, 1), (1, 1)),  # stride 2: the pixel table steps by 2
     ((1, 20, 27, 27), 36, (5, 5), (1, 1), (2, 2, 2, 2), (1, 1)),  # AlexNet's 5x5, 500 steps
     ((1, 12, 13, 11), 24, (3, 3), (1, 1), (2, 2, 2, 2), (2, 2)),  # dilated
     ((1, 10, 12, 13), 33, (2, 3), (2, 1), (0, 1, 2, 0), (1, 2)),  # asymmetric everything
@@ -188,8 +188,9 @@ def _conv_node(shape, o, kernel, stride=(1, 1), padding=(1, 1, 1, 1), groups=1, 
     ((1, 64, 56, 56), 128, (3, 3), (2, 2), 1, 16, False),  # 28 of 29
     ((2, 64, 56, 56), 128, (3, 3), (2, 2), 1, 16, True),  # strided, on a batch: whatever the rows fill
     ((8, 128, 80, 80), 256, (3, 3), (2, 2), 1, 16, True),  # 40 of 41, 3.4 MB of planes an image
-    ((8, 128, 80, 80), 256, (3, 3), (2, 2), 1, 8, False),  # AVX2: strided convs on conv2d_packed
-    ((1, 256, 40, 40), 512, (3, 3), (2, 2), 1, 8, False),
+    ((8, 128, 80, 80), 256, (3, 3), (2, 2), 1, 8, True),  # AVX2: strided convs here on a batch
+    ((1, 256, 40, 40), 512, (3, 3), (2, 2), 1, 8, False),  # AVX2, batch 1: strided convs on conv2d_packed
+    ((8, 32, 15, 15), 24, (3, 3), (2, 2), 1, 8, True),  # Inception's 3x3 stride 2, 24 channels: 3 half panels
     ((8, 64, 56, 56), 64, (3, 3), (1, 1), 1, 16, False),  # a batch at stride 1: 56 of 58 still
     ((8, 64, 160, 160), 128, (3, 3), (2, 2), 1, 16, False),  # strided batch, 6.7 MB of planes an image
     ((1, 16, 32, 32), 32, (3, 3), (1, 1), 1, 16, False),  # 144 reduction steps: too short
@@ -201,8 +202,11 @@ def _conv_node(shape, o, kernel, stride=(1, 1), padding=(1, 1, 1, 1), groups=1, 
     ((8, 96, 4, 4), 96, (3, 3), (1, 1), 12, 8, True),  # RegNetY's groups of 8 on AVX2: one vector each
     ((8, 96, 8, 8), 96, (3, 3), (2, 2), 12, 8, True),  # strided too, to 4 x 4
     ((8, 96, 4, 4), 96, (3, 3), (1, 1), 12, 16, False),  # AVX-512: 8 channels fill a quarter of a half call
-    ((1, 96, 4, 4), 96, (3, 3), (1, 1), 12, 8, False),  # batch 1: level, conv2d_packed
-    ((8, 48, 8, 8), 48, (3, 3), (1, 1), 6, 8, False),  # 8 x 8 outputs: level
+    ((1, 96, 4, 4), 96, (3, 3), (1, 1), 12, 8, True),  # batch 1 on 16 pixels
+    ((1, 48, 8, 8), 48, (3, 3), (1, 1), 6, 8, False),  # batch 1 on 64: level, conv2d_packed
+    ((8, 48, 8, 8), 48, (3, 3), (1, 1), 6, 8, True),  # a batch on 64 pixels
+    ((8, 48, 16, 16), 48, (3, 3), (2, 2), 6, 8, True),  # strided to 8 x 8
+    ((8, 24, 32, 32), 24, (3, 3), (2, 2), 3, 8, False),  # to 16 x 16: level, conv2d_packed
     ((8, 96, 4, 4), 72, (3, 3), (1, 1), 12, 8, False),  # groups of 6 channels: not whole half panels
     ((8, 32, 4, 4), 32, (3, 3), (1, 1), 32, 8, False),  # depthwise: a kernel of its own
     ((1, 512, 7, 7), 512, (1, 1), (1, 1), 1, 16, False),  # 1x1: conv1x1_by_channels or conv2d_packed
