@@ -52,11 +52,13 @@ from codegen.kernels.epilogue import ONE_PASS, epilogue_run, one_pass_bounds, re
 from codegen.kernels.gemm import PACKED_K_CHUNK, PARALLEL_MIN_MACS
 from codegen.kernels.microkernel import (
     MR,
+    _data_pointer,
     _store_through_epilogue,
     micro_gemm_taps,
     micro_gemm_taps_out,
     micro_gemm_taps_seeded,
     taps_channels,
+    taps_vectors,
     taps_width,
 )
 from codegen.kernels.tasks import run_tasks
@@ -318,19 +320,46 @@ def _blocked_out(a, a0, pix, pix0, p0, p1, rows, k, wf, bias, rf, of, ob0, hw, b
             else:
                 micro_gemm_taps_out(k, a, a0, pix, pix0 + p - p0, rows, 0, wf, w0, b, of, o0 + p * b, b, bias, q * b,
                                     lo, hi, top, res)
-        if whole < p1:  # the partial group through acc
+        if whole < p1:  # the partial group through acc, then its pixels out one by one from the registers
             g = whole - p0 if chunked else 0
             micro_gemm_taps(k - last if chunked else k, a, a0, pix, pix0 + whole - p0, rows, last if chunked else 0,
                             wf, w0 + (last * b if chunked else 0), b, acc, g * b, b, chunked and last > 0)
             for i in range(p1 - whole):
-                d = o0 + (whole + i) * b
-                for j in range(b):
-                    bv = np.float32(0.0) if bias is None else np.float32(bias[q * b + j])
-                    v = min(max(acc[(g + i) * b + j] + bv, lo), hi)
-                    of[u(d + j)] = max(v + res[u(d + j)] if res.size != 0 else v, top)
+                _pixel_out(acc, (g + i) * b, of, o0 + (whole + i) * b, bias, q * b, lo, hi, top, res)
         if not one_pass:
             epilogue_run(of, o0 + p0 * b, (p1 - p0) * b, of, o0 + p0 * b, 0.0, rf, act, alpha, beta, post,
                          post_alpha, post_beta)
+
+
+@intrinsic
+def _pixel_out(typingctx, acc, s, of, d, bias, bias0, lo, hi, top, res):
+    """One pixel's taps_width() channels, acc[s:s + B], stored at of[d:d + B] through the one-pass epilogue
+    from the registers (microkernel.py's: the bias along the channels from bias[bias0:], None for none; res
+    indexed as of, empty for none). A block's last, partial group of pixels: the scalar loop it replaced,
+    3 ns an element, took as long as the block's whole groups on 4 x 4 images (48 -> 288 channels at batch 8
+    65 -> 36 us)."""
+    if not (_is_f32_array(acc) and _is_f32_array(of) and _is_f32_array(res)
+            and (isinstance(bias, types.NoneType) or _is_f32_array(bias))):
+        return None
+
+    def codegen(context, builder, signature, args):
+        width = vector_width(context)
+        nv = taps_vectors(width)
+        s_, d_ = _int64s(context, builder, signature, args, (1, 3))
+        vec, i64 = ir.VectorType(ir.FloatType(), width), ir.IntType(64)
+        src = _data_pointer(context, builder, signature.args[0], args[0], s_)
+        sums = [builder.load(builder.bitcast(builder.gep(src, [ir.Constant(i64, j * width)]), vec.as_pointer()),
+                             align=4) for j in range(nv)]
+        target = _data_pointer(context, builder, signature.args[2], args[2], d_)
+        _store_through_epilogue(context, builder, args[4:10], signature.args[4:10], sums, 1, nv, target, d_,
+                                ir.Constant(i64, nv * width), bias_columns=True)
+        return context.get_dummy_value()
+
+    return types.void(acc, s, of, d, bias, bias0, lo, hi, top, res), codegen
+
+
+def _is_f32_array(t) -> bool:
+    return isinstance(t, types.Array) and t.dtype == types.float32
 
 
 @numba.njit(**SEQ)
