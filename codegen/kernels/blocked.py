@@ -799,10 +799,7 @@ def _wino_output_task(t, mf, of, bias, rf, dims, r0, r1, m_plane, acts, params):
         for i in range(tile):
             for jx in range(tile):
                 if tile * ty + i < oh and tile * tx + jx < ow:
-                    e = d + (i * ow + jx) * b
-                    for j in range(b):
-                        v = min(max(y[(tile * i + jx) * b + j], lo), hi)
-                        of[u(e + j)] = max(v + res[u(e + j)] if res.size != 0 else v, top)
+                    _pixel_out(y, (tile * i + jx) * b, of, d + (i * ow + jx) * b, None, 0, lo, hi, top, res)
     if not one_pass:
         for i in range(tile):
             oy = tile * ty + i
