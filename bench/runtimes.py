@@ -39,17 +39,28 @@ from ir.ops.layout import expand_depthwise_macs
 # right after an onnxruntime run took 33 ms against 18 ms after a pause of 200 ms (ours after ours: 18
 # ms; onnxruntime after our forward: 16 against 11 ms) (AVX-512 Xeon, 2 threads)
 SETTLE_SECONDS = 0.3
+# seconds of warm-up runs at least (and `warmup` runs), after the pause: on a VM the first milliseconds of
+# runs after an idle pause ran several times slower than the rest. A conv of 2.4 M multiply-adds (24 -> 48
+# channels 1x1 on 16 x 16 at batch 8), 20 runs timed after a pause of 200 ms and one run: median 116-564 us
+# in different minutes; after 20 ms of runs 63-73 us, after 200 ms 60-70 (onnxruntime 125 against 94-101 us)
+# (Zen 3 EPYC VM, 2 vCPU). Timed that early, a model of a few milliseconds measured that hour, not its steady
+# state.
+WARMUP_SECONDS = 0.1
 
 
 def median_ms(fn: Callable[[], object], warmup: int = 3, repeat: int = 20, max_seconds: float = 20.0) -> float:
-    """Median wall time of fn() in milliseconds, after a pause (SETTLE_SECONDS) and warm-up runs.
+    """Median wall time of fn() in milliseconds, after a pause (SETTLE_SECONDS) and warm-up runs
+    (`warmup` of them, and WARMUP_SECONDS at least).
 
     Stops after max_seconds (but never before 3 timed runs), so that a slow runtime
     (the interpreter on YOLOv5s at batch 8) bounds the benchmark's duration.
     """
     time.sleep(SETTLE_SECONDS)
-    for _ in range(warmup):
+    started = time.perf_counter()
+    runs = 0
+    while runs < warmup or time.perf_counter() - started < WARMUP_SECONDS:
         fn()
+        runs += 1
     times = []
     deadline = time.perf_counter() + max_seconds
     for _ in range(repeat):
