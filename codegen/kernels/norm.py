@@ -21,10 +21,11 @@ from numba.extending import overload
 
 from codegen.kernels.common import PARALLEL_MIN_ELEMENTS, u
 from codegen.kernels.tasks import run_tasks
-from codegen.kernels.vectors import run_max
+from codegen.kernels.vectors import clamp_run, run_max, run_sum
 from codegen.kernels.vmath import fast_exp_no_overflow
 
 BLOCK = 256  # softmax over a non-last dim: inner positions per task
+SHORT_ROW = 32  # softmax rows shorter than this: _softmax_short_rows
 ROW_FLOATS = 4096  # layer_norm, and softmax over the last dim: elements per task, at least (whole rows)
 
 
@@ -163,7 +164,11 @@ def _narrow_impl(x, v):
 @numba.njit(cache=True, nogil=True, fastmath={"reassoc", "contract"})
 def _softmax_rows(t, xf, of, d, per, rows, log):
     """Softmax over rows t * per .. (t + 1) * per - 1 (of d elements each) of flat x. The sum runs in
-    x's dtype, in vector lanes: a sum of exps in [0, 1] loses little, and float64 halved the width."""
+    x's dtype, in vector lanes: a sum of exps in [0, 1] loses little, and float64 halved the width.
+    Rows shorter than SHORT_ROW (attention over few tokens) take _softmax_short_rows."""
+    if d < SHORT_ROW:
+        _softmax_short_rows(xf, of, d, t * per, min(rows, (t + 1) * per), log)
+        return
     for r in range(t * per, min(rows, (t + 1) * per)):
         b = r * d
         m = run_max(xf, b, d)  # NaN if the row has one: then every exp, the sum and the row are NaN
@@ -178,6 +183,31 @@ def _softmax_rows(t, xf, of, d, per, rows, log):
                 of[u(b + i)] = xf[u(b + i)] - shift
         else:
             scale = _narrow(m, 1.0 / s)
+            for i in range(d):
+                of[u(b + i)] *= scale
+
+
+@numba.njit(cache=True, nogil=True, fastmath={"reassoc", "contract"})
+def _softmax_short_rows(xf, of, d, r0, r1, log):
+    """_softmax_rows for rows r0 .. r1 - 1 shorter than SHORT_ROW: LLVM vectorises a loop over one row's
+    elements only from 32 of them, so each row's x - max and sum go through vector runs (clamp_run,
+    run_sum) and the exps run as one loop over all the rows' elements. 9248 floats in rows of 17 (ViT-mini's
+    attention) 25.8 -> 22.4 us, of 7 49 -> 35, of 31 25.8 -> 17.8 (one thread, in-process A/B, Zen 3 AVX2)."""
+    b0, b1 = r0 * d, r1 * d
+    m = np.empty(r1 - r0, xf.dtype)
+    ninf, inf = _narrow(xf[b0], -np.inf), _narrow(xf[b0], np.inf)
+    for r in range(r0, r1):
+        m[r - r0] = run_max(xf, r * d, d)  # NaN if the row has one: then every exp, the sum and the row are NaN
+        clamp_run(of, r * d, xf, r * d, d, -m[r - r0], ninf, inf)
+    for i in range(b0, b1):
+        of[u(i)] = fast_exp_no_overflow(of[u(i)])
+    for r in range(r0, r1):
+        b = r * d
+        s = run_sum(of, b, d)
+        if log:
+            clamp_run(of, b, xf, b, d, -_narrow(m[r - r0], m[r - r0] + math.log(s)), ninf, inf)
+        else:
+            scale = _narrow(m[r - r0], 1.0 / s)
             for i in range(d):
                 of[u(b + i)] *= scale
 

@@ -46,7 +46,7 @@ def vector_floats(typingctx):
     return types.int64(), codegen
 
 
-RUN_MAX_VECTORS = 4  # run_max's independent maxima
+RUN_MAX_VECTORS = 4  # run_max's independent maxima (run_sum's sums)
 
 
 def _is_flat(array) -> bool:
@@ -472,45 +472,66 @@ def run_max(typingctx, src, s, n):
     flags: a softmax spent more time finding its rows' maxima than on their exps (0.55 ns a float)."""
     if not (_is_flat(src) and src.dtype in (types.float32, types.float64)):
         return None
-    sig = src.dtype(src, s, n)
+    return src.dtype(src, s, n), _run_fold_codegen("max", float("-inf"))
 
+
+@intrinsic
+def run_sum(typingctx, src, s, n):
+    """The sum of src[s:s + n] (0 for n = 0), as run_max: RUN_MAX_VECTORS independent vector sums, the tail
+    masked (its lanes past n: 0), then across the lanes; the order of the additions is not the run's. A
+    softmax's rows of 17 floats summed one float after another cost more than their exps."""
+    if not (_is_flat(src) and src.dtype in (types.float32, types.float64)):
+        return None
+    return src.dtype(src, s, n), _run_fold_codegen("sum", 0.0)
+
+
+def _run_fold_codegen(name: str, identity: float):
+    """LLVM IR of run_max (name "max": llvm.maximum) or run_sum ("sum": fadd), `identity` in the lanes past
+    the run."""
     def codegen(context, builder, signature, args):
         src_, s_, n_ = args
         s_, n_ = (context.cast(builder, v, signature.args[i], types.int64) for v, i in ((s_, 1), (n_, 2)))
         dtype = signature.args[0].dtype
         width, vec, mask_t, align, suffix = _vector_types(context, dtype)
         i32, i64 = ir.IntType(32), ir.IntType(64)
-        maximum = cgutils.get_or_insert_function(builder.module, ir.FunctionType(vec, [vec, vec]),
-                                                 f"llvm.maximum.{suffix}")
+        if name == "max":
+            maximum = cgutils.get_or_insert_function(builder.module, ir.FunctionType(vec, [vec, vec]),
+                                                     f"llvm.maximum.{suffix}")
+
+            def combine(a, b):
+                return builder.call(maximum, [a, b])
+        else:
+            def combine(a, b):
+                return builder.fadd(a, b)
         load_t = ir.FunctionType(vec, [vec.as_pointer(), i32, mask_t, vec])
         load = cgutils.get_or_insert_function(builder.module, load_t, f"llvm.masked.load.{suffix}.p0")
         src_ptr = cgutils.create_struct_proxy(signature.args[0])(context, builder, value=src_).data
-        lowest = ir.Constant(vec, [float("-inf")] * width)
+        lowest = ir.Constant(vec, [identity] * width)
 
         def at(k):
             return builder.bitcast(builder.gep(src_ptr, [builder.add(s_, k)]), vec.as_pointer())
 
-        step = RUN_MAX_VECTORS * width  # independent maxima: one runs at one vector per llvm.maximum latency
+        step = RUN_MAX_VECTORS * width  # independent folds: one runs at one vector per operation's latency
         whole = builder.mul(builder.sdiv(n_, ir.Constant(i64, step)), ir.Constant(i64, step))
-        totals = vector_loop(builder, "max", whole, step, [lowest] * RUN_MAX_VECTORS, lambda k, accs: [
-            builder.call(maximum, [acc, builder.load(at(builder.add(k, ir.Constant(i64, j * width))), align=align)])
+        totals = vector_loop(builder, name, whole, step, [lowest] * RUN_MAX_VECTORS, lambda k, accs: [
+            combine(acc, builder.load(at(builder.add(k, ir.Constant(i64, j * width))), align=align))
             for j, acc in enumerate(accs)])
         v = None
-        for j, total in enumerate(totals):  # and the last n % step elements, masked (no lanes: -inf)
+        for j, total in enumerate(totals):  # and the last n % step elements, masked (no lanes: identity)
             start = builder.add(whole, ir.Constant(i64, j * width))
             tail = builder.call(load, [at(start), ir.Constant(i32, align),
                                        lane_mask(builder, builder.sub(n_, start), width), lowest])
-            total = builder.call(maximum, [total, tail])
-            v = total if v is None else builder.call(maximum, [v, total])
+            total = combine(total, tail)
+            v = total if v is None else combine(v, total)
         half = width // 2
         while half >= 1:  # across the lanes: fold the upper half onto the lower
             lanes = ir.Constant(ir.VectorType(i32, width), [(i + half) % width for i in range(width)])
             upper = builder.shuffle_vector(v, ir.Constant(vec, ir.Undefined), lanes)
-            v = builder.call(maximum, [v, upper])
+            v = combine(v, upper)
             half //= 2
         return builder.extract_element(v, ir.Constant(i32, 0))
 
-    return sig, codegen
+    return codegen
 
 
 def prefetch_line(builder, pointer, locality: int):

@@ -55,7 +55,7 @@ def test_group_norm(shape, groups, affine):
 @pytest.mark.parametrize("op", ["softmax", "log_softmax"])
 @pytest.mark.parametrize("shape, dim", [((1, 4, 16, 16), -1), ((4, 7, 5), 1), ((3, 5), 0), ((2, 3, 17, 19), 2),
                                         ((1, 12, 50, 50), -1), ((1, 85, 600), 1), ((6,), 0), ((3, 4100), -1),
-                                        ((700, 16), 1)])
+                                        ((700, 16), 1), ((2, 4, 17, 17), -1), ((16, 4, 40, 17), -1), ((9, 1), -1)])
 def test_softmax(op, shape, dim):
     check(op, [rand(*shape, scale=4.0)], {"dim": dim}, jit=shape == (4, 7, 5))
 

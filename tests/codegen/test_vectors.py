@@ -16,6 +16,7 @@ from codegen.kernels.vectors import (
     clamp_run,
     copy_run,
     run_max,
+    run_sum,
     split_pairs,
     target_vector_floats,
     transpose_out,
@@ -112,6 +113,29 @@ def test_run_max_of_every_length(dtype):
             src[s + n // 2] = np.nan  # a NaN anywhere makes the maximum NaN (torch's max)
             assert np.isnan(_max(src, s, n)), (n, s)
     assert _max(np.full(5, -np.inf, dtype), 0, 5) == -np.inf
+
+
+@numba.njit
+def _sum(src, s, n):
+    return run_sum(src, s, n)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_run_sum_of_every_length(dtype):
+    """run_sum as run_max: the elements around the run are huge, so a read past it would show; 0 for no
+    elements; a NaN or an inf inside the run makes the sum NaN or inf."""
+    width = numba.njit(lambda: vector_floats())()
+    rng = np.random.default_rng(0)
+    for n in range(0, 2 * RUN_MAX_VECTORS * width + width + 2):
+        for s in (0, 3):
+            src = np.full(n + s + width, 1e30, dtype)
+            src[s:s + n] = rng.standard_normal(n)
+            np.testing.assert_allclose(_sum(src, s, n), src[s:s + n].astype(np.float64).sum(), rtol=1e-5, atol=1e-5)
+            if n:
+                src[s + n // 2] = np.nan
+                assert np.isnan(_sum(src, s, n)), (n, s)
+                src[s + n // 2] = np.inf
+                assert _sum(src, s, n) == np.inf, (n, s)
 
 
 @numba.njit(cache=True)
