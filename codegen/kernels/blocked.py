@@ -53,6 +53,7 @@ from codegen.kernels.gemm import PACKED_K_CHUNK, PARALLEL_MIN_MACS
 from codegen.kernels.microkernel import (
     MR,
     _data_pointer,
+    _is_f32,
     _store_through_epilogue,
     micro_gemm_taps,
     micro_gemm_taps_out,
@@ -338,8 +339,7 @@ def _pixel_out(typingctx, acc, s, of, d, bias, bias0, lo, hi, top, res):
     indexed as of, empty for none). A block's last, partial group of pixels: the scalar loop it replaced,
     3 ns an element, took as long as the block's whole groups on 4 x 4 images (48 -> 288 channels at batch 8
     65 -> 36 us)."""
-    if not (_is_f32_array(acc) and _is_f32_array(of) and _is_f32_array(res)
-            and (isinstance(bias, types.NoneType) or _is_f32_array(bias))):
+    if not (_is_f32(acc, of, res) and (isinstance(bias, types.NoneType) or _is_f32(bias))):
         return None
 
     def codegen(context, builder, signature, args):
@@ -356,10 +356,6 @@ def _pixel_out(typingctx, acc, s, of, d, bias, bias0, lo, hi, top, res):
         return context.get_dummy_value()
 
     return types.void(acc, s, of, d, bias, bias0, lo, hi, top, res), codegen
-
-
-def _is_f32_array(t) -> bool:
-    return isinstance(t, types.Array) and t.dtype == types.float32
 
 
 @numba.njit(**SEQ)

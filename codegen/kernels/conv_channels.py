@@ -235,7 +235,7 @@ def _taps_task(t, xf, wf, bias, rf, of, dims, window, taps, pix, split, acts, pa
 
 @numba.njit(**SEQ)
 def _gather_channels(xf, src, n0, n1, ca, cb, dims, window, size):
-    """Channels [ca, cb) of images [n0, n1) into their phase planes in src (image n's channel c at
+    """Channels [ca, cb) of images [n0, n1) into their zero-padded planes in src (image n's channel c at
     ((n - n0) * C + c) * size), zeroed first: their padding is never written."""
     c_n, h, w = dims[1], dims[2], dims[3]
     pt, pl, hq, wq = window

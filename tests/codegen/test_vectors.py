@@ -99,19 +99,27 @@ def _max(src, s, n):
     return run_max(src, s, n)
 
 
+def _runs(dtype, first):
+    """(src, s, n) for every run length n from `first` past RUN_MAX_VECTORS whole steps and the masked
+    vectors after them, at offsets 0 and 3: the run random, the elements around it 1e30, so that a read
+    past the run shows."""
+    width = numba.njit(lambda: vector_floats())()
+    rng = np.random.default_rng(0)
+    for n in range(first, 2 * RUN_MAX_VECTORS * width + width + 2):
+        for s in (0, 3):
+            src = np.full(n + s + width, 1e30, dtype)
+            src[s:s + n] = rng.standard_normal(n)
+            yield src, s, n
+
+
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_run_max_of_every_length(dtype):
     """Whole steps of RUN_MAX_VECTORS vectors, then up to that many masked ones; the elements around the
     run are larger, so a read past it would show."""
-    width = numba.njit(lambda: vector_floats())()
-    rng = np.random.default_rng(0)
-    for n in range(1, 2 * RUN_MAX_VECTORS * width + width + 2):
-        for s in (0, 3):
-            src = np.full(n + s + width, 1e30, dtype)
-            src[s:s + n] = rng.standard_normal(n)
-            assert _max(src, s, n) == src[s:s + n].max(), (n, s)
-            src[s + n // 2] = np.nan  # a NaN anywhere makes the maximum NaN (torch's max)
-            assert np.isnan(_max(src, s, n)), (n, s)
+    for src, s, n in _runs(dtype, 1):
+        assert _max(src, s, n) == src[s:s + n].max(), (n, s)
+        src[s + n // 2] = np.nan  # a NaN anywhere makes the maximum NaN (torch's max)
+        assert np.isnan(_max(src, s, n)), (n, s)
     assert _max(np.full(5, -np.inf, dtype), 0, 5) == -np.inf
 
 
@@ -124,18 +132,13 @@ def _sum(src, s, n):
 def test_run_sum_of_every_length(dtype):
     """run_sum as run_max: the elements around the run are huge, so a read past it would show; 0 for no
     elements; a NaN or an inf inside the run makes the sum NaN or inf."""
-    width = numba.njit(lambda: vector_floats())()
-    rng = np.random.default_rng(0)
-    for n in range(0, 2 * RUN_MAX_VECTORS * width + width + 2):
-        for s in (0, 3):
-            src = np.full(n + s + width, 1e30, dtype)
-            src[s:s + n] = rng.standard_normal(n)
-            np.testing.assert_allclose(_sum(src, s, n), src[s:s + n].astype(np.float64).sum(), rtol=1e-5, atol=1e-5)
-            if n:
-                src[s + n // 2] = np.nan
-                assert np.isnan(_sum(src, s, n)), (n, s)
-                src[s + n // 2] = np.inf
-                assert _sum(src, s, n) == np.inf, (n, s)
+    for src, s, n in _runs(dtype, 0):
+        np.testing.assert_allclose(_sum(src, s, n), src[s:s + n].astype(np.float64).sum(), rtol=1e-5, atol=1e-5)
+        if n:
+            src[s + n // 2] = np.nan
+            assert np.isnan(_sum(src, s, n)), (n, s)
+            src[s + n // 2] = np.inf
+            assert _sum(src, s, n) == np.inf, (n, s)
 
 
 @numba.njit(cache=True)
