@@ -78,6 +78,13 @@ from ir.ops.layout import segment_lanes
 
 CHUNK_GROUPS = 16  # MR-pixel groups per task's chunk of an image: 96 pixels, a 6 KB block of each input block
 MIN_TASKS = 16  # tasks at least (8 a thread on 2), by splitting the output blocks into groups
+# conv2d_blocked's tasks: one a WINDOW_TASK_MACS multiply-adds, from WINDOW_MIN_TASKS to MIN_TASKS. Each task
+# gathers its band's input rows, so a small conv split 16 ways spent more on the gathers than it balanced: 4
+# tasks, kernel alone, 2 threads, in-process A/B, batch 1: 32 -> 32 3x3 on 15 x 15 0.85, 16 -> 32 0.84, 16 -> 16
+# 5x5 0.90, 48 -> 48 1x3 and 3x1 on 7 x 7 0.89-0.92 (Inception-v3's); 16 on large ones (56 x 56, batch 8) stays:
+# 4 took them 1.05-1.13x
+WINDOW_MIN_TASKS = 4
+WINDOW_TASK_MACS = 1 << 20
 BAND_BYTES = 1 << 18  # a conv2d_blocked task's gathered input rows, at most (where one output row's fit)
 
 
@@ -137,11 +144,11 @@ def _lane_rows(c_n, plane, b):
 
 
 @numba.njit(inline="always", **SEQ)
-def _block_groups(jobs, ob_n, serial):
-    """(count, blocks each) of the groups of output blocks that give `jobs` jobs MIN_TASKS tasks at least
+def _block_groups(jobs, ob_n, serial, least=MIN_TASKS):
+    """(count, blocks each) of the groups of output blocks that give `jobs` jobs `least` tasks at least
     (one group when serial)."""
     n_g = 1
-    while not serial and jobs * n_g < MIN_TASKS and n_g < ob_n:
+    while not serial and jobs * n_g < least and n_g < ob_n:
         n_g *= 2
     per = -(-ob_n // n_g)
     return -(-ob_n // per), per
@@ -364,7 +371,8 @@ def conv2d_blocked(x, wt, bias, residual, out, kernel, stride, padding, dilation
     """out = post(act(conv2d(x, W) + bias) + residual) on the blocked layout, ungrouped: x (N, C / B, H,
     W, B), wt = pack_channel_panels(W, B) (O / B, C * KH * KW, B), out and residual (N, O / B, OH, OW,
     B); padding (top, left, bottom, right) zeros. Tasks: (image, band of MR-pixel groups, group of
-    output blocks), at least MIN_TASKS where the pixels allow (below PARALLEL_MIN_MACS, one); each
+    output blocks), one a WINDOW_TASK_MACS multiply-adds, WINDOW_MIN_TASKS to MIN_TASKS of them where the pixels
+    allow (below PARALLEL_MIN_MACS, one); each
     gathers the input rows its band's windows read (BAND_BYTES at most, or one output row's) into
     scratch, zeros outside the image."""
     n_n, cb_n, h, w, b = x.shape
@@ -398,9 +406,11 @@ def _conv2d_blocked(xf, n_n, c_n, h, w, nchw, wt, bias, residual, out, kernel, s
     if b != taps_width() or wt.shape != (ob_n, k, b) or out.shape[0] != n_n:
         raise ValueError("conv2d_blocked: blocks of another width, or operands of mismatched shapes")
     wp = (ow - 1) * sw + (kw - 1) * dw + 1  # a gathered row: every column a window reads
-    serial = n_n * oh * ow * ob_n * b * k < PARALLEL_MIN_MACS
+    macs = n_n * oh * ow * ob_n * b * k
+    serial = macs < PARALLEL_MIN_MACS
+    least = min(MIN_TASKS, max(WINDOW_MIN_TASKS, macs // WINDOW_TASK_MACS))  # tasks
     groups = -(-oh * ow // MR)
-    bands = 1 if serial else max(1, min(groups, -(-MIN_TASKS // n_n)))
+    bands = 1 if serial else max(1, min(groups, -(-least // n_n)))
     gpb = -(-groups // bands)  # groups per band
     while gpb > 1 and (gpb * MR // ow + 2) * sh * cb_n * b * wp * 4 > BAND_BYTES:
         gpb = -(-gpb // 2)
