@@ -6,7 +6,16 @@ import math
 
 from codegen.emit import Emit, const_args, emits, lit
 from codegen.kernels.epilogue import ACTIVATION_CODES
-from codegen.kernels.gemm import GEMV_MAX_ROWS, linear, linear_packed, matmul, matmul_loops, transpose_padded
+from codegen.kernels.gemm import (
+    GEMV_MAX_ROWS,
+    SMALL_MATMUL_MACS,
+    linear,
+    linear_packed,
+    matmul,
+    matmul_loops,
+    matmul_small,
+    transpose_padded,
+)
 from ir.errors import CodegenUnsupportedError
 
 
@@ -95,5 +104,7 @@ def _emit_matmul(e: Emit) -> list[str]:
     else:
         dims, a_step, b_step = _batch_plan(a_shape[:-2], b_shape[:-2], batch)
     kernel = matmul if blas else matmul_loops
+    if a.dtype == b.dtype == out.dtype == "float32" and m * k * n <= SMALL_MATMUL_MACS:
+        kernel = matmul_small
     return [f"{e.call(kernel)}({e.args[0]}.reshape({lit((a_n, m, k))}), {e.args[1]}.reshape({lit((b_n, k, n))}), "
             f"{e.outs[0]}.reshape({lit((out_n, m, n))}), {const_args(dims, a_step, b_step)})"]

@@ -3,7 +3,8 @@
 A float32 linear layer whose weight is known at compile time runs on our microkernel
 (linear_packed), its weight laid out in panels once (transpose_padded). The other products
 run in single-threaded OpenBLAS (common.gemm), one block of rows (or of output features)
-per task of a parallel loop. A product too small to repay waking the
+per task of a parallel loop, but for batches of small float32 matrices (attention over a few
+tokens: matmul_small, on the microkernel). A product too small to repay waking the
 other threads (PARALLEL_MIN_MACS) runs its tasks in the calling thread. Integer or
 mixed-dtype matmuls fall back to a plain loop.
 """
@@ -13,11 +14,17 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from codegen.kernels.common import SEQ, blocks, gemm, gemm_blocks, u
+from codegen.kernels.common import SEQ, blocks, gemm, gemm_blocks, num_threads, thread_id, u
 from codegen.kernels.epilogue import ONE_PASS, activate_copy_run, epilogue_run, residual_run
-from codegen.kernels.microkernel import MR, half_panels, micro_gemm_a_rows, micro_gemm_a_rows_half, panel_width
+from codegen.kernels.microkernel import (
+    MR,
+    half_panels,
+    micro_gemm_a_rows,
+    micro_gemm_a_rows_half,
+    panel_width,
+)
 from codegen.kernels.tasks import run_tasks
-from codegen.kernels.vectors import prefetch_run
+from codegen.kernels.vectors import copy_run, prefetch_run
 
 MIN_ROWS = 8  # rows (or output features) per block of a split product, at least
 GEMV_MAX_ROWS = 2  # products of this many rows or fewer run as dot products (see linear)
@@ -35,6 +42,10 @@ TRANSPOSED_PAD = 32  # transpose_padded's features, a multiple of this: whole pa
 # cache (as in a model): 310 -> 254-279 us, 512 -> 2048: 340-349 -> 295-301 (AVX-512 EPYC, 2 threads).
 # One group (a linear layer on one row) runs 20-30% slower with the whole next block asked for at once.
 PREFETCH_MIN_GROUPS = 3
+# float32 matmuls of at most this many multiply-adds a matrix run matmul_small: a BLAS call costs about a
+# microsecond before it multiplies (ViT-mini's attention at batch 8, 32 products of 17 x 16 x 17: 0.8 us
+# each on a thread)
+SMALL_MATMUL_MACS = 1 << 17
 
 
 def transpose_padded(weight: np.ndarray) -> np.ndarray:
@@ -293,6 +304,68 @@ def _matmul_task(t, n_m, mb, m_n, a, b, out, batch, a_step, b_step):
     m1 = min(m_n, m0 + mb)
     ia, ib = _operands(i, batch, a_step, b_step)
     gemm(a[ia, m0:m1], b[ib], out[i, m0:m1])
+
+
+@numba.njit(**SEQ)
+def matmul_small(a, b, out, batch, a_step, b_step):
+    """matmul of float32 matrices small enough (SMALL_MATMUL_MACS) that a BLAS call's fixed cost would
+    dwarf each product: on the microkernel (gemm_row_groups, as linear_packed), each matrix's b laid out
+    in panels in this thread's scratch, the product there, then copied out.
+    Tasks: runs of matrices, shared out evenly (below PARALLEL_MIN_MACS, one in the calling thread)."""
+    count, m, k, n = out.shape[0], out.shape[1], a.shape[2], out.shape[2]
+    if a.shape[1] != m or b.shape[1] != k or b.shape[2] != n:
+        raise ValueError("matmul_small: operands of mismatched shapes")
+    if out.size == 0 or k == 0:
+        out[:] = 0
+        return
+    serial = out.size * k < PARALLEL_MIN_MACS
+    tasks = 1 if serial else min(count, 4 * num_threads())
+    per = -(-count // tasks)
+    tasks = -(-count // per)
+    n_w, n_l, n_c = _small_scratch(m, k, n)
+    scratch = np.empty((1 if serial else min(num_threads(), tasks)) * (n_w + n_l + n_c), np.float32)
+    data = (per, a.reshape(-1), b.reshape(-1), out.reshape(-1), (count, m, k, n), batch, a_step, b_step, scratch)
+    if serial:
+        for t in range(tasks):
+            _matmul_small_task(t, *data)
+    else:
+        run_tasks(_matmul_small_task, tasks, data)
+
+
+@numba.njit(inline="always", **SEQ)
+def _small_scratch(m, k, n):
+    """matmul_small's scratch for one thread, in floats: (b's panels, a's last partial group, the product)."""
+    groups = -(-m // MR)
+    return (-(-n // TRANSPOSED_PAD) * TRANSPOSED_PAD * k, MR * k if m % MR else 0, groups * MR * half_panels(n))
+
+
+@numba.njit(**SEQ)
+def _matmul_small_task(t, per, af, bf, of, dims, batch, a_step, b_step, scratch):
+    """Task t of matmul_small: matrices [t * per, (t + 1) * per) of out. Each b into transpose_padded's
+    panels, a's rows read where they lie but for a last partial group of MR (copied, zero-padded), the
+    product by gemm_row_groups into scratch and copied out. The padding of b's panels and of a's last
+    group is zeroed once: every matrix writes the same places of them."""
+    count, m, k, n = dims
+    n_w, n_l, n_c = _small_scratch(m, k, n)
+    tid = thread_id()
+    own = (tid if tid < scratch.size // (n_w + n_l + n_c) else 0) * (n_w + n_l + n_c)
+    wp = scratch[own:own + n_w]
+    last = scratch[own + n_w:own + n_w + n_l]
+    acc = scratch[own + n_w + n_l:own + n_w + n_l + n_c]
+    wp[:] = 0
+    last[:] = 0
+    groups, width = -(-m // MR), half_panels(n)
+    full = m // MR * MR  # rows of the whole groups
+    for i in range(t * per, min(count, (t + 1) * per)):
+        ia, ib = _operands(i, batch, a_step, b_step)
+        for q in range(0, n, TRANSPOSED_PAD):
+            for p in range(k):
+                copy_run(wp, q * k + p * TRANSPOSED_PAD, bf, (ib * k + p) * n + q, min(TRANSPOSED_PAD, n - q))
+        for r in range(full, m):
+            copy_run(last, (r - full) * k, af, (ia * m + r) * k, k)
+        gemm_row_groups(af, ia * m * k, k, 1, groups, last, k, 1, wp, k, 0, width, acc, width)
+        for r in range(m):
+            copy_run(of, (i * m + r) * n, acc, r * width, n)
 
 
 @numba.njit(**SEQ)

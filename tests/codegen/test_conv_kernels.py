@@ -529,6 +529,31 @@ def test_matmul(a_shape, b_shape, dtype):
     check("matmul", [rand(*a_shape, dtype=dtype), rand(*b_shape, dtype=dtype)], {})
 
 
+# matmul_small's edges: rows past whole groups of MR, columns past whole panels (the microkernel's, and
+# transpose_padded's 32), a reduction longer than a chunk (PACKED_K_CHUNK), enough work for parallel tasks, a
+# broadcast batch dim, an empty reduction or output
+@pytest.mark.parametrize("a_shape, b_shape", [
+    ((40, 17, 16), (40, 16, 17)),  # ViT-mini's attention at batch 10: parallel tasks of several matrices
+    ((3, 7, 150), (3, 150, 33)),
+    ((2, 4, 12, 5), (1, 4, 5, 70)),
+    ((64, 6, 1), (64, 1, 8)),  # whole groups and a half panel, one reduction step
+    ((5, 3, 0), (5, 0, 4)),
+    ((2, 0, 3), (2, 3, 4)),
+])
+def test_small_float32_matmuls_run_on_the_microkernel(a_shape, b_shape):
+    lines = check("matmul", [rand(*a_shape), rand(*b_shape)], {}, rtol=1e-5, atol=1e-5)
+    assert "matmul_small(" in lines[0]
+
+
+def test_a_matmul_of_larger_matrices_stays_on_blas():
+    """Past SMALL_MATMUL_MACS a matrix (or in float64) a BLAS call's fixed cost is small beside the product."""
+    for dtype in (np.float32, np.float64):
+        lines = check("matmul", [rand(3, 64, 48, dtype=dtype), rand(3, 48, 64, dtype=dtype)], {}, rtol=1e-5, atol=1e-5)
+        assert "matmul(" in lines[0] and "matmul_small(" not in lines[0]
+    lines = check("matmul", [rand(2, 5, 4, dtype=np.float64), rand(2, 4, 3, dtype=np.float64)], {})
+    assert "matmul_small(" not in lines[0]
+
+
 @pytest.mark.parametrize("op, arrays, attrs, weights", [
     ("conv2d", conv_arrays(1, 4, 7, 6, 5, (3, 3), 1), conv_attrs((3, 3), (2, 2), (1, 1, 1, 1), (1, 1), 1), (1, 2)),
     ("conv2d", conv_arrays(1, 4, 7, 6, 5, (3, 3), 1, bias=False),
