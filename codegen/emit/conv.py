@@ -205,9 +205,16 @@ def uses_channel_vectors(node: Node, vector_floats: int) -> bool:
 # batch > 1 faster here: 64 -> 128 from 28 x 28 at batch 8 1.90 -> 2.14 ms, 128 -> 128 from 16 x 16 1.29
 # -> 1.46, 32 -> 64 from 56 x 56 2.17 -> 2.81, 64 -> 24 from 15 x 15 0.22 -> 0.25, 256 -> 256 from 14 x 14
 # level (Zen 3 EPYC: 32 KiB L1d, 512 KiB L2; 2 threads, in-process A/B of the compiled conv, medians; since
-# each task gathers one zero-padded plane a channel, not the stride's phase planes). On AVX2 a strided
-# conv takes conv2d_by_channels at batch > 1 only; vectors of this many floats take it at any batch.
+# each task gathers one zero-padded plane a channel, not the stride's phase planes). On AVX2 at batch 1 too,
+# where its weight is at most CHANNEL_TAPS_STRIDED_MAX_WEIGHT_BYTES (measured on smaller planes than the two
+# above; same machine and method): 3x3 stride 2, against conv2d_packed, 96 -> 96 channels from 8 x 8 0.60,
+# 64 -> 64 from 28 x 28 0.77, 96 -> 192 from 28 x 28 0.77, 64 -> 24 from 15 x 15 (Inception-v3's, unpadded)
+# 0.77, 128 -> 256 from 28 x 28 0.83, 128 -> 128 from 32 x 32 0.86, 256 -> 256 and 192 -> 384 from 14 x 14 0.91;
+# 128 -> 256 from 40 x 40 and 64 -> 128 from 56 x 56 level; 384 -> 384 from 14 x 14 (5.3 MB of weights) level,
+# 256 -> 512 from 20 x 20 (4.7 MB) 1.06 (each of its two tasks streams half the weight past every pixel group).
+# Vectors of CHANNEL_TAPS_STRIDED_MIN_FLOATS floats (AVX-512) take it at any batch, as an unstrided conv.
 CHANNEL_TAPS_STRIDED_MIN_FLOATS = 16
+CHANNEL_TAPS_STRIDED_MAX_WEIGHT_BYTES = 3 << 20
 CHANNEL_TAPS_MIN_STEPS = 256
 CHANNEL_TAPS_MIN_FILL = 0.75
 CHANNEL_TAPS_MAX_ROW_FILL = 0.96
@@ -228,7 +235,7 @@ GROUPED_CHANNEL_TAPS_MAX_PIXELS_ONE = 16
 def uses_channel_taps(node: Node, vector_floats: int) -> bool:
     """Whether conv node runs conv2d_by_channels (output channels in the vectors, MR pixels a
     microkernel call): a float32 conv with constant weights and a kernel larger than 1x1, without groups
-    (grouped: GROUPED_CHANNEL_TAPS_MAX_PIXELS; strided on AVX2: at batch > 1),
+    (grouped: GROUPED_CHANNEL_TAPS_MAX_PIXELS; strided on AVX2: at batch > 1, or of a small weight),
     on images small enough that conv2d_packed's phase-plane columns past each output row, or its
     pixels padded to whole half panels, cost more than MR-pixel groups and channel panels pad. On
     AVX-512, 2 threads, Zen 5 EPYC: 512 -> 512 channels on 7 x 7 0.65 -> 0.57 ms, 256 -> 256 on
@@ -247,11 +254,12 @@ def uses_channel_taps(node: Node, vector_floats: int) -> bool:
         most = GROUPED_CHANNEL_TAPS_MAX_PIXELS if y.shape[0] > 1 else GROUPED_CHANNEL_TAPS_MAX_PIXELS_ONE
         return (w.shape[1] > 1 and (o // a["groups"]) % half == 0 and oh * ow <= most
                 and plane_bytes <= CHANNEL_TAPS_MAX_PLANE_BYTES)
-    strided_batch = (sh, sw) != (1, 1) and y.shape[0] > 1
-    if (sh, sw) != (1, 1) and vector_floats < CHANNEL_TAPS_STRIDED_MIN_FLOATS and not strided_batch:
+    strided, narrow = (sh, sw) != (1, 1), vector_floats < CHANNEL_TAPS_STRIDED_MIN_FLOATS
+    if strided and narrow and y.shape[0] == 1 and 4 * math.prod(w.shape) > CHANNEL_TAPS_STRIDED_MAX_WEIGHT_BYTES:
         return False
+    strided_any = strided and (y.shape[0] > 1 or narrow)  # it takes conv2d_by_channels whatever its rows fill
     return (c * kh * kw >= CHANNEL_TAPS_MIN_STEPS and o >= CHANNEL_TAPS_MIN_FILL * -(-o // half) * half
-            and (ow < CHANNEL_TAPS_MAX_ROW_FILL * wq or strided_batch) and plane_bytes <= CHANNEL_TAPS_MAX_PLANE_BYTES)
+            and (ow < CHANNEL_TAPS_MAX_ROW_FILL * wq or strided_any) and plane_bytes <= CHANNEL_TAPS_MAX_PLANE_BYTES)
 
 
 def is_depthwise(node: Node) -> bool:

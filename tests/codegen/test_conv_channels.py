@@ -189,7 +189,10 @@ def _conv_node(shape, o, kernel, stride=(1, 1), padding=(1, 1, 1, 1), groups=1, 
     ((2, 64, 56, 56), 128, (3, 3), (2, 2), 1, 16, True),  # strided, on a batch: whatever the rows fill
     ((8, 128, 80, 80), 256, (3, 3), (2, 2), 1, 16, True),  # 40 of 41, 3.4 MB of planes an image
     ((8, 128, 80, 80), 256, (3, 3), (2, 2), 1, 8, True),  # AVX2: strided convs here on a batch
-    ((1, 256, 40, 40), 512, (3, 3), (2, 2), 1, 8, False),  # AVX2, batch 1: strided convs on conv2d_packed
+    ((1, 256, 40, 40), 512, (3, 3), (2, 2), 1, 8, False),  # AVX2, batch 1: a strided conv of 4.7 MB of weights
+    ((1, 384, 28, 28), 384, (3, 3), (2, 2), 1, 8, False),  # 5.3 MB
+    ((1, 96, 28, 28), 192, (3, 3), (2, 2), 1, 8, True),  # 0.66 MB: here, whatever its rows fill
+    ((1, 64, 56, 56), 128, (3, 3), (2, 2), 1, 8, True),  # 28 of 29 columns
     ((8, 32, 15, 15), 24, (3, 3), (2, 2), 1, 8, True),  # Inception's 3x3 stride 2, 24 channels: 3 half panels
     ((8, 64, 56, 56), 64, (3, 3), (1, 1), 1, 16, False),  # a batch at stride 1: 56 of 58 still
     ((8, 64, 160, 160), 128, (3, 3), (2, 2), 1, 16, False),  # strided batch, 6.7 MB of planes an image
