@@ -77,6 +77,13 @@ from codegen.kernels.winograd import (
 from ir.ops.layout import segment_lanes
 
 CHUNK_GROUPS = 16  # MR-pixel groups per task's chunk of an image: 96 pixels, a 6 KB block of each input block
+# or more, up to CHUNK_GROUPS_MAX, where a chunk's input of CHUNK_BYTES holds more: a task's fixed cost is a
+# large share of a short reduction's work. Kernel alone, in-process A/B against 16 groups always, 2 threads, AVX2
+# Zen 3, with a residual: MobileNetV2's projections 32 -> 16 channels on 112 x 112 at batch 8 0.58, batch 1 0.74,
+# 96 -> 32 on 56 x 56 0.89, 144 -> 32 0.93; its expansion 24 -> 144 0.78; 64 -> 256 on 56 x 56 0.92;
+# Winograd's products level (0.92-1.03). 48 KB chunks: 1.08-1.10x these, 256 KB: level
+CHUNK_BYTES = 96 << 10
+CHUNK_GROUPS_MAX = 256
 MIN_TASKS = 16  # tasks at least (8 a thread on 2), by splitting the output blocks into groups
 # conv2d_blocked's tasks: one a WINDOW_TASK_MACS multiply-adds, from WINDOW_MIN_TASKS to MIN_TASKS. Each task
 # gathers its band's input rows, so a small conv split 16 ways spent more on the gathers than it balanced: 4
@@ -125,11 +132,13 @@ def _is_blocked_shape(nchw, blocked, segments):
 
 
 @numba.njit(inline="always", **SEQ)
-def _pixel_chunks(pixels):
-    """(count, MR-groups each) of the chunks tasks take `pixels` pixels (or tiles) in: at most
-    CHUNK_GROUPS groups each, all of about one size (196 pixels as 66, 66, 64, not 96, 96, 4)."""
+def _pixel_chunks(pixels, k):
+    """(count, MR-groups each) of the chunks tasks take `pixels` pixels (or tiles) in, for a reduction of k
+    steps: at most CHUNK_GROUPS groups each, or as many as CHUNK_BYTES of input hold (up to
+    CHUNK_GROUPS_MAX), all of about one size (196 pixels as 66, 66, 64, not 96, 96, 4)."""
     groups = -(-pixels // MR)
-    cg = -(-groups // -(-groups // CHUNK_GROUPS))
+    most = max(CHUNK_GROUPS, min(CHUNK_GROUPS_MAX, CHUNK_BYTES // (MR * k * 4)))
+    cg = -(-groups // -(-groups // most))
     return -(-groups // cg), cg
 
 
@@ -205,7 +214,7 @@ def conv1x1_blocked(x, wt, bias, residual, out, stride, act, alpha, beta, post, 
     C / B, H, W, B), wt = conv_channels.pack_channel_panels(W, B) (O / B, C, B), out and residual (N, O /
     B, OH, OW, B) (residual None or empty for none; it may be out itself), B = taps_width(). The input
     is read where it lies (each output pixel's at its offset in a table). Tasks: (image, chunk of
-    CHUNK_GROUPS MR-pixel groups, group of output blocks), at least MIN_TASKS of them (below
+    MR-pixel groups (_pixel_chunks), group of output blocks), at least MIN_TASKS of them (below
     PARALLEL_MIN_MACS, one, in the calling thread)."""
     none = np.empty(0, np.float32)
     _conv1x1_blocked(x, wt, bias, residual, out, stride, (act, post), (alpha, beta, post_alpha, post_beta),
@@ -237,7 +246,7 @@ def _conv1x1_blocked(x, wt, bias, residual, out, stride, acts, params, prologue)
         raise ValueError("conv1x1_blocked: blocks of another width, or operands of mismatched shapes")
     if (oh - 1) * sh >= h or (ow - 1) * sw >= w:
         raise ValueError("conv1x1_blocked: an output larger than the strided input")
-    chunks, cg = _pixel_chunks(hw)
+    chunks, cg = _pixel_chunks(hw, c_n)
     serial = n_n * hw * ob_n * b * c_n < PARALLEL_MIN_MACS
     if prologue[0].size != 0:  # smaller chunks rather than groups of output blocks, each of which would apply
         # the prologue to the chunk again (960 -> 128 channels on 14 x 14 at batch 1: 1.5x the time)
@@ -702,7 +711,7 @@ def winograd_blocked(x, up, bias, residual, out, pt, pl, act, alpha, beta, post,
                 _wino_input_task(t, xf, vbuf, dims, r0, r1, v_plane)
         else:
             run_tasks(_wino_input_task, cb_n * (r1 - r0), (xf, vbuf, dims, r0, r1, v_plane))
-        chunks, cg = _pixel_chunks(t_n)
+        chunks, cg = _pixel_chunks(t_n, c_n)
         n_g, per = _block_groups(planes * chunks, ob_n, serial)
         products = (uf, vbuf, mbuf, pix, rows, (c_n, ob_n, b, t_n, chunks, cg, n_g, per, v_plane, m_plane))
         outputs = (mbuf, of, bias, rf, dims, r0, r1, m_plane, (act, post), (alpha, beta, post_alpha, post_beta))

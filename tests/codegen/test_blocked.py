@@ -159,13 +159,15 @@ def test_reorders_refuse_a_shape_that_is_not_the_blocked_one():
 
 
 # (n, c, o, (h, w)) in blocks: pixels in whole groups of MR, a partial last group, one short
-# group only; a reduction of several chunks (PACKED_K_CHUNK); enough work for many tasks
+# group only; a reduction of several chunks (PACKED_K_CHUNK); enough work for many tasks; a short reduction
+# whose chunks of pixels are long (CHUNK_BYTES), two an image, the last group partial
 POINTWISE = [
     (1, 1, 1, (2, 3)),
     (2, 2, 3, (7, 9)),
     (1, 1, 2, (1, MR - 2)),
     (1, -(-(PACKED_K_CHUNK + 1) // B), 1, (5, 5)),
     (1, 4, 16 // B + 2, (28, 29)),
+    (2, 1, 1, (47, 47)),
 ]
 
 
