@@ -160,7 +160,8 @@ def test_reorders_refuse_a_shape_that_is_not_the_blocked_one():
 
 # (n, c, o, (h, w)) in blocks: pixels in whole groups of MR, a partial last group, one short
 # group only; a reduction of several chunks (PACKED_K_CHUNK); enough work for many tasks; a short reduction
-# whose chunks of pixels are long (CHUNK_BYTES), two an image, the last group partial
+# whose chunks of pixels are long (CHUNK_BYTES), two an image, the last group partial; a batch of images of
+# pixels not a multiple of MR, with a reduction in chunks too; a batch of one-pixel images
 POINTWISE = [
     (1, 1, 1, (2, 3)),
     (2, 2, 3, (7, 9)),
@@ -168,6 +169,8 @@ POINTWISE = [
     (1, -(-(PACKED_K_CHUNK + 1) // B), 1, (5, 5)),
     (1, 4, 16 // B + 2, (28, 29)),
     (2, 1, 1, (47, 47)),
+    (3, -(-(PACKED_K_CHUNK + 1) // B), 2, (5, 5)),
+    (5, 2, 1, (1, 1)),
 ]
 
 
