@@ -380,10 +380,9 @@ def conv2d_blocked(x, wt, bias, residual, out, kernel, stride, padding, dilation
     """out = post(act(conv2d(x, W) + bias) + residual) on the blocked layout, ungrouped: x (N, C / B, H,
     W, B), wt = pack_channel_panels(W, B) (O / B, C * KH * KW, B), out and residual (N, O / B, OH, OW,
     B); padding (top, left, bottom, right) zeros. Tasks: (image, band of MR-pixel groups, group of
-    output blocks), one a WINDOW_TASK_MACS multiply-adds, WINDOW_MIN_TASKS to MIN_TASKS of them where the pixels
-    allow (below PARALLEL_MIN_MACS, one); each
-    gathers the input rows its band's windows read (BAND_BYTES at most, or one output row's) into
-    scratch, zeros outside the image."""
+    output blocks), one a WINDOW_TASK_MACS multiply-adds, WINDOW_MIN_TASKS to MIN_TASKS of them where the
+    pixels allow (below PARALLEL_MIN_MACS, one); each gathers the input rows its band's windows read
+    (BAND_BYTES at most, or one output row's) into scratch, zeros outside the image."""
     n_n, cb_n, h, w, b = x.shape
     if b != out.shape[4]:
         raise ValueError("conv2d_blocked: blocks of another width, or operands of mismatched shapes")

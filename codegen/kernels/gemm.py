@@ -16,13 +16,7 @@ import numpy as np
 
 from codegen.kernels.common import SEQ, blocks, gemm, gemm_blocks, num_threads, thread_id, u
 from codegen.kernels.epilogue import ONE_PASS, activate_copy_run, epilogue_run, residual_run
-from codegen.kernels.microkernel import (
-    MR,
-    half_panels,
-    micro_gemm_a_rows,
-    micro_gemm_a_rows_half,
-    panel_width,
-)
+from codegen.kernels.microkernel import MR, half_panels, micro_gemm_a_rows, micro_gemm_a_rows_half, panel_width
 from codegen.kernels.tasks import run_tasks
 from codegen.kernels.vectors import copy_run, prefetch_run
 
@@ -356,11 +350,14 @@ def _matmul_small_task(t, per, af, bf, of, dims, batch, a_step, b_step, scratch)
     last[:] = 0
     groups, width = -(-m // MR), half_panels(n)
     full = m // MR * MR  # rows of the whole groups
+    laid = -1  # the b in the panels (a broadcast b is laid out once)
     for i in range(t * per, min(count, (t + 1) * per)):
         ia, ib = _operands(i, batch, a_step, b_step)
-        for q in range(0, n, TRANSPOSED_PAD):
-            for p in range(k):
-                copy_run(wp, q * k + p * TRANSPOSED_PAD, bf, (ib * k + p) * n + q, min(TRANSPOSED_PAD, n - q))
+        if ib != laid:
+            for q in range(0, n, TRANSPOSED_PAD):
+                for p in range(k):
+                    copy_run(wp, q * k + p * TRANSPOSED_PAD, bf, (ib * k + p) * n + q, min(TRANSPOSED_PAD, n - q))
+            laid = ib
         for r in range(full, m):
             copy_run(last, (r - full) * k, af, (ia * m + r) * k, k)
         gemm_row_groups(af, ia * m * k, k, 1, groups, last, k, 1, wp, k, 0, width, acc, width)

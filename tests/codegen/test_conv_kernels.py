@@ -536,6 +536,7 @@ def test_matmul(a_shape, b_shape, dtype):
     ((40, 17, 16), (40, 16, 17)),  # ViT-mini's attention at batch 10: parallel tasks of several matrices
     ((3, 7, 150), (3, 150, 33)),
     ((2, 4, 12, 5), (1, 4, 5, 70)),
+    ((4, 3, 5, 6), (4, 1, 6, 7)),  # b broadcast over the inner batch dim: laid out once for 3 matrices
     ((64, 6, 1), (64, 1, 8)),  # whole groups and a half panel, one reduction step
     ((5, 3, 0), (5, 0, 4)),
     ((2, 0, 3), (2, 3, 4)),
