@@ -199,7 +199,8 @@ class DigestMemo:
 def _cpu_signature() -> str:
     """The machine numba compiles for, as numba keys its own cache: target triple, CPU name and
     features of its codegen, which honours NUMBA_CPU_NAME and NUMBA_CPU_FEATURES (CI compiles for
-    haswell on any host) and asks LLVM for the host's only when they are unset.
+    haswell on any host) and asks LLVM for the host's only when they are unset; and
+    PNNX_JIT_VECTOR_WIDTH where it is set, which changes the code generated (blocks, panels).
 
     codegen.runtime comes first: it sets numba's target features (512-bit vectors where the host
     has AVX-512F) before anything builds numba's target, and building it here would fix the
@@ -210,7 +211,8 @@ def _cpu_signature() -> str:
     import codegen.runtime  # noqa: F401 - numba's target features, before the target is built
 
     triple, name, features = cpu_target.target_context.codegen().magic_tuple()
-    return f"{triple}|{name}|{features}"
+    forced = os.environ.get("PNNX_JIT_VECTOR_WIDTH")  # the kernels' vector width, forced (vectors.vector_width)
+    return f"{triple}|{name}|{features}" + (f"|vector={forced}" if forced else "")
 
 
 SOURCE_ROOT = Path(__file__).resolve().parents[1]

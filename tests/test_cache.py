@@ -459,7 +459,7 @@ print(json.dumps({"cpu": compiler.cache._cpu_signature(), "host": llvm.get_host_
 
 
 def _cpu_signature_in_subprocess(**numba_env: str) -> dict:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("NUMBA_CPU_")}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("NUMBA_CPU_") and k != "PNNX_JIT_VECTOR_WIDTH"}
     env.update(PYTHONPATH=str(ROOT), **numba_env)
     out = subprocess.run([sys.executable, "-c", CPU_SCRIPT], env=env, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
@@ -475,6 +475,9 @@ def test_key_uses_the_cpu_numba_compiles_for_not_the_host():
     assert pinned["cpu"] != haswell["cpu"]  # features count, not only the name
     if host["host"] != "haswell":
         assert haswell["cpu"] != host["cpu"]
+    # a forced vector width changes the generated code (blocks, panels): a key of its own, the CPU's kept
+    forced = _cpu_signature_in_subprocess(PNNX_JIT_VECTOR_WIDTH="16")
+    assert forced["cpu"] == host["cpu"] + "|vector=16"
 
 
 ORDER_SCRIPT = """
