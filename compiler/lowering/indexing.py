@@ -243,6 +243,29 @@ def _diag_matrix(ctx: OpContext, v: Value, k: int) -> None:
     lower_expression(ctx, f"where({spell(mask)},{spell(row)},{zero})", spell.values)
 
 
+@lowers("torch.tril", "torch.triu", "Tensor.tril", "Tensor.triu", "aten::tril", "aten::triu")
+def triangle(ctx: OpContext) -> None:
+    """The lower (tril) or upper (triu) triangle of the last two dims from the `diagonal`-th diagonal on,
+    zeros elsewhere: where(mask, x, 0) with the (rows, cols) mask a constant. pnnx writes torch.tril with a
+    `diagonal` param, or leaves aten::tril with the diagonal as a second, constant operand."""
+    x = operand(ctx, "input", 0)
+    if ctx.op.type.startswith("aten::"):
+        if len(ctx.op.inputs) > 2 or (len(ctx.op.inputs) == 2 and not ctx.input(1).is_constant):
+            raise Unsupported("a diagonal given as a runtime tensor")
+        k = int(ctx.input(1).data) if len(ctx.op.inputs) == 2 else 0
+    else:
+        k = int_param(ctx, "diagonal", 0)
+    if x.type.rank < 2:
+        raise ctx.format_error(f"{ctx.op.type} takes a tensor of 2 dims or more, got {x.type}")
+    rows, cols = x.shape[-2:]
+    lower = ctx.op.type.endswith("tril")
+    ones = np.ones((rows, cols), dtype=bool)
+    mask = ctx.const("mask", np.tril(ones, k) if lower else np.triu(ones, k))
+    spell = Operands()
+    zero = "False" if x.dtype == "bool" else "0"
+    lower_expression(ctx, f"where({spell(mask)},{spell(x)},{zero})", spell.values)
+
+
 def emit_diagonal(ctx: OpContext, x: Value, offset: int, dim1: int, dim2: int) -> None:
     """torch.diagonal: the (dim1, dim2) diagonal at `offset`, as the last dim. With those two
     dims moved last and flattened to r*c, the diagonal is a slice of step c + 1."""

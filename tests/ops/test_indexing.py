@@ -71,6 +71,50 @@ def test_repeat_interleave_cross_diag():
     check_module(m, torch.randn(2, 3, 5), torch.randn(4, 3), torch.randn(7), labels=_labels(m))
 
 
+class Triangles(nn.Module):
+    def forward(self, x, b, i):  # x: (2, 5, 7) float, b: (4, 6) bool, i: (3, 3) int64
+        return (
+            torch.tril(x),
+            torch.tril(x, diagonal=2),
+            torch.triu(x, -1),
+            x.triu(3),
+            x.tril(-7),  # below the matrix: all zeros
+            torch.tril(b, 1),
+            torch.triu(i),
+        )
+
+
+def test_tril_triu():
+    """torch.tril and triu on floats, bools and ints, each diagonal side, pnnx's spelling whichever it writes
+    (torch.tril, or aten::tril with the diagonal as an operand)."""
+    m = Triangles()
+    x, b, i = torch.randn(2, 5, 7), torch.rand(4, 6) > 0.5, torch.randint(-5, 5, (3, 3))
+    check_module(m, x, b, i, labels=_labels(m))
+
+
+_ATEN_TRIANGLES = """7767517
+6 5
+pnnx.Input               in0                      0 1 0 #0=(3,4,6)f32
+pnnx.Expression          one                      0 1 1 expr=1
+aten::tril               lower                    2 1 0 1 2 #0=(3,4,6)f32 #2=(3,4,6)f32
+pnnx.Expression          minus_two                0 1 3 expr=-2
+aten::triu               upper                    2 1 0 3 4 #0=(3,4,6)f32 #4=(3,4,6)f32
+pnnx.Output              out                      2 0 2 4
+"""
+
+
+def test_aten_tril_and_triu(tmp_path):
+    """aten::tril / aten::triu as pnnx leaves them when its rewrite to torch.tril does not match: the
+    diagonal a constant operand."""
+    param = tmp_path / "m.pnnx.param"
+    param.write_text(_ATEN_TRIANGLES)
+    x = torch.randn(3, 4, 6)
+    for backend in BACKENDS:
+        got = compiler.compile(param, backend=backend)(x.numpy())
+        for g, e in zip(got, (torch.tril(x, 1), torch.triu(x, -2)), strict=True):
+            np.testing.assert_array_equal(g, e.numpy())
+
+
 class Gathers(nn.Module):
     def __init__(self):
         super().__init__()
