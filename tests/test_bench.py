@@ -159,6 +159,22 @@ def test_a_small_real_run_writes_positive_numbers_for_every_runtime(tmp_path):
     assert report["machine"]["isa"] == isa()
 
 
+def test_node_compare_matches_every_conv_of_tiny_cnn_with_onnxruntimes():
+    """bench.node_compare: both forwards timed, each profiler's overhead a node estimated (not negative), and
+    every conv of ours paired with onnxruntime's conv of the same output size and weight, once each."""
+    from bench.node_compare import compare
+
+    ours, theirs, rows = compare("tiny_cnn", batch=2, threads=1, rounds=1, runs=2)
+    assert ours.forward_ms > 0 and theirs.forward_ms > 0
+    assert ours.overhead_ms >= 0 and theirs.overhead_ms >= 0
+    keys = sorted(key for _, key, _ in ours.convs)
+    assert keys and keys == sorted(key for _, key, _ in theirs.convs)  # the same convs: tiny_cnn's
+    assert len(rows) == len(keys) and {name for *_, name, _ in rows} == {name for name, *_ in ours.convs}
+    for diff, mine, other, _, _ in rows:
+        assert diff == mine - other and all(key[0] == 2 for _, key, _ in ours.convs)
+    assert [r[0] for r in rows] == sorted((r[0] for r in rows), reverse=True)
+
+
 # -- FLOPs, peak, ncnn ----------------------------------------------------------------------
 
 
