@@ -31,7 +31,7 @@ from pathlib import Path
 import compiler
 from bench import zoo
 from bench.pnnx_export import export_zoo
-from bench.runtimes import SETTLE_SECONDS, cpu_name, export_onnx, isa
+from bench.runtimes import SETTLE_SECONDS, cpu_name, export_onnx, isa, onnxruntime_inference_session
 
 
 @dataclass
@@ -41,21 +41,6 @@ class NodeTimes:
     forward_ms: float
     overhead_ms: float  # the profiler's estimated time a node
     convs: list[tuple[str, tuple, float]]  # (node, match key, ms as profiled, the overhead not taken off)
-
-
-def _ort_sessions(path: Path, threads: int, profile_dir: Path):
-    import onnxruntime as ort
-
-    sessions = []
-    for profile in (False, True):
-        options = ort.SessionOptions()
-        options.intra_op_num_threads = threads
-        options.inter_op_num_threads = 1
-        if profile:
-            options.enable_profiling = True
-            options.profile_file_prefix = str(profile_dir / "ort_profile")
-        sessions.append(ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"]))
-    return sessions
 
 
 def _timed(fn, runs: int) -> float:
@@ -113,7 +98,8 @@ def compare(model_name: str, batch: int, threads: int, rounds: int, runs: int = 
     profiled = compiler.compile(param, cache=False, threads=threads, profile=True)
     with tempfile.TemporaryDirectory(prefix="node_compare_") as tmp:
         onnx_path = export_onnx(entry.build(), x, Path(tmp) / "model.onnx")
-        ort_plain, ort_profiled = _ort_sessions(onnx_path, threads, Path(tmp))
+        ort_plain = onnxruntime_inference_session(onnx_path, threads)
+        ort_profiled = onnxruntime_inference_session(onnx_path, threads, profile_prefix=str(Path(tmp) / "ort_profile"))
         feed = {ort_plain.get_inputs()[0].name: x}
         ours_ms, ort_ms, stats = [], [], []
         for _ in range(rounds):

@@ -105,18 +105,27 @@ def onnxruntime_session(name: str, batch: int, threads: int,
 
     Loads `onnx_path` if given, else exports the model into a temporary file first.
     """
+    with tempfile.TemporaryDirectory(prefix="bench_onnx_") as tmp:
+        if onnx_path is None:
+            entry = zoo.get(name)
+            onnx_path = export_onnx(entry.build(), zoo.make_input(entry, batch=batch), Path(tmp) / f"{name}.onnx")
+        session = onnxruntime_inference_session(onnx_path, threads)
+    input_name = session.get_inputs()[0].name
+    return lambda x: session.run(None, {input_name: x})
+
+
+def onnxruntime_inference_session(onnx_path: Path, threads: int, profile_prefix: str | None = None):
+    """An onnxruntime InferenceSession of the CPU provider with `threads` intra-op threads, one inter-op;
+    with profile_prefix, its profiler on (files named from it)."""
     import onnxruntime as ort
 
     options = ort.SessionOptions()
     options.intra_op_num_threads = threads
     options.inter_op_num_threads = 1
-    with tempfile.TemporaryDirectory(prefix="bench_onnx_") as tmp:
-        if onnx_path is None:
-            entry = zoo.get(name)
-            onnx_path = export_onnx(entry.build(), zoo.make_input(entry, batch=batch), Path(tmp) / f"{name}.onnx")
-        session = ort.InferenceSession(str(onnx_path), options, providers=["CPUExecutionProvider"])
-    input_name = session.get_inputs()[0].name
-    return lambda x: session.run(None, {input_name: x})
+    if profile_prefix is not None:
+        options.enable_profiling = True
+        options.profile_file_prefix = profile_prefix
+    return ort.InferenceSession(str(onnx_path), options, providers=["CPUExecutionProvider"])
 
 
 def ours(name: str, batch: int, backend: str, threads: int, **options) -> tuple[Callable, float, object]:
