@@ -172,11 +172,8 @@ def _reorder(xf, of, n_n, segments, hw, b, into):
     for count in segments:
         c_n += count
         cb_n += -(-count // b)
-    if n_n * cb_n * hw * b < PARALLEL_MIN_ELEMENTS:
-        for m in range(n_n * cb_n):
-            _reorder_task(m, xf, of, segments, c_n, cb_n, hw, b, into)
-    else:
-        run_tasks(_reorder_task, n_n * cb_n, (xf, of, segments, c_n, cb_n, hw, b, into))
+    run_tasks(_reorder_task, n_n * cb_n, (xf, of, segments, c_n, cb_n, hw, b, into),
+              n_n * cb_n * hw * b < PARALLEL_MIN_ELEMENTS)
 
 
 @numba.njit(**SEQ)
@@ -268,11 +265,7 @@ def _conv1x1_blocked(x, wt, bias, residual, out, stride, acts, params, prologue)
         rows_in[c] = (c // b) * cg * MR * b + c % b
     data = (x.reshape(-1), wt.reshape(-1), bias, residual_run(residual, out), out.reshape(-1), pix, rows,
             (n_n, c_n, h * w, hw, ob_n, b, chunks, cg, n_g, per), acts, params, prologue, rows_in, scratch)
-    if serial:
-        for t in range(tasks):
-            _conv1x1_task(t, *data)
-    else:
-        run_tasks(_conv1x1_task, tasks, data)
+    run_tasks(_conv1x1_task, tasks, data, serial)
 
 
 @numba.njit(**SEQ)
@@ -446,11 +439,7 @@ def _conv2d_blocked(xf, n_n, c_n, h, w, nchw, wt, bias, residual, out, kernel, s
     data = (xf, wt.reshape(-1), bias, residual_run(residual, out), out.reshape(-1), rows,
             (n_n, cb_n, h, w, b, ob_n, oh, ow, k, c_n, nchw), (kh, dh, sh, sw, pt, pl, hin, wp, gpb, bands, n_g, per),
             (act, post), (alpha, beta, post_alpha, post_beta), scratch)
-    if serial:
-        for t in range(tasks):
-            _conv2d_task(t, *data)
-    else:
-        run_tasks(_conv2d_task, tasks, data)
+    run_tasks(_conv2d_task, tasks, data, serial)
 
 
 @numba.njit(**SEQ)
@@ -504,11 +493,7 @@ def conv_transpose_blocked(x, wt, bias, out, stride):
     tasks = n_n * h * n_g
     dims = (n_n, cb_n, h, w, b, ob_n, sh, sw, n_g, per)
     data = (x.reshape(-1), wt.reshape(-1), bias, out.reshape(-1), pix, rows, dims)
-    if serial:
-        for t in range(tasks):
-            _conv_transpose_task(t, *data)
-    else:
-        run_tasks(_conv_transpose_task, tasks, data)
+    run_tasks(_conv_transpose_task, tasks, data, serial)
 
 
 @numba.njit(**SEQ)
@@ -707,23 +692,13 @@ def winograd_blocked(x, up, bias, residual, out, pt, pl, act, alpha, beta, post,
         for c in range(c_n):
             rows[c] = (c // b) * t_n * b + c % b
         v_plane, m_plane = cb_n * t_n * b, ob_n * t_n * b
-        if serial:
-            for t in range(cb_n * (r1 - r0)):
-                _wino_input_task(t, xf, vbuf, dims, r0, r1, v_plane)
-        else:
-            run_tasks(_wino_input_task, cb_n * (r1 - r0), (xf, vbuf, dims, r0, r1, v_plane))
+        run_tasks(_wino_input_task, cb_n * (r1 - r0), (xf, vbuf, dims, r0, r1, v_plane), serial)
         chunks, cg = _pixel_chunks(t_n, c_n)
         n_g, per = _block_groups(planes * chunks, ob_n, serial)
         products = (uf, vbuf, mbuf, pix, rows, (c_n, ob_n, b, t_n, chunks, cg, n_g, per, v_plane, m_plane))
         outputs = (mbuf, of, bias, rf, dims, r0, r1, m_plane, (act, post), (alpha, beta, post_alpha, post_beta))
-        if serial:
-            for t in range(planes * chunks * n_g):
-                _wino_products_task(t, *products)
-            for t in range(ob_n * (r1 - r0)):
-                _wino_output_task(t, *outputs)
-        else:
-            run_tasks(_wino_products_task, planes * chunks * n_g, products)
-            run_tasks(_wino_output_task, ob_n * (r1 - r0), outputs)
+        run_tasks(_wino_products_task, planes * chunks * n_g, products, serial)
+        run_tasks(_wino_output_task, ob_n * (r1 - r0), outputs, serial)
 
 
 @numba.njit(**SEQ)
@@ -903,11 +878,7 @@ def depthwise_blocked(x, wt, bias, residual, out, kernel, stride, padding, dilat
                                                        serial)
     data = (x.reshape(-1), wt.reshape(-1), bias, residual_run(residual, out), out.reshape(-1), offsets,
             (n_n, cb_n, h, w, b, oh, ow), window, (act, post), (alpha, beta, post_alpha, post_beta), scratch)
-    if serial:
-        for t in range(tasks):
-            _depthwise_task(t, *data)
-    else:
-        run_tasks(_depthwise_task, tasks, data)
+    run_tasks(_depthwise_task, tasks, data, serial)
 
 
 @numba.njit(inline="always", **SEQ)
@@ -1020,11 +991,7 @@ def expand_depthwise_blocked(x, we, be, wt, bias, residual, out, kernel, stride,
     data = (x.reshape(-1), we.reshape(-1), be, pix, rows, expand_acts, wt.reshape(-1), bias,
             residual_run(residual, out), out.reshape(-1), offsets, (n_n, mb_n, h, w, b, oh, ow), window,
             (act, post), (alpha, beta, post_alpha, post_beta), scratch)
-    if serial:
-        for t in range(tasks):
-            _expand_depthwise_task(t, *data)
-    else:
-        run_tasks(_expand_depthwise_task, tasks, data)
+    run_tasks(_expand_depthwise_task, tasks, data, serial)
 
 
 @numba.njit(**SEQ)
@@ -1080,11 +1047,7 @@ def pool_blocked(x, out, kernel, stride, padding, dilation, is_max, count_includ
                 x0, x1 = max(x0, 0), min(x1, w)
             counts[oy * ow + ox] = divisor if divisor > 0 else (y1 - y0) * (x1 - x0)
     data = (x.reshape(-1), out.reshape(-1), offsets, (n_n, cb_n, h, w, b, oh, ow), window, is_max, counts, scratch)
-    if serial:
-        for t in range(tasks):
-            _pool_window_task(t, *data)
-    else:
-        run_tasks(_pool_window_task, tasks, data)
+    run_tasks(_pool_window_task, tasks, data, serial)
 
 
 @numba.njit(**SEQ)
@@ -1179,11 +1142,7 @@ def global_avg_pool_blocked(x, out, segments):
     if blocks != cb_n or out.size != n_n * c_n:
         raise ValueError("global_avg_pool_blocked: the output is not one value per image and channel")
     xf, of = x.reshape(-1), out.reshape(-1)
-    if x.size < PARALLEL_MIN_ELEMENTS:
-        for m in range(n_n * cb_n):
-            _pool_task(m, xf, of, segments, c_n, cb_n, h * w, b)
-    else:
-        run_tasks(_pool_task, n_n * cb_n, (xf, of, segments, c_n, cb_n, h * w, b))
+    run_tasks(_pool_task, n_n * cb_n, (xf, of, segments, c_n, cb_n, h * w, b), x.size < PARALLEL_MIN_ELEMENTS)
 
 
 @numba.njit(**SEQ)
@@ -1223,11 +1182,7 @@ def channel_scale_blocked(x, scale, out):
     if scale.size != n_n * cb_n * b or out.shape != x.shape:
         raise ValueError("channel_scale_blocked: operands of mismatched shapes")
     xf, sf, of = x.reshape(-1), scale.reshape(-1), out.reshape(-1)
-    if x.size < PARALLEL_MIN_ELEMENTS:
-        for m in range(n_n * cb_n):
-            _scale_task(m, xf, sf, of, h * w, b)
-    else:
-        run_tasks(_scale_task, n_n * cb_n, (xf, sf, of, h * w, b))
+    run_tasks(_scale_task, n_n * cb_n, (xf, sf, of, h * w, b), x.size < PARALLEL_MIN_ELEMENTS)
 
 
 @numba.njit(**SEQ)

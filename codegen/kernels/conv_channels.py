@@ -172,11 +172,7 @@ def conv2d_by_channels(x, wt, bias, residual, out, kernel, stride, padding, dila
             (n_n, c_n, h, w, o_n, p_n, k, wt.shape[2], groups), (pt, pl, hq, wq), taps, pix,
             (nb, n_c, cpt, n_g, gpt, ldc, kc), (act, post), (alpha, beta, post_alpha, post_beta), scratch,
             (planes, accs))
-    if serial:
-        for t in range(tasks):
-            _taps_task(t, *data)
-    else:
-        run_tasks(_taps_task, tasks, data)
+    run_tasks(_taps_task, tasks, data, serial)
 
 
 @numba.njit(**SEQ)
@@ -263,11 +259,7 @@ def conv1x1_by_channels(x, wt, bias, residual, out, act, alpha, beta, post, post
     rf = residual_run(residual, out)
     data = (x.reshape(-1), wt.reshape(-1), bias, rf, out.reshape(-1), (n_n, k, hw, o_n), (act, post),
             (alpha, beta, post_alpha, post_beta))
-    if serial:
-        for t in range(n_n * n_p * n_c):
-            _by_channels_task(t, n_p, n_c, cpt, *data)
-    else:
-        run_tasks(_by_channels_task, n_n * n_p * n_c, (n_p, n_c, cpt, *data))
+    run_tasks(_by_channels_task, n_n * n_p * n_c, (n_p, n_c, cpt, *data), serial)
 
 
 @numba.njit(**SEQ)

@@ -133,25 +133,15 @@ def linear(x, weight, bias, residual, out, act, alpha, beta, post, post_alpha, p
         xf, wf, of = x.reshape(-1), weight.reshape(-1), out.reshape(-1)
         rf = residual_run(residual, out)
         n_o, ob = blocks(1, o_n, 4 * MIN_ROWS)
-        if m_n * o_n * k < PARALLEL_MIN_MACS:
-            for t in range(n_o):
-                _gemv_task(t, ob, m_n, o_n, k, xf, wf, of, bias, rf,
-                           act, alpha, beta, post, post_alpha, post_beta)
-        else:
-            run_tasks(_gemv_task, n_o, (ob, m_n, o_n, k, xf, wf, of, bias, rf,
-                                        act, alpha, beta, post, post_alpha, post_beta))
+        run_tasks(_gemv_task, n_o, (ob, m_n, o_n, k, xf, wf, of, bias, rf, act, alpha, beta, post, post_alpha,
+                                    post_beta), m_n * o_n * k < PARALLEL_MIN_MACS)
         return
     n_m, mb = blocks(1, m_n, MIN_ROWS)
     n_o, ob = blocks(n_m, o_n, MIN_ROWS) if n_m == 1 else (1, o_n)
     xf, wf, of = x.reshape(-1), weight.reshape(-1), out.reshape(-1)
     rf = residual_run(residual, out)
-    if m_n * o_n * k < PARALLEL_MIN_MACS:
-        for t in range(n_m * n_o):
-            _linear_task(t, n_o, mb, ob, m_n, o_n, k, xf, wf, of, bias, rf,
-                         act, alpha, beta, post, post_alpha, post_beta)
-    else:
-        run_tasks(_linear_task, n_m * n_o, (n_o, mb, ob, m_n, o_n, k, xf, wf, of, bias, rf,
-                                            act, alpha, beta, post, post_alpha, post_beta))
+    run_tasks(_linear_task, n_m * n_o, (n_o, mb, ob, m_n, o_n, k, xf, wf, of, bias, rf, act, alpha, beta, post,
+                                        post_alpha, post_beta), m_n * o_n * k < PARALLEL_MIN_MACS)
 
 
 @numba.njit(**SEQ)
@@ -175,11 +165,7 @@ def linear_packed(x, wt, bias, residual, out, act, alpha, beta, post, post_alpha
     n_c, cpt = (1, -(-o_n // nr)) if serial else blocks(m_tiles, -(-o_n // nr), 1)
     rf = residual_run(residual, out)
     acts, params = (act, post), (alpha, beta, post_alpha, post_beta)
-    if serial:
-        for t in range(m_tiles * n_c):
-            _linear_packed_task(t, n_c, cpt, tile, x, wt, bias, rf, out, acts, params)
-    else:
-        run_tasks(_linear_packed_task, m_tiles * n_c, (n_c, cpt, tile, x, wt, bias, rf, out, acts, params))
+    run_tasks(_linear_packed_task, m_tiles * n_c, (n_c, cpt, tile, x, wt, bias, rf, out, acts, params), serial)
 
 
 @numba.njit(**SEQ)
@@ -273,11 +259,8 @@ def matmul(a, b, out, batch, a_step, b_step):
     stride per batch dim, in matrices (0 where it broadcasts)."""
     m_n = out.shape[1]
     n_m, mb = blocks(out.shape[0], m_n, MIN_ROWS)
-    if out.size * a.shape[2] < PARALLEL_MIN_MACS:
-        for t in range(out.shape[0] * n_m):
-            _matmul_task(t, n_m, mb, m_n, a, b, out, batch, a_step, b_step)
-    else:
-        run_tasks(_matmul_task, out.shape[0] * n_m, (n_m, mb, m_n, a, b, out, batch, a_step, b_step))
+    run_tasks(_matmul_task, out.shape[0] * n_m, (n_m, mb, m_n, a, b, out, batch, a_step, b_step),
+              out.size * a.shape[2] < PARALLEL_MIN_MACS)
 
 
 @numba.njit(inline="always", **SEQ)
@@ -319,11 +302,7 @@ def matmul_small(a, b, out, batch, a_step, b_step):
     n_w, n_l, n_c = _small_scratch(m, k, n)
     scratch = np.empty((1 if serial else min(num_threads(), tasks)) * (n_w + n_l + n_c), np.float32)
     data = (per, a.reshape(-1), b.reshape(-1), out.reshape(-1), (count, m, k, n), batch, a_step, b_step, scratch)
-    if serial:
-        for t in range(tasks):
-            _matmul_small_task(t, *data)
-    else:
-        run_tasks(_matmul_small_task, tasks, data)
+    run_tasks(_matmul_small_task, tasks, data, serial)
 
 
 @numba.njit(inline="always", **SEQ)

@@ -10,7 +10,8 @@ threading layer runs on each thread (`numba_parallel_for`, the entry point parfo
 the same pool and thread count: `numba.set_num_threads`, `compile(threads=N)`).
 
 Tasks are handed out one at a time from an atomic counter, so uneven tasks balance across
-threads. With one thread, or one task, the body runs on the calling thread. An exception in
+threads. With one thread, one task or `serial` true (work too small to share), the body runs
+on the calling thread, tasks in order. An exception in
 a task stops the handing out and raises RuntimeError once all threads are done (the task's
 own message cannot cross threads).
 """
@@ -29,10 +30,15 @@ _names = itertools.count()
 
 
 @intrinsic
-def run_tasks(typingctx, body, n, args):
+def run_tasks(typingctx, body, n, args, serial=None):
     """body(t, *args) for every t in range(n), on numba's threads; body an @njit function
-    returning None, args a tuple (arrays are shared, not copied: tasks write disjoint parts)."""
+    returning None, args a tuple (arrays are shared, not copied: tasks write disjoint parts).
+    `serial` (optional, a bool) true runs every task on the calling thread, in order: the
+    kernels' choice for work too small to share."""
     if not (isinstance(body, types.Dispatcher) and isinstance(n, types.Integer) and isinstance(args, types.BaseTuple)):
+        return None
+    serial = types.none if serial is None else serial  # not given: numba folds the default in as a none
+    if not isinstance(serial, (types.Boolean, types.NoneType)):
         return None
     body_args = (types.intp, *(types.unliteral(t) for t in args.types))
     body_sig = body.get_call_type(typingctx, body_args, {})  # compiles body for these types
@@ -40,7 +46,7 @@ def run_tasks(typingctx, body, n, args):
         return None
 
     def codegen(context, builder, signature, llargs):
-        _, count, packed = llargs
+        _, count, packed = llargs[:3]
         result = body.dispatcher.overloads[tuple(body_sig.args)]
         context.add_linking_libs([result.library])
         intp = context.get_value_type(types.intp)
@@ -57,6 +63,9 @@ def run_tasks(typingctx, body, n, args):
         get_threads = cgutils.get_or_insert_function(builder.module, ir.FunctionType(intp, []), "get_num_threads")
         threads = builder.call(get_threads, [])
         threads = builder.select(builder.icmp_signed("<", tasks, threads), tasks, threads)
+        if isinstance(serial, types.Boolean):
+            threads = builder.select(context.cast(builder, llargs[3], signature.args[3], types.boolean),
+                                     intp(1), threads)
         dims = cgutils.alloca_once_value(builder, threads)
         steps = cgutils.alloca_once_value(builder, zero)
         null_args = cgutils.alloca_once_value(builder, voidptr(None))
@@ -75,7 +84,7 @@ def run_tasks(typingctx, body, n, args):
             context.call_conv.return_user_exc(builder, RuntimeError, ("a parallel task of a kernel raised",))
         return context.get_dummy_value()
 
-    return types.none(body, n, args), codegen
+    return types.none(body, n, args, serial), codegen
 
 
 def _field(builder, data, i):

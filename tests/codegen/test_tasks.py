@@ -41,6 +41,26 @@ def test_every_task_runs_once_and_two_threads_share_them(threads):
     assert len(set(ids.tolist())) == threads
 
 
+@numba.njit(nogil=True)
+def _count_all_serial(n, spin, serial):
+    hits, threads = np.zeros(max(n, 1), np.int64), np.full(max(n, 1), -1, np.int64)
+    run_tasks(_count, n, (hits, threads, spin, 0.5), serial)  # serial a run-time bool
+    return hits, threads
+
+
+@pytest.mark.parametrize("serial", [True, False])
+def test_serial_runs_every_task_on_the_calling_thread(serial):
+    if numba.config.NUMBA_NUM_THREADS < 2:
+        pytest.skip("needs two threads")
+    numba.set_num_threads(2)
+    try:
+        hits, ids = _count_all_serial(64, 200_000, serial)
+    finally:
+        numba.set_num_threads(numba.config.NUMBA_NUM_THREADS)
+    assert hits.tolist() == [1] * 64
+    assert len(set(ids.tolist())) == (1 if serial else 2)
+
+
 def test_no_tasks_runs_nothing():
     hits, ids = _count_all(0, 10)
     assert hits.tolist() == [0] and ids.tolist() == [-1]
