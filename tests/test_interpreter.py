@@ -90,6 +90,28 @@ def test_out_of_scope_operators_say_why(tmp_path):
     }
 
 
+@pytest.mark.parametrize("backend", ["numba", "interpreter"])
+def test_complex_inputs_are_out_of_scope_and_the_ops_after_them_are_listed_too(tmp_path, backend):
+    """A valid file whose inputs are complex (pnnx's c64 / c128) is refused as unsupported, not malformed,
+    with every unsupported operator of the model (the inputs' own refusal must not hide them)."""
+    body = [
+        "pnnx.Input in0 0 1 0 #0=(2,8)c64",
+        "pnnx.Input in1 0 1 1 #1=(2,8)c128",
+        "torch.view_as_real vr 1 1 0 2 #0=(2,8)c64 #2=(2,8,2)f32",
+        "torch.istft st 1 1 1 3 n_fft=14",
+        "pnnx.Output out 2 0 2 3",
+    ]
+    with pytest.raises(UnsupportedOperatorError) as info:
+        compiler.compile(write_model(tmp_path, body), backend=backend)
+    assert set(info.value.unsupported) == {
+        "pnnx.Input (out of scope: complex tensors (c64 inputs))",
+        "pnnx.Input (out of scope: complex tensors (c128 inputs))",
+        "torch.view_as_real (out of scope: complex tensors)",
+        "torch.istft (out of scope: FFT (complex spectra))",
+    }
+    assert info.value.unsupported["pnnx.Input (out of scope: complex tensors (c64 inputs))"] == ["in0"]
+
+
 def test_shape_annotation_disagreement_is_reported(tmp_path):
     body = list(RELU_MODEL)
     body[1] = "nn.ReLU act 1 1 0 1 #0=(2,3)f32 #1=(2,4)f32"

@@ -55,6 +55,9 @@ def out_of_scope(pnnx_type: str) -> str | None:
     return next((why for prefix, why in OUT_OF_SCOPE_PREFIXES.items() if pnnx_type.startswith(prefix)), None)
 
 
+_COMPLEX_DTYPES = ("c32", "c64", "c128")  # pnnx's names for complex tensors (ir.cpp), valid in a file
+
+
 class Unsupported(Exception):  # noqa: N818 - raised as a signal: "this op is unsupported"
     """Raised by a rule for params it cannot lower (reported with every other unsupported op)."""
 
@@ -307,7 +310,11 @@ class _Lowerer:
                 if any(i in poisoned for i in op.inputs):
                     poisoned.update(op.outputs)
                     continue
-                self.lower_structural(op)
+                try:
+                    self.lower_structural(op)
+                except Unsupported as exc:  # an input of a dtype pnnx writes and we do not run (complex)
+                    unsupported.setdefault(f"{op.type} ({exc})", []).append(op.name)
+                    poisoned.update(op.outputs)
                 continue
             rule = _RULES.get(op.type)
             if rule is None:
@@ -380,6 +387,8 @@ class _Lowerer:
             raise InputError(f"input_shapes gives {in_name} shape {shape}, the model declares {_fmt_shape(info.shape)}"
                              f" (a shape of {len(info.shape)} sizes)")
         dtype = DTYPES.get(info.dtype or "f32")
+        if info.dtype in _COMPLEX_DTYPES:
+            raise Unsupported(f"out of scope: complex tensors ({info.dtype} inputs)")
         if dtype is None:
             raise ModelFormatError(f"input {name} has unsupported dtype {info.dtype}", self.model.param_path, op.line)
         v = Value(self.fresh_value_name(in_name), TensorType(shape, dtype))
