@@ -71,17 +71,19 @@ def test_out_of_scope_operators_say_why(tmp_path):
     body = [
         "pnnx.Input in 0 1 0 #0=(2,8)f32",
         "torch.fft_rfft fft 1 1 0 1 dim=-1 n=None norm=backward",
+        "torch.fft.ihfft2 fft2 1 1 0 7 dim=(-2,-1) s=None norm=backward",
         "torch.view_as_real vr 1 1 1 2",
         "torch.randn_like rnd 1 1 0 3",
         "Tensor.new_empty ne 1 1 0 4 size=(2,8)",
         "torch.quantize_per_tensor q 1 1 0 5 scale=0.1 zero_point=0 dtype=torch.quint8",
         "F.dropout drop 1 1 0 6 p=0.5 training=True",
-        "pnnx.Output out 6 0 2 3 4 5 6 6",
+        "pnnx.Output out 7 0 2 3 4 5 6 6 7",
     ]
     with pytest.raises(UnsupportedOperatorError) as info:
         compiler.compile(write_model(tmp_path, body), backend="interpreter")
     assert set(info.value.unsupported) == {
         "torch.fft_rfft (out of scope: FFT (complex spectra))",
+        "torch.fft.ihfft2 (out of scope: FFT (complex spectra))",
         "torch.view_as_real (out of scope: complex tensors)",
         "torch.randn_like (out of scope: random numbers (the result would differ from torch's on every run))",
         "Tensor.new_empty (out of scope: uninitialised memory (torch leaves the values undefined))",

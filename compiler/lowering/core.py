@@ -45,7 +45,8 @@ OUT_OF_SCOPE = {
     **dict.fromkeys(("torch.empty", "torch.empty_like", "Tensor.new_empty", "torch.empty_strided"),
                     "uninitialised memory (torch leaves the values undefined)"),
 }
-OUT_OF_SCOPE_PREFIXES = {"torch.fft_": "FFT (complex spectra)"}
+# torch.fft.* as this pnnx writes it (torch.fft.rfft), torch.fft_* as older ones did
+OUT_OF_SCOPE_PREFIXES = {"torch.fft.": "FFT (complex spectra)", "torch.fft_": "FFT (complex spectra)"}
 
 
 def out_of_scope(pnnx_type: str) -> str | None:
