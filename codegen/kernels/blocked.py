@@ -427,17 +427,22 @@ def _conv2d_blocked(xf, n_n, c_n, h, w, nchw, wt, bias, residual, out, kernel, s
     # so that the pixels a tap reads share cache lines (as lanes of blocks, each line held one float a
     # channel: AlexNet's 11x11 stride-4 stem ran at 0.6 of the machine's peak)
     ps = 1 if nchw else b
+    # unpadded, the windows read the input where it lies (direct), rows of pitch w in planes of h rows;
+    # else the band's rows gathered into scratch, rows of pitch wp in planes of hin rows
+    direct = pt == 0 and pl == 0 and padding[2] == 0 and padding[3] == 0
+    pitch, plane = (w, h * w) if direct else (wp, hin * wp)
     rows = np.empty(k, np.int64)  # reduction step (c, i, j): channel c's tap (i, j) from the window
     for c in range(c_n):
         for i in range(kh):
             for j in range(kw):
-                at = c * hin * wp if nchw else (c // b) * hin * wp * b + c % b
-                rows[(c * kh + i) * kw + j] = at + (i * dh * wp + j * dw) * ps
+                at = c * plane if nchw else (c // b) * plane * b + c % b
+                rows[(c * kh + i) * kw + j] = at + (i * dh * pitch + j * dw) * ps
     tasks = n_n * bands * n_g
-    size = (c_n if nchw else cb_n * b) * hin * wp
+    size = 0 if direct else (c_n if nchw else cb_n * b) * hin * wp
     scratch = np.empty((1 if serial else min(num_threads(), tasks)) * size, np.float32)
     data = (xf, wt.reshape(-1), bias, residual_run(residual, out), out.reshape(-1), rows,
-            (n_n, cb_n, h, w, b, ob_n, oh, ow, k, c_n, nchw), (kh, dh, sh, sw, pt, pl, hin, wp, gpb, bands, n_g, per),
+            (n_n, cb_n, h, w, b, ob_n, oh, ow, k, c_n, nchw, direct), (kh, dh, sh, sw, pt, pl, hin, wp, gpb, bands, n_g,
+                                                                       per),
             (act, post), (alpha, beta, post_alpha, post_beta), scratch)
     run_tasks(_conv2d_task, tasks, data, serial)
 
@@ -445,16 +450,24 @@ def _conv2d_blocked(xf, n_n, c_n, h, w, nchw, wt, bias, residual, out, kernel, s
 @numba.njit(**SEQ)
 def _conv2d_task(t, xf, wf, bias, rf, of, rows, dims, window, acts, params, scratch):
     """Task t of conv2d_blocked: the input rows its band's windows read into this thread's scratch
-    (zeros outside the image), then its output blocks (_blocked_out)."""
-    n_n, cb_n, h, w, b, ob_n, oh, ow, k, c_n, nchw = dims
+    (zeros outside the image; unless the conv is unpadded: direct), then its output blocks (_blocked_out)."""
+    n_n, cb_n, h, w, b, ob_n, oh, ow, k, c_n, nchw, direct = dims
     kh, dh, sh, sw, pt, pl, hin, wp, gpb, bands, n_g, per = window
     gi, bi, n = t % n_g, (t // n_g) % bands, t // (n_g * bands)
     ps = 1 if nchw else b  # a pixel's stride in the scratch: an NCHW input's channels gathered as planes
-    src = _band_scratch(scratch, (c_n if nchw else cb_n * b) * hin * wp)
     p0 = bi * gpb * MR
     p1 = min(oh * ow, p0 + gpb * MR)
     y0 = p0 // ow
     iy0 = y0 * sh - pt  # the band's first gathered row in the image
+    if direct:  # the band's first row in the image itself; a pixel's window at its place there
+        pix = np.zeros(p1 - p0 + MR, np.int64)
+        for p in range(p0, p1):
+            pix[p - p0] = (((p // ow - y0) * sh) * w + p % ow * sw) * ps
+        a0 = (n * (c_n if nchw else cb_n) * h + iy0) * w * ps
+        _blocked_out(xf, a0, pix, 0, p0, p1, rows, k, wf, bias, rf, of, n * ob_n, oh * ow, b, gi * per,
+                     min(ob_n, (gi + 1) * per), acts, params)
+        return
+    src = _band_scratch(scratch, (c_n if nchw else cb_n * b) * hin * wp)
     n_rows = ((p1 - 1) // ow - y0) * sh + (kh - 1) * dh + 1
     if nchw:
         for c in range(c_n):

@@ -137,8 +137,13 @@ def conv2d_by_channels(x, wt, bias, residual, out, kernel, stride, padding, dila
     if wt.shape[2] % tw != 0:
         raise ValueError("conv2d_by_channels: weight panels narrower than the microkernel's channels")
     # one zero-padded plane a channel (no phase planes: the pixel table carries the stride), hq rows from
-    # the top padding of pitch wq
-    hq, wq = (oh - 1) * sh + (kh - 1) * dh + 1, max((ow - 1) * sw + (kw - 1) * dw + 1, pl + w)
+    # the top padding of pitch wq; unpadded, the input's own planes (direct: no gather, a copy of the
+    # input, which took a fifth of a 64 -> 24 3x3 stride-2 conv from 15 x 15 at batch 8)
+    direct = pt == 0 and pl == 0 and padding[2] == 0 and padding[3] == 0
+    if direct:
+        hq, wq = h, w
+    else:
+        hq, wq = (oh - 1) * sh + (kh - 1) * dh + 1, max((ow - 1) * sw + (kw - 1) * dw + 1, pl + w)
     size = hq * wq
     taps = tap_table(c_n // groups, kh, kw, 1, 1, dh, dw, hq, wq)  # where a group's reduction steps read
     # below PARALLEL_MIN_MACS one task in the calling thread: a split of one image gathers its planes in
@@ -165,11 +170,11 @@ def conv2d_by_channels(x, wt, bias, residual, out, kernel, stride, padding, dila
     n_g, gpt = (1, rows // MR) if serial else blocks(n_b * n_c, rows // MR, MIN_GROUPS)
     kc = -(-k // -(-k // PACKED_K_CHUNK))  # reduction chunks of equal length (144 steps: 72 and 72, not 128 and 16)
     ldc = tw + ACC_PAD
-    planes, accs = nb * c_n * size, gpt * MR * ldc
+    planes, accs = 0 if direct else nb * c_n * size, gpt * MR * ldc
     tasks = n_b * n_c * n_g
     scratch = np.empty((1 if serial else min(num_threads(), tasks)) * (planes + accs), np.float32)
     data = (x.reshape(-1), wt.reshape(-1), bias, residual_run(residual, out), out.reshape(-1),
-            (n_n, c_n, h, w, o_n, p_n, k, wt.shape[2], groups), (pt, pl, hq, wq), taps, pix,
+            (n_n, c_n, h, w, o_n, p_n, k, wt.shape[2], groups), (pt, pl, hq, wq, direct), taps, pix,
             (nb, n_c, cpt, n_g, gpt, ldc, kc), (act, post), (alpha, beta, post_alpha, post_beta), scratch,
             (planes, accs))
     run_tasks(_taps_task, tasks, data, serial)
@@ -177,9 +182,10 @@ def conv2d_by_channels(x, wt, bias, residual, out, kernel, stride, padding, dila
 
 @numba.njit(**SEQ)
 def _taps_task(t, xf, wf, bias, rf, of, dims, window, taps, pix, split, acts, params, scratch, sizes):
-    """Task t of conv2d_by_channels: its images' phase planes into this thread's scratch, then each of
-    its block's channel panels through the whole reduction (in chunks whose weights stay in L1 across
-    the pixel groups) into a block of sums, and out (_channels_out) image by image."""
+    """Task t of conv2d_by_channels: its images' phase planes into this thread's scratch (unless the
+    conv reads the input directly), then each of its block's channel panels through the whole reduction
+    (in chunks whose weights stay in L1 across the pixel groups) into a block of sums, and out
+    (_channels_out) image by image."""
     n_n, c_n, h, w, o_n, p_n, k, cp, groups = dims  # cp: the weight's channels per panel
     nb, n_c, cpt, n_g, gpt, ldc, chunk = split
     planes, accs = sizes
@@ -193,33 +199,29 @@ def _taps_task(t, xf, wf, bias, rf, of, dims, window, taps, pix, split, acts, pa
     v0 = g0 * MR  # the task's pixels: v0 to min(v1, g1 * MR)
     tid = thread_id()  # a thread id past the parts: a loop nested in another's, on one thread
     own = (tid if tid < scratch.size // (planes + accs) else 0) * (planes + accs)
-    src = scratch[own:own + planes]
-    size = planes // (nb * c_n)
+    direct = window[4]
+    size = window[2] * window[3]
+    src = scratch[own:own + planes]  # (empty when direct)
     og, cg = o_n // groups, c_n // groups
     per, per_cp = -(-og // tw), -(-og // cp)  # a group's panels of tw channels, and of the weight's cp
     j0, j1 = ci * cpt, min(groups * per, (ci + 1) * cpt)  # the task's panels
-    if groups == 1:
+    if groups == 1 and not direct:
         _gather_channels(xf, src, n0, n1, 0, c_n, dims, window, size)
     acc = scratch[own + planes:own + planes + accs]
     half = tw // 2
     for j in range(j0, j1):
         grp, jj = j // per, j % per
-        if groups > 1 and (j == j0 or jj == 0):  # a group's channels just before its panels, while they fit L1
+        if groups > 1 and not direct and (j == j0 or jj == 0):  # a group's channels before its panels, in L1
             _gather_channels(xf, src, n0, n1, grp * cg, grp * cg + cg, dims, window, size)
         c0 = grp * og + jj * tw
         c1 = min(grp * og + og, c0 + tw)
         whole = c1 - c0 > half
         a0 = grp * cg * size  # the group's first channel's planes (pix: each image's)
-        for kb in range(0, k, chunk):
-            kc = min(chunk, k - kb)
-            b0 = ((grp * per_cp + jj * tw // cp) * k + kb) * cp + jj * tw % cp
-            for g in range(g0, g1):
-                r = (g - g0) * MR * ldc
-                if whole:
-                    micro_gemm_taps(kc, src, a0, pix, g * MR, taps, kb, wf, b0, cp, acc, r, ldc, kb > 0)
-                else:
-                    micro_gemm_taps_half(kc, src, a0, pix, g * MR, taps, kb, wf, b0, cp, acc, r, ldc,
-                                         kb > 0)
+        b0 = (grp * per_cp + jj * tw // cp) * k * cp + jj * tw % cp
+        if direct:  # (two calls, not one of either array: a read-only input would not unify with scratch)
+            _panel_sums(xf, n0 * c_n * size + a0, pix, g0, g1, taps, k, chunk, wf, b0, cp, acc, ldc, whole)
+        else:
+            _panel_sums(src, a0, pix, g0, g1, taps, k, chunk, wf, b0, cp, acc, ldc, whole)
         v = v0
         while v < min(v1, g1 * MR):  # each image's part of the task's pixels
             m, pv = v // p_n, v % p_n
@@ -230,11 +232,26 @@ def _taps_task(t, xf, wf, bias, rf, of, dims, window, taps, pix, split, acts, pa
 
 
 @numba.njit(**SEQ)
+def _panel_sums(src, a0, pix, g0, g1, taps, k, chunk, wf, b0, cp, acc, ldc, whole):
+    """A panel's sums for pixel groups [g0, g1) into acc (group g at (g - g0) * MR rows of ldc): the
+    reduction in chunks, each chunk's weights (at b0 + step * cp) in L1 across the groups; pixel i's
+    step reads src[a0 + pix[i] + taps[step]]. whole: all the microkernel's channels, else half."""
+    for kb in range(0, k, chunk):
+        kc = min(chunk, k - kb)
+        for g in range(g0, g1):
+            r = (g - g0) * MR * ldc
+            if whole:
+                micro_gemm_taps(kc, src, a0, pix, g * MR, taps, kb, wf, b0 + kb * cp, cp, acc, r, ldc, kb > 0)
+            else:
+                micro_gemm_taps_half(kc, src, a0, pix, g * MR, taps, kb, wf, b0 + kb * cp, cp, acc, r, ldc, kb > 0)
+
+
+@numba.njit(**SEQ)
 def _gather_channels(xf, src, n0, n1, ca, cb, dims, window, size):
     """Channels [ca, cb) of images [n0, n1) into their zero-padded planes in src (image n's channel c at
     ((n - n0) * C + c) * size), zeroed first: their padding is never written."""
     c_n, h, w = dims[1], dims[2], dims[3]
-    pt, pl, hq, wq = window
+    pt, pl, hq, wq, _ = window
     for n in range(n0, n1):
         s0 = ((n - n0) * c_n + ca) * size
         src[s0:s0 + (cb - ca) * size] = 0

@@ -187,8 +187,11 @@ def test_pointwise_blocked_conv_matches_float64(n, cb, ob, hw, act, post, with_b
 
 # (kernel, stride, padding (top, left, bottom, right), dilation, (h, w)): a 3x3 "same" conv, strided,
 # asymmetric padding, dilated, 5x5, a strided 1x1 (a downsampling shortcut: conv1x1_blocked), a padded
-# 1x1 (conv2d_blocked), 7x7 on a wide plane
+# 1x1 (conv2d_blocked), 7x7 on a wide plane, unpadded ones (read where they lie, not gathered): Inception's
+# 3x3 stride-2 reduction, dilated with columns the windows never reach
 WINDOWS = [
+    ((3, 3), (2, 2), (0, 0, 0, 0), (1, 1), (15, 15)),
+    ((3, 3), (1, 2), (0, 0, 0, 0), (2, 1), (11, 14)),
     ((3, 3), (1, 1), (1, 1, 1, 1), (1, 1), (9, 11)),
     ((3, 3), (2, 2), (1, 1, 1, 1), (1, 1), (13, 10)),
     ((3, 3), (1, 2), (0, 2, 1, 0), (1, 1), (8, 9)),
@@ -221,11 +224,14 @@ def test_windowed_blocked_conv_matches_float64(kernel, stride, padding, dilation
     np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
 
 
-def test_large_windowed_conv_splits_into_bands_and_matches():
-    """Enough work for many tasks: bands of pixel groups that end mid-row, each gathering its rows."""
-    x, w, bias = operands(1, 2 * B, 2 * B, (31, 29), (3, 3), seed=5)
-    got = run(x, w, bias, None, "relu", "none", (31, 29), padding=(1, 1, 1, 1))
-    expected = reference(x, w, bias, None, "relu", "none", padding=(1, 1, 1, 1))
+@pytest.mark.parametrize("padding", [(1, 1, 1, 1), (0, 0, 0, 0)])
+def test_large_windowed_conv_splits_into_bands_and_matches(padding):
+    """Enough work for many tasks: bands of pixel groups that end mid-row, each gathering its rows (or,
+    unpadded, reading them in place)."""
+    x, w, bias = operands(2, 2 * B, 2 * B, (31, 29), (3, 3), seed=5)
+    out_hw = out_size((31, 29), (3, 3), (1, 1), padding, (1, 1))
+    got = run(x, w, bias, None, "relu", "none", out_hw, padding=padding)
+    expected = reference(x, w, bias, None, "relu", "none", padding=padding)
     np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
 
 
@@ -644,6 +650,8 @@ STEMS = [
     (2, 3, 2 * B + B // 2, (40, 40), (7, 7), (2, 2), (3, 3, 3, 3), (1, 1)),
     (1, 3, B, (26, 26), (6, 6), (2, 2), (2, 2, 2, 2), (1, 1)),
     (2, 1, B, (9, 9), (3, 3), (1, 1), (1, 1, 1, 1), (1, 1)),
+    (2, 3, 2 * B, (64, 64), (3, 3), (2, 2), (0, 0, 0, 0), (1, 1)),  # Inception's, unpadded: read in place
+    (1, 3, B, (21, 25), (5, 3), (3, 2), (0, 0, 0, 0), (1, 2)),
 ]
 
 

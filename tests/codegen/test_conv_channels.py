@@ -152,6 +152,37 @@ def test_grouped_conv2d_by_channels_matches_float64(n, c, o, hw, stride, groups,
     np.testing.assert_allclose(out, np.maximum(ref, 0) + res, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("n, c, o, hw, kernel, stride, dilation, groups, padding", [
+    (8, 64, 24, (15, 15), (3, 3), 2, 1, 1, (0, 0, 0, 0)),  # Inception's reduction: half a call of channels
+    (8, 64, 40, (23, 21), (3, 3), 2, 1, 1, (0, 0, 0, 0)),  # planes of more than one block of images
+    (8, 96, 96, (8, 8), (3, 3), 2, 1, 12, (0, 0, 0, 0)),  # grouped: each group's planes where they lie
+    (3, 24, 40, (9, 11), (3, 1), 1, 2, 1, (0, 0, 0, 0)),  # dilated, a non-square kernel
+    (3, 24, 40, (9, 11), (3, 3), 1, 1, 1, (0, 0, 1, 0)),  # padded below only: gathered
+])
+def test_unpadded_conv2d_by_channels_reads_the_input_where_it_lies(n, c, o, hw, kernel, stride, dilation, groups,
+                                                                    padding):
+    """An unpadded conv reads its (read-only) input's planes in place instead of gathering them; against
+    float64, with a bias and relu, and a padded one beside it still gathered."""
+    import torch
+
+    import codegen.runtime  # noqa: F401 - numba's target before the kernels compile
+    from codegen.kernels.conv import conv2d_by_channels
+    from codegen.kernels.conv_channels import pack_channel_panels
+    from codegen.kernels.epilogue import ACTIVATION_CODES
+
+    x = rand(n, c, *hw)
+    weight = rand(o, c // groups, *kernel, scale=(kernel[0] * kernel[1] * c / groups) ** -0.5)
+    b = rand(o)
+    xt = torch.nn.functional.pad(torch.from_numpy(x).double(), (padding[1], padding[3], padding[0], padding[2]))
+    ref = torch.nn.functional.conv2d(xt, torch.from_numpy(weight).double(), torch.from_numpy(b).double(), stride,
+                                     0, dilation, groups).numpy()
+    out = np.full(ref.shape, np.nan, np.float32)
+    relu, none = ACTIVATION_CODES["relu"], ACTIVATION_CODES["none"]
+    conv2d_by_channels(read_only(x), read_only(pack_channel_panels(weight, None, groups)), read_only(b), out[:0],
+                       out, kernel, (stride, stride), padding, (dilation, dilation), relu, 0.0, 0.0, none, 0.0, 0.0)
+    np.testing.assert_allclose(out, np.maximum(ref, 0), rtol=1e-5, atol=1e-5)
+
+
 def test_conv2d_by_channels_refuses_panels_narrower_than_a_call():
     import codegen.runtime  # noqa: F401 - numba's target before the kernels compile
     from codegen.kernels.conv import conv2d_by_channels
