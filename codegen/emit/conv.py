@@ -213,6 +213,14 @@ def uses_channel_vectors(node: Node, vector_floats: int) -> bool:
 # 128 -> 256 from 40 x 40 and 64 -> 128 from 56 x 56 level; 384 -> 384 from 14 x 14 (5.3 MB of weights) level,
 # 256 -> 512 from 20 x 20 (4.7 MB) 1.06 (each of its two tasks streams half the weight past every pixel group).
 # Vectors of CHANNEL_TAPS_STRIDED_MIN_FLOATS floats (AVX-512) take it at any batch, as an unstrided conv.
+# Unpadded, conv2d_by_channels reads the input's planes where they lie (no gathered copy) and takes
+# reductions down to CHANNEL_TAPS_UNPADDED_MIN_STEPS whatever its rows fill: against conv2d_packed (AVX2,
+# Zen 3 EPYC, 2 threads, in-process A/B, medians), 3x3: 24 -> 24 stride 2 from 15 x 15 0.68 at batch 8 and
+# 0.63 at 1 (216 steps), 128 -> 128 stride 2 from 28 x 28 0.71, 64 -> 64 on 13 x 13 0.83, 32 -> 32 on
+# 29 x 29 at batch 8 0.85, 32 -> 32 on 149 x 149 0.90, 64 -> 64 on 56 x 56 0.95, 16 -> 16 on 30 x 30 at
+# batch 8 0.96 (144 steps), 32 -> 64 on 112 x 112 level, 8 -> 16 (72 steps) 1.05; 5x5 48 -> 64 on 35 x 35
+# 0.92. (Padded, 16 -> 24 and 24 -> 24 on 15 x 15 stay on conv2d_packed: 1.12-1.18.)
+CHANNEL_TAPS_UNPADDED_MIN_STEPS = 128
 CHANNEL_TAPS_STRIDED_MIN_FLOATS = 16
 CHANNEL_TAPS_STRIDED_MAX_WEIGHT_BYTES = 3 << 20
 CHANNEL_TAPS_MIN_STEPS = 256
@@ -236,11 +244,12 @@ def uses_channel_taps(node: Node, vector_floats: int) -> bool:
     """Whether conv node runs conv2d_by_channels (output channels in the vectors, MR pixels a
     microkernel call): a float32 conv with constant weights and a kernel larger than 1x1, without groups
     (grouped: GROUPED_CHANNEL_TAPS_MAX_PIXELS; strided on AVX2: at batch > 1, or of a small weight),
-    on images small enough that conv2d_packed's phase-plane columns past each output row, or its
-    pixels padded to whole half panels, cost more than MR-pixel groups and channel panels pad. On
-    AVX-512, 2 threads, Zen 5 EPYC: 512 -> 512 channels on 7 x 7 0.65 -> 0.57 ms, 256 -> 256 on
-    14 x 14 0.55 -> 0.49, 384 -> 256 on 13 x 13 0.78 -> 0.65, 64 -> 192 5x5 on 27 x 27 1.08 -> 0.92,
-    256 -> 512 stride 2 on 40 x 40 2.29 -> 1.97, batch 8 of 256 -> 256 on 14 x 14 4.20 -> 3.71."""
+    unpadded (CHANNEL_TAPS_UNPADDED_MIN_STEPS), or on images small enough that conv2d_packed's
+    phase-plane columns past each output row, or its pixels padded to whole half panels, cost more than
+    MR-pixel groups and channel panels pad. On AVX-512, 2 threads, Zen 5 EPYC: 512 -> 512 channels on
+    7 x 7 0.65 -> 0.57 ms, 256 -> 256 on 14 x 14 0.55 -> 0.49, 384 -> 256 on 13 x 13 0.78 -> 0.65,
+    64 -> 192 5x5 on 27 x 27 1.08 -> 0.92, 256 -> 512 stride 2 on 40 x 40 2.29 -> 1.97, batch 8 of
+    256 -> 256 on 14 x 14 4.20 -> 3.71."""
     a, x, w, y = node.attrs, node.inputs[0], node.inputs[1], node.outputs[0]
     if not (uses_packed_weights(node) and w.shape[2:] != (1, 1)):
         return False
@@ -258,8 +267,10 @@ def uses_channel_taps(node: Node, vector_floats: int) -> bool:
     if strided and narrow and y.shape[0] == 1 and 4 * math.prod(w.shape) > CHANNEL_TAPS_STRIDED_MAX_WEIGHT_BYTES:
         return False
     strided_any = strided and (y.shape[0] > 1 or narrow)  # it takes conv2d_by_channels whatever its rows fill
-    return (c * kh * kw >= CHANNEL_TAPS_MIN_STEPS and o >= CHANNEL_TAPS_MIN_FILL * -(-o // half) * half
-            and (ow < CHANNEL_TAPS_MAX_ROW_FILL * wq or strided_any) and plane_bytes <= CHANNEL_TAPS_MAX_PLANE_BYTES)
+    unpadded = not any(a["padding"]) and c * kh * kw >= CHANNEL_TAPS_UNPADDED_MIN_STEPS
+    return ((c * kh * kw >= CHANNEL_TAPS_MIN_STEPS or unpadded) and o >= CHANNEL_TAPS_MIN_FILL * -(-o // half) * half
+            and (ow < CHANNEL_TAPS_MAX_ROW_FILL * wq or strided_any or unpadded)
+            and plane_bytes <= CHANNEL_TAPS_MAX_PLANE_BYTES)
 
 
 def is_depthwise(node: Node) -> bool:

@@ -252,6 +252,20 @@ def test_the_rule_takes_small_images_with_long_reductions(shape, o, kernel, stri
     assert emit_conv.uses_channel_taps(node, width) == expected
 
 
+@pytest.mark.parametrize("shape, o, stride, width, padding, expected", [
+    ((8, 24, 15, 15), 24, (2, 2), 8, (0, 0, 0, 0), True),  # Inception's 24 -> 24 reduction: 216 steps, unpadded
+    ((8, 24, 15, 15), 24, (2, 2), 8, (1, 1, 1, 1), False),  # the same padded: too short a reduction
+    ((1, 16, 30, 30), 16, (1, 1), 8, (0, 0, 0, 0), True),  # 144 steps, unpadded: whatever its rows fill
+    ((1, 16, 30, 30), 16, (1, 1), 8, (0, 0, 1, 0), False),  # padded below: the rows' fill decides
+    ((1, 8, 30, 30), 16, (1, 1), 8, (0, 0, 0, 0), False),  # 72 steps: conv2d_packed
+    ((1, 64, 16, 16), 16, (1, 1), 16, (0, 0, 0, 0), False),  # unpadded, but 16 channels fill half a call
+])
+def test_the_rule_takes_unpadded_convs_of_shorter_reductions(shape, o, stride, width, padding, expected):
+    """conv2d_by_channels reads an unpadded input in place, so it takes such convs from 128 reduction steps."""
+    node = _conv_node(shape, o, (3, 3), stride, padding)
+    assert emit_conv.uses_channel_taps(node, width) == expected
+
+
 @pytest.mark.parametrize("act, post, expected", [("none", "relu", 3), ("clamp", "none", 3), ("silu", "none", None),
                                                  ("relu", "sigmoid", None)])
 def test_it_writes_over_a_residual_after_a_one_pass_activation_only(monkeypatch, act, post, expected):
