@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ir.errors import ModelFormatError
+from ir.errors import ModelFormatError, UnsupportedOperatorError
 
 MAGIC = "7767517"
 
@@ -130,6 +130,10 @@ def _fmt(shape: Shape, dtype: str | None) -> str:
     return "(" + ",".join("?" if d is None else str(d) for d in shape) + f"){dtype or 'null'}"
 
 
+class _Bfloat16(Exception):  # noqa: N818 - a signal: the annotation is bfloat16 (refused by the operator)
+    pass
+
+
 class _ParamParser:
     """Parses operator lines, carrying the state that spans lines (operand annotations)."""
 
@@ -158,6 +162,8 @@ class _ParamParser:
         dtype = m.group(2)
         if dtype == "null" and not attr:
             return tuple(dims), None
+        if dtype == "bf16":  # pnnx's bfloat16 (ir.cpp's type 13): a valid file, a dtype we do not run
+            raise _Bfloat16()
         if attr and dtype in DTYPES and dtype not in NUMPY_DTYPES:
             raise self.fail(f"attribute dtype {dtype!r} in {token!r} has no numpy equivalent", line)
         if dtype not in (NUMPY_DTYPES if attr else DTYPES):
@@ -182,7 +188,17 @@ class _ParamParser:
                             f"but lists only {given} operand name(s)", line)
         inputs, outputs = names[:int(n_in)], names[int(n_in):]
         op = PnnxOperator(op_type, name, inputs, outputs, [""] * len(inputs), {}, {}, line)
-        for token in tokens[4 + n_names:]:
+        try:
+            self.tokens(op, tokens[4 + n_names:], line)
+        except _Bfloat16:
+            raise UnsupportedOperatorError({f"{op_type} (out of scope: bfloat16 tensors; export the model in float32)":
+                                            [name]}, self.path) from None
+        return op
+
+    def tokens(self, op: PnnxOperator, tokens: list[str], line: int) -> None:
+        """An operator line's key=value tokens: @attribute and #operand annotations, $input keys, params."""
+        name = op.name
+        for token in tokens:
             key, sep, value = token.partition("=")
             if not sep or not key or key in ("@", "$", "#"):
                 raise self.fail(f"operator {name!r}: bad token {token!r}, expected key=value", line)
@@ -195,7 +211,6 @@ class _ParamParser:
                 self.operand(op, key[1:], *self.annotation(token, value, line, attr=False), line)
             else:  # expr is a formula full of commas and parens: keep it verbatim
                 op.params[key] = value if key == "expr" else parse_param_value(value)
-        return op
 
     def input_key(self, op: PnnxOperator, key: str, value: str, token: str, line: int) -> None:
         free = [i for i, x in enumerate(op.inputs) if x == value and not op.input_names[i]]

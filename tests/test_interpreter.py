@@ -114,6 +114,12 @@ def test_complex_inputs_are_out_of_scope_and_the_ops_after_them_are_listed_too(t
     assert info.value.unsupported["pnnx.Input (out of scope: complex tensors (c64 inputs))"] == ["in0"]
 
 
+def test_a_bfloat16_model_is_refused_as_unsupported(tmp_path):
+    body = ["pnnx.Input in0 0 1 0 #0=(1,4)bf16", "nn.ReLU r 1 1 0 1 #0=(1,4)bf16 #1=(1,4)bf16", "pnnx.Output out 1 0 1"]
+    with pytest.raises(UnsupportedOperatorError, match="bfloat16 tensors; export the model in float32"):
+        compiler.compile(write_model(tmp_path, body))
+
+
 def test_shape_annotation_disagreement_is_reported(tmp_path):
     body = list(RELU_MODEL)
     body[1] = "nn.ReLU act 1 1 0 1 #0=(2,3)f32 #1=(2,4)f32"

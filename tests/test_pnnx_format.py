@@ -15,7 +15,7 @@ from compiler.pnnx_format import (
     parse_param_text,
     parse_param_value,
 )
-from ir.errors import ModelFormatError
+from ir.errors import ModelFormatError, UnsupportedOperatorError
 
 EXAMPLE = """\
 7767517
@@ -330,7 +330,6 @@ def test_operand_count_mismatch(tmp_path: Path) -> None:
     ("nn.ReLU relu 1 1 0 1 #0=(1,2)", ["bad shape annotation"]),
     ("nn.ReLU relu 1 1 0 1 #0=(1,2)f33", ["unknown dtype 'f33'"]),
     ("nn.ReLU relu 1 1 0 1 @w=(?,2)f32", ["bad dimension '?'"]),
-    ("nn.ReLU relu 1 1 0 1 @w=(2)bf16", ["unknown dtype 'bf16'"]),
     ("nn.ReLU relu 1 1 0 1 @w=(2)null", ["unknown dtype 'null'"]),
     ("nn.ReLU relu 1 1 0 1 @w=(2)c32", ["'c32'", "no numpy equivalent"]),
     ("nn.ReLU relu 1 1 0 1 $input=1", ["not an input"]),
@@ -340,6 +339,15 @@ def test_operand_count_mismatch(tmp_path: Path) -> None:
 def test_bad_operator_line(tmp_path: Path, line: str, words: list[str]) -> None:
     text = f"7767517\n2 2\npnnx.Input in 0 1 0 #0=(1)f32\n{line}\n"
     expect_error(write_text(tmp_path, text), 4, *words)
+
+
+@pytest.mark.parametrize("line", ["nn.ReLU relu 1 1 0 1 #0=(1)f32 #1=(1)bf16", "nn.ReLU relu 1 1 0 1 @w=(2)bf16"])
+def test_bfloat16_is_refused_as_unsupported_not_malformed(tmp_path: Path, line: str) -> None:
+    """pnnx writes bf16 for a bfloat16 model (a valid file): refused naming the operator and what to do."""
+    text = f"7767517\n2 2\npnnx.Input in 0 1 0 #0=(1)f32\n{line}\n"
+    with pytest.raises(UnsupportedOperatorError) as info:
+        parse_param_text(text, "m.pnnx.param")
+    assert info.value.unsupported == {"nn.ReLU (out of scope: bfloat16 tensors; export the model in float32)": ["relu"]}
 
 
 def test_duplicate_operator_name(tmp_path: Path) -> None:
