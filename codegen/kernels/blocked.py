@@ -459,10 +459,13 @@ def _conv2d_task(t, xf, wf, bias, rf, of, rows, dims, window, acts, params, scra
     p1 = min(oh * ow, p0 + gpb * MR)
     y0 = p0 // ow
     iy0 = y0 * sh - pt  # the band's first gathered row in the image
-    if direct:  # the band's first row in the image itself; a pixel's window at its place there
-        pix = np.zeros(p1 - p0 + MR, np.int64)
-        for p in range(p0, p1):
-            pix[p - p0] = (((p // ow - y0) * sh) * w + p % ow * sw) * ps
+    # each pixel's window: in the image itself (direct: rows of pitch w from the band's first), or in the
+    # scratch (rows of pitch wp); MR past the band, the first's
+    pitch = w if direct else wp
+    pix = np.zeros(p1 - p0 + MR, np.int64)
+    for p in range(p0, p1):
+        pix[p - p0] = (((p // ow - y0) * sh) * pitch + p % ow * sw) * ps
+    if direct:  # (two calls, not one of either array: a read-only input would not unify with scratch)
         a0 = (n * (c_n if nchw else cb_n) * h + iy0) * w * ps
         _blocked_out(xf, a0, pix, 0, p0, p1, rows, k, wf, bias, rf, of, n * ob_n, oh * ow, b, gi * per,
                      min(ob_n, (gi + 1) * per), acts, params)
@@ -475,9 +478,6 @@ def _conv2d_task(t, xf, wf, bias, rf, of, rows, dims, window, acts, params, scra
     else:
         for cb in range(cb_n):
             _gather_rows(src, cb * hin * wp * b, xf, (n * cb_n + cb) * h * w * b, iy0, n_rows, h, w, wp, pl, b)
-    pix = np.zeros(p1 - p0 + MR, np.int64)  # each pixel's window in the scratch; MR past the band, the first's
-    for p in range(p0, p1):
-        pix[p - p0] = (((p // ow - y0) * sh) * wp + p % ow * sw) * ps
     _blocked_out(src, 0, pix, 0, p0, p1, rows, k, wf, bias, rf, of, n * ob_n, oh * ow, b, gi * per,
                  min(ob_n, (gi + 1) * per), acts, params)
 
