@@ -36,7 +36,9 @@ on 56 x 56 0.82-0.99 against 1.01-1.30; 128 -> 512 on 28 x 28 0.87 against 1.10;
 
 The convs take their weights as conv_channels.pack_channel_panels(pad_to_blocks(weight, B), B) packs them
 (pack_winograd_blocked for Winograd's, pack_depthwise_blocked for depthwise ones'), and biases of whole
-blocks: channels that are not whole blocks pad the last one (ir/ops/layout.py), with zero weights.
+blocks: channels that are not whole blocks pad the last one (ir/ops/layout.py), with zero weights. A
+reduction runs over the input's first K lanes, K the weight's (pad_to_blocks: to the last real channel),
+so the lanes padding the input's last block are never read (24 channels reduce over 24 steps, not 32).
 """
 from __future__ import annotations
 
@@ -239,12 +241,14 @@ def _conv1x1_blocked(x, wt, bias, residual, out, stride, acts, params, prologue)
     n_n, cb_n, h, w, b = x.shape
     ob_n, oh, ow = out.shape[1], out.shape[2], out.shape[3]
     c_n, hw = cb_n * b, oh * ow
-    if b != taps_width() or wt.shape != (ob_n, c_n, b) or out.shape[0] != n_n or out.shape[4] != b:
+    k = wt.shape[1]  # the input's first k lanes: the real channels (reduction_lanes)
+    if (b != taps_width() or wt.shape[0] != ob_n or wt.shape[2] != b or not c_n - b < k <= c_n or out.shape[0] != n_n
+            or out.shape[4] != b):
         raise ValueError("conv1x1_blocked: blocks of another width, or operands of mismatched shapes")
     if (oh - 1) * sh >= h or (ow - 1) * sw >= w:
         raise ValueError("conv1x1_blocked: an output larger than the strided input")
-    chunks, cg = _pixel_chunks(hw, c_n)
-    serial = n_n * hw * ob_n * b * c_n < PARALLEL_MIN_MACS
+    chunks, cg = _pixel_chunks(hw, k)
+    serial = n_n * hw * ob_n * b * k < PARALLEL_MIN_MACS
     if prologue[0].size != 0:  # smaller chunks rather than groups of output blocks, each of which would apply
         # the prologue to the chunk again (960 -> 128 channels on 14 x 14 at batch 1: 1.5x the time)
         groups = -(-hw // MR)
@@ -255,16 +259,16 @@ def _conv1x1_blocked(x, wt, bias, residual, out, stride, acts, params, prologue)
     pix = np.zeros(hw + MR, np.int64)  # output pixel p's input pixel; MR past the image, for the last group's calls
     for p in range(hw):
         pix[p] = (p // ow * sh * w + p % ow * sw) * b
-    rows = _lane_rows(c_n, h * w, b)
+    rows = _lane_rows(k, h * w, b)
     tasks = n_n * chunks * n_g
     # a prologue's scratch, a chunk's input pixels through it: reduction step c at rows_in[c] from the pixel
     size = cb_n * cg * MR * b if prologue[0].size != 0 else 0
     scratch = np.empty((1 if serial else min(num_threads(), tasks)) * size, np.float32)
-    rows_in = np.empty(c_n if size else 0, np.int64)
+    rows_in = np.empty(k if size else 0, np.int64)
     for c in range(rows_in.size):
         rows_in[c] = (c // b) * cg * MR * b + c % b
     data = (x.reshape(-1), wt.reshape(-1), bias, residual_run(residual, out), out.reshape(-1), pix, rows,
-            (n_n, c_n, h * w, hw, ob_n, b, chunks, cg, n_g, per), acts, params, prologue, rows_in, scratch)
+            (n_n, c_n, k, h * w, hw, ob_n, b, chunks, cg, n_g, per), acts, params, prologue, rows_in, scratch)
     run_tasks(_conv1x1_task, tasks, data, serial)
 
 
@@ -272,14 +276,14 @@ def _conv1x1_blocked(x, wt, bias, residual, out, stride, acts, params, prologue)
 def _conv1x1_task(t, xf, wf, bias, rf, of, pix, rows, dims, acts, params, prologue, rows_in, scratch):
     """Task t of conv1x1_blocked: its chunk of pixels (through the prologue into this thread's scratch, if
     any) times its group of output blocks (_blocked_out)."""
-    n_n, c_n, in_hw, hw, ob_n, b, chunks, cg, n_g, per = dims
+    n_n, c_n, k, in_hw, hw, ob_n, b, chunks, cg, n_g, per = dims
     gi, ci, n = t % n_g, (t // n_g) % chunks, t // (n_g * chunks)
     p0 = ci * cg * MR
     p1 = min(hw, p0 + cg * MR)
     q0, q1 = gi * per, min(ob_n, (gi + 1) * per)
     scale, shift, lo = prologue
     if scale.size == 0:
-        _blocked_out(xf, n * c_n * in_hw, pix, p0, p0, p1, rows, c_n, wf, bias, rf, of, n * ob_n, hw, b, q0, q1,
+        _blocked_out(xf, n * c_n * in_hw, pix, p0, p0, p1, rows, k, wf, bias, rf, of, n * ob_n, hw, b, q0, q1,
                      acts, params)
         return
     src = _band_scratch(scratch, c_n * cg * MR)
@@ -292,7 +296,7 @@ def _conv1x1_task(t, xf, wf, bias, rf, of, pix, rows, dims, acts, params, prolog
     local = np.zeros(cg * MR + MR, np.int64)  # the chunk's pixels in the scratch; past them, the first's
     for i in range(p1 - p0):
         local[i] = i * b
-    _blocked_out(src, 0, local, 0, p0, p1, rows_in, c_n, wf, bias, rf, of, n * ob_n, hw, b, q0, q1, acts, params)
+    _blocked_out(src, 0, local, 0, p0, p1, rows_in, k, wf, bias, rf, of, n * ob_n, hw, b, q0, q1, acts, params)
 
 
 @numba.njit(**SEQ)
@@ -377,9 +381,10 @@ def conv2d_blocked(x, wt, bias, residual, out, kernel, stride, padding, dilation
     pixels allow (below PARALLEL_MIN_MACS, one); each gathers the input rows its band's windows read
     (BAND_BYTES at most, or one output row's) into scratch, zeros outside the image."""
     n_n, cb_n, h, w, b = x.shape
-    if b != out.shape[4]:
+    k = wt.shape[1] // (kernel[0] * kernel[1])  # the input's first k lanes: the real channels (reduction_lanes)
+    if b != out.shape[4] or not cb_n * b - b < k <= cb_n * b:
         raise ValueError("conv2d_blocked: blocks of another width, or operands of mismatched shapes")
-    _conv2d_blocked(x.reshape(-1), n_n, cb_n * b, h, w, False, wt, bias, residual, out, kernel, stride, padding,
+    _conv2d_blocked(x.reshape(-1), n_n, cb_n, k, h, w, False, wt, bias, residual, out, kernel, stride, padding,
                     dilation, act, alpha, beta, post, post_alpha, post_beta)
 
 
@@ -391,17 +396,17 @@ def conv2d_blocked_nchw(x, wt, bias, residual, out, kernel, stride, padding, dil
     rows of each channel as a plane of the scratch (a window's pixels one float apart, sharing cache lines),
     and the reduction reads the C real channels only: wt = pack_channel_panels(W, B) (O / B, C * KH * KW, B)."""
     n_n, c_n, h, w = x.shape
-    _conv2d_blocked(x.reshape(-1), n_n, c_n, h, w, True, wt, bias, residual, out, kernel, stride, padding,
-                    dilation, act, alpha, beta, post, post_alpha, post_beta)
+    _conv2d_blocked(x.reshape(-1), n_n, -(-c_n // out.shape[4]), c_n, h, w, True, wt, bias, residual, out, kernel,
+                    stride, padding, dilation, act, alpha, beta, post, post_alpha, post_beta)
 
 
 @numba.njit(**SEQ)
-def _conv2d_blocked(xf, n_n, c_n, h, w, nchw, wt, bias, residual, out, kernel, stride, padding, dilation,
+def _conv2d_blocked(xf, n_n, cb_n, c_n, h, w, nchw, wt, bias, residual, out, kernel, stride, padding, dilation,
                     act, alpha, beta, post, post_alpha, post_beta):
-    """conv2d_blocked of an input of c_n channels (lanes, blocked; channels, NCHW) at xf."""
+    """conv2d_blocked of an input at xf whose first c_n lanes (blocked, cb_n blocks) or c_n channels (NCHW,
+    cb_n = the blocks they would fill) the reduction reads."""
     (kh, kw), (sh, sw), (dh, dw), pt, pl = kernel, stride, dilation, padding[0], padding[1]
     b = out.shape[4]
-    cb_n = -(-c_n // b)
     ob_n, oh, ow = out.shape[1], out.shape[2], out.shape[3]
     k = c_n * kh * kw
     if b != taps_width() or wt.shape != (ob_n, k, b) or out.shape[0] != n_n:
@@ -493,9 +498,9 @@ def conv_transpose_blocked(x, wt, bias, out, stride):
     n_n, cb_n, h, w, b = x.shape
     sh, sw = stride
     ob_n, oh, ow = out.shape[1], out.shape[2], out.shape[3]
-    k = cb_n * b
+    k = wt.shape[2]  # the input's first k lanes: the real channels (reduction_lanes)
     if (b != taps_width() or out.shape[4] != b or out.shape[0] != n_n or wt.shape != (sh * sw, ob_n, k, b)
-            or (oh, ow) != (h * sh, w * sw) or bias.size != ob_n * b):
+            or not cb_n * b - b < k <= cb_n * b or (oh, ow) != (h * sh, w * sw) or bias.size != ob_n * b):
         raise ValueError("conv_transpose_blocked: blocks of another width, or operands of mismatched shapes")
     serial = n_n * h * w * sh * sw * ob_n * b * k < PARALLEL_MIN_MACS
     n_g, per = _block_groups(n_n * h, ob_n, serial)
@@ -504,7 +509,7 @@ def conv_transpose_blocked(x, wt, bias, out, stride):
         pix[p] = p * b
     rows = _lane_rows(k, h * w, b)
     tasks = n_n * h * n_g
-    dims = (n_n, cb_n, h, w, b, ob_n, sh, sw, n_g, per)
+    dims = (n_n, cb_n, k, h, w, b, ob_n, sh, sw, n_g, per)
     data = (x.reshape(-1), wt.reshape(-1), bias, out.reshape(-1), pix, rows, dims)
     run_tasks(_conv_transpose_task, tasks, data, serial)
 
@@ -512,10 +517,10 @@ def conv_transpose_blocked(x, wt, bias, out, stride):
 @numba.njit(**SEQ)
 def _conv_transpose_task(t, xf, wf, bias, of, pix, rows, dims):
     """Task t of conv_transpose_blocked: one input row's pixels, each tap, the task's output blocks."""
-    n_n, cb_n, h, w, b, ob_n, sh, sw, n_g, per = dims
+    n_n, cb_n, k, h, w, b, ob_n, sh, sw, n_g, per = dims
     gi, m = t % n_g, t // n_g
     n, y = m // h, m % h
-    k, oh, ow = cb_n * b, h * sh, w * sw
+    oh, ow = h * sh, w * sw
     a0 = (n * cb_n * h + y) * w * b  # the row's first pixel in block 0
     lo, hi = np.float32(-np.inf), np.float32(np.inf)
     whole = w // MR * MR
@@ -539,7 +544,7 @@ def _conv_transpose_task(t, xf, wf, bias, of, pix, rows, dims):
 def pack_transpose_blocked(weight: np.ndarray, block: int, segments=None) -> np.ndarray:
     """A conv_transpose2d's (C, O, KH, KW) weight (ungrouped) as conv_transpose_blocked takes it: each tap's
     (O, C) 1x1 conv, its input channels in `segments` (pad_to_blocks), packed by pack_channel_panels:
-    (KH * KW, O / block, C / block * block, block)."""
+    (KH * KW, O / block, K, block), K the input's lanes to its last real one."""
     c_n, o_n, kh, kw = weight.shape
     taps = [pad_to_blocks(np.ascontiguousarray(weight[:, :, i, j].T)[:, :, None, None], block, segments=segments)
             for i in range(kh) for j in range(kw)]
@@ -631,21 +636,25 @@ def winograd_f4_pays(n: int, c: int, o: int, oh: int, ow: int) -> bool:
 
 
 def pad_to_blocks(weight: np.ndarray, block: int, depthwise: bool = False, segments=None) -> np.ndarray:
-    """A conv's (O, C, KH, KW) weight with zero channels added, so that its output channels and (but for a
-    depthwise conv's) its input channels are whole blocks, the input's in `segments` (a concat's parts,
-    each from a block's first lane: ir/ops/layout.py; default one); a depthwise conv's channels in its
-    segments. The channels that pad a value's blocks neither reach a real channel nor get anything but act(0
-    + 0) themselves."""
+    """A conv's (O, C, KH, KW) weight with zero channels added, so that its output channels are whole blocks
+    and (but for a depthwise conv's) its input channels are the input's lanes up to its last real one: its
+    channels in `segments` (a concat's parts, each from a block's first lane: ir/ops/layout.py; default
+    one), zero weights for the lanes that pad a segment but the last. The lanes after the last real one are
+    left out: the blocked convs' reductions run over an input's first k lanes (the weight's), so that 24
+    channels reduce over 24 steps, not a padded block's 32 (conv1x1_blocked 24 -> 144 on 56 x 56: 0.85 of
+    the time). A depthwise conv's channels in its segments. The channels that pad a value's blocks neither
+    reach a real channel nor get anything but act(0 + 0) themselves."""
     o_n, c_n, kh, kw = weight.shape
     if depthwise:
         lanes, total = segment_lanes(segments or (o_n,), block)
         padded = np.zeros((total, 1, kh, kw), weight.dtype)
         padded[lanes] = weight
         return padded
-    lanes, total = segment_lanes(segments or (c_n,), block)
-    if total == c_n and o_n % block == 0:
+    lanes, _ = segment_lanes(segments or (c_n,), block)
+    reduced = int(lanes[-1]) + 1 if len(lanes) else 0  # the reduction's lanes: to the last real one
+    if reduced == c_n and o_n % block == 0:
         return weight
-    padded = np.zeros((-(-o_n // block) * block, total, kh, kw), weight.dtype)
+    padded = np.zeros((-(-o_n // block) * block, reduced, kh, kw), weight.dtype)
     padded[:o_n, lanes] = weight
     return padded
 
@@ -662,8 +671,9 @@ def pad_bias(bias: np.ndarray, block: int, segments=None) -> np.ndarray:
 def pack_winograd_blocked(weight: np.ndarray, block: int, tile: int = 2, segments=None) -> np.ndarray:
     """The Winograd-transformed weight U = G g G^T of a (O, C, 3, 3) float32 weight (winograd.py's
     weight_transform; F(2x2, 3x3) for tile 2, F(4x4, 3x3) for 4) as winograd_blocked takes it: (a^2, O /
-    block, C, block), a = tile + 2, O and C padded to whole blocks (pad_to_blocks), U[k]'s output block q's
-    weights for input channel c side by side: each of the a^2 products is a blocked 1x1 conv."""
+    block, K, block), a = tile + 2, O padded to whole blocks, K the input's lanes to its last real one
+    (pad_to_blocks), U[k]'s output block q's weights for input lane c side by side: each of the a^2
+    products is a blocked 1x1 conv."""
     u_ = weight_transform(pad_to_blocks(weight, block, segments=segments), tile)  # (a^2, O, C), padded
     planes, o_n, c_n = u_.shape
     return np.ascontiguousarray(u_.reshape(planes, o_n // block, block, c_n).transpose(0, 1, 3, 2), dtype=np.float32)
@@ -681,9 +691,9 @@ def winograd_blocked(x, up, bias, residual, out, pt, pl, act, alpha, beta, post,
     images, one after another) keep V and M under RUN_BYTES each."""
     n_n, cb_n, h, w, b = x.shape
     ob_n, oh, ow = out.shape[1], out.shape[2], out.shape[3]
-    c_n, planes = cb_n * b, up.shape[0]
-    if (b != taps_width() or planes not in (16, 36) or up.shape[1:] != (ob_n, c_n, b) or out.shape[0] != n_n
-            or out.shape[4] != b):
+    c_n, planes, k = cb_n * b, up.shape[0], up.shape[2]  # the products read the first k lanes (reduction_lanes)
+    if (b != taps_width() or planes not in (16, 36) or up.shape[1] != ob_n or up.shape[3] != b
+            or not c_n - b < k <= c_n or out.shape[0] != n_n or out.shape[4] != b):
         raise ValueError("winograd_blocked: blocks of another width, or operands of mismatched shapes")
     tile = 2 if planes == 16 else 4
     th, tw = -(-oh // tile), -(-ow // tile)
@@ -695,20 +705,20 @@ def winograd_blocked(x, up, bias, residual, out, pt, pl, act, alpha, beta, post,
     mbuf = np.empty(planes * ob_n * t_max * b, np.float32)
     pix = np.zeros(t_max + MR, np.int64)  # tile t's block of channels at t * B
     pix[:t_max] = np.arange(t_max) * b
-    rows = np.empty(c_n, np.int64)
+    rows = np.empty(k, np.int64)
     xf, uf, of, rf = x.reshape(-1), up.reshape(-1), out.reshape(-1), residual_run(residual, out)
     dims = (n_n, cb_n, h, w, b, ob_n, oh, ow, th, tw, pt, pl, tile)
-    serial = planes * n_n * th * tw * c_n * ob_n * b < PARALLEL_MIN_MACS  # the products' multiply-adds
+    serial = planes * n_n * th * tw * k * ob_n * b < PARALLEL_MIN_MACS  # the products' multiply-adds
     for r0 in range(0, rows_n, run):
         r1 = min(rows_n, r0 + run)
         t_n = (r1 - r0) * tw
-        for c in range(c_n):
+        for c in range(k):
             rows[c] = (c // b) * t_n * b + c % b
         v_plane, m_plane = cb_n * t_n * b, ob_n * t_n * b
         run_tasks(_wino_input_task, cb_n * (r1 - r0), (xf, vbuf, dims, r0, r1, v_plane), serial)
-        chunks, cg = _pixel_chunks(t_n, c_n)
+        chunks, cg = _pixel_chunks(t_n, k)
         n_g, per = _block_groups(planes * chunks, ob_n, serial)
-        products = (uf, vbuf, mbuf, pix, rows, (c_n, ob_n, b, t_n, chunks, cg, n_g, per, v_plane, m_plane))
+        products = (uf, vbuf, mbuf, pix, rows, (k, ob_n, b, t_n, chunks, cg, n_g, per, v_plane, m_plane))
         outputs = (mbuf, of, bias, rf, dims, r0, r1, m_plane, (act, post), (alpha, beta, post_alpha, post_beta))
         run_tasks(_wino_products_task, planes * chunks * n_g, products, serial)
         run_tasks(_wino_output_task, ob_n * (r1 - r0), outputs, serial)
@@ -755,7 +765,7 @@ def _wino_input_task(t, xf, vf, dims, r0, r1, v_plane):
 @numba.njit(**SEQ)
 def _wino_products_task(t, uf, vf, mf, pix, rows, dims):
     """Task t of winograd_blocked's products: M[k] = V[k] U[k] for plane k, a chunk of tiles and a
-    group of output blocks, as a blocked 1x1 conv over the tiles."""
+    group of output blocks, as a blocked 1x1 conv over the tiles (c_n steps: V's first c_n lanes)."""
     c_n, ob_n, b, t_n, chunks, cg, n_g, per, v_plane, m_plane = dims
     gi, ci, k = t % n_g, (t // n_g) % chunks, t // (n_g * chunks)
     p0 = ci * cg * MR
@@ -985,9 +995,9 @@ def expand_depthwise_blocked(x, we, be, wt, bias, residual, out, kernel, stride,
     kh, kw = kernel
     n_n, cb_n, h, w, b = x.shape
     mb_n, oh, ow = out.shape[1], out.shape[2], out.shape[3]
-    c_n = cb_n * b
-    if (b != taps_width() or we.shape != (mb_n, c_n, b) or be.size != mb_n * b or wt.shape != (mb_n, kh * kw, b)
-            or out.shape[0] != n_n or out.shape[4] != b):
+    c_n = we.shape[1]  # the input's first c_n lanes: the real channels (reduction_lanes)
+    if (b != taps_width() or we.shape != (mb_n, c_n, b) or not cb_n * b - b < c_n <= cb_n * b or be.size != mb_n * b
+            or wt.shape != (mb_n, kh * kw, b) or out.shape[0] != n_n or out.shape[4] != b):
         raise ValueError("expand_depthwise_blocked: blocks of another width, or operands of mismatched shapes")
     serial = out.size < PARALLEL_MIN_ELEMENTS and n_n * h * w * mb_n * b * c_n < PARALLEL_MIN_MACS
     window, offsets, scratch, tasks = _depthwise_bands(n_n, mb_n, b, oh, ow, kernel, stride, padding, dilation,
@@ -998,21 +1008,20 @@ def expand_depthwise_blocked(x, we, be, wt, bias, residual, out, kernel, stride,
     pix = np.zeros(h * w + MR, np.int64)  # pixel p of the image (MR entries past it for the last group's calls)
     for p in range(h * w):
         pix[p] = p * b
-    rows = np.empty(c_n, np.int64)  # reduction step c: input channel c of each pixel
-    for c in range(c_n):
-        rows[c] = (c // b) * h * w * b + c % b
-    data = (x.reshape(-1), we.reshape(-1), be, pix, rows, expand_acts, wt.reshape(-1), bias,
+    rows = _lane_rows(c_n, h * w, b)  # reduction step c: input channel c of each pixel
+    data = (x.reshape(-1), cb_n * h * w * b, we.reshape(-1), be, pix, rows, expand_acts, wt.reshape(-1), bias,
             residual_run(residual, out), out.reshape(-1), offsets, (n_n, mb_n, h, w, b, oh, ow), window,
             (act, post), (alpha, beta, post_alpha, post_beta), scratch)
     run_tasks(_expand_depthwise_task, tasks, data, serial)
 
 
 @numba.njit(**SEQ)
-def _expand_depthwise_task(t, xf, wef, be, pix, rows, expand_acts, wf, bias, rf, of, offsets, dims, window, acts,
-                           params, scratch):
+def _expand_depthwise_task(t, xf, x_image, wef, be, pix, rows, expand_acts, wf, bias, rf, of, offsets, dims, window,
+                           acts, params, scratch):
     """Task t of expand_depthwise_blocked: the expansion's rows its band reads, block mb of them, in one run
-    of pixels (_blocked_out), gathered into its band's scratch as depthwise_blocked gathers its input's
-    (zeros outside the image), then its output rows."""
+    of pixels (_blocked_out; x_image floats an image of the input, whose first rows.size lanes it reads),
+    gathered into its band's scratch as depthwise_blocked gathers its input's (zeros outside the image),
+    then its output rows."""
     n_n, mb_n, h, w, b, oh, ow = dims
     sh, sw, pt, pl, hin, wp, rpb, bands = window
     e_act, e_alpha, e_beta = expand_acts
@@ -1026,7 +1035,7 @@ def _expand_depthwise_task(t, xf, wef, be, pix, rows, expand_acts, wf, bias, rf,
     n_rows = (y1 - 1 - y0) * sh + (hin - (rpb - 1) * sh)
     lo, hi = max(0, iy0), min(h, iy0 + n_rows)  # the rows inside the image
     if hi > lo:
-        _blocked_out(xf, n * c_n * h * w, pix, lo * w, 0, (hi - lo) * w, rows, c_n, wef, be, expanded[:0], expanded,
+        _blocked_out(xf, n * x_image, pix, lo * w, 0, (hi - lo) * w, rows, c_n, wef, be, expanded[:0], expanded,
                      0, 0, b, mb, mb + 1, (e_act, 0), (e_alpha, e_beta, 0.0, 0.0))
     _gather_rows(src, 0, expanded, -lo * w * b, iy0, n_rows, h, w, wp, pl, b)
     _depthwise_rows(src, m, mb, y0, y1, wf, bias, rf, of, offsets, dims, window, acts, params)

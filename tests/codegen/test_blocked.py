@@ -509,6 +509,100 @@ def test_convs_on_channels_that_pad_the_last_block_match_float64(c, o, kind):
     assert np.all(padding_lanes(out, o) == 0)
 
 
+def test_a_weight_packs_the_inputs_lanes_to_its_last_real_one():
+    """pad_to_blocks: output channels to whole blocks; input channels to the last real lane, zero weights in
+    the lanes padding a segment before the last, none for the lanes after it."""
+    w = np.arange(5 * (B + 3) * 2, dtype=np.float32).reshape(5, B + 3, 2, 1) + 1
+    padded = pad_to_blocks(w, B)
+    assert padded.shape == (B, B + 3, 2, 1)
+    np.testing.assert_array_equal(padded[:5], w)
+    assert not padded[5:].any()
+    segmented = pad_to_blocks(w, B, segments=(3, B))  # lanes 0..2, then B..2B-1
+    assert segmented.shape == (B, 2 * B, 2, 1)
+    np.testing.assert_array_equal(segmented[:5, :3], w[:, :3])
+    np.testing.assert_array_equal(segmented[:5, B:], w[:, 3:])
+    assert not segmented[:, 3:B].any()
+    assert pad_to_blocks(np.ones((B, 2 * B, 1, 1), np.float32), B).shape == (B, 2 * B, 1, 1)
+
+
+def nan_padded(x: np.ndarray) -> np.ndarray:
+    """x blocked with NaN in the lanes padding its last block: what a buffer holds there before a kernel
+    that skips them writes it."""
+    xb = blocked(x)
+    xb[:, -1, ..., x.shape[1] % B:] = np.nan
+    return xb
+
+
+@pytest.mark.parametrize("kind", ["1x1", "1x1 prologue", "3x3 padded", "3x3 unpadded", "winograd 2", "winograd 4",
+                                  "expand depthwise", "transpose"])
+def test_blocked_reductions_skip_the_lanes_padding_the_inputs_last_block(kind):
+    """Each blocked conv reduces over the input's real channels only (the weight's first K lanes): NaN in the
+    lanes padding the input's last block never reaches the output, as 0 x NaN would (B + B / 2 channels: 24
+    on AVX2 reduce over 24 steps, not 32)."""
+    c, o, hw = B + B // 2, B + 3, (9, 10)
+    kernel = (3, 3) if kind.startswith(("3x3", "winograd")) else (1, 1)
+    x, w, bias = operands(2, c, o, hw, kernel, seed=len(kind))
+    xb = nan_padded(x)
+    stride, padding = (1, 1), ((1, 1, 1, 1) if kind in ("3x3 padded", "winograd 2", "winograd 4") else (0, 0, 0, 0))
+    out_hw = out_size(hw, kernel, stride, padding, (1, 1))
+    out = np.full((2, blocks(o), *out_hw, B), np.nan, np.float32)
+    wt = read_only(pack_channel_panels(pad_to_blocks(w, B), B))
+    assert wt.shape == (blocks(o), c * kernel[0] * kernel[1], B)
+    codes = ACTIVATION_CODES["relu"], 0.0, 0.0, 0, 0.0, 0.0
+    want = reference(x, w, bias, None, "relu", "none", stride, padding)
+    if kind == "1x1":
+        conv1x1_blocked(xb, wt, block_bias(bias, o), out[:0], out, stride, *codes)
+    elif kind == "1x1 prologue":
+        rng = np.random.default_rng(1)
+        scale, shift = rng.uniform(0.5, 1.5, c).astype(np.float32), rng.standard_normal(c).astype(np.float32)
+        conv1x1_blocked_prologue(xb, read_only(pad_bias(scale, B)), read_only(pad_bias(shift, B)), 1, wt,
+                                 block_bias(bias, o), out[:0], out, stride, *codes)
+        normed = np.maximum(x.astype(np.float64) * scale[None, :, None, None] + shift[None, :, None, None], 0)
+        want = reference(normed, w, bias, None, "relu", "none", stride)
+    elif kind.startswith("3x3"):
+        conv2d_blocked(xb, wt, block_bias(bias, o), out[:0], out, kernel, stride, padding, (1, 1), *codes)
+    elif kind.startswith("winograd"):
+        winograd_blocked(xb, read_only(pack_winograd_blocked(w, B, int(kind[-1]))), block_bias(bias, o), out[:0], out,
+                         1, 1, *codes)
+    elif kind == "expand depthwise":
+        rng = np.random.default_rng(2)
+        wd = (rng.standard_normal((o, 1, 3, 3)) / 3).astype(np.float32)
+        bd = rng.standard_normal(o).astype(np.float32)
+        expand_depthwise_blocked(xb, wt, block_bias(bias, o), read_only(pack_depthwise_blocked(wd, B)),
+                                 block_bias(bd, o), out[:0], out, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1),
+                                 (ACTIVATION_CODES["relu"], 0.0, 0.0), *codes)
+        want = depthwise_reference(want, wd, bd, None, "relu", "none", (1, 1), (1, 1, 1, 1), (1, 1))
+    else:
+        wtr = (w[:, :, :, :].transpose(1, 0, 2, 3).reshape(c, o, 1, 1) * np.ones((1, 1, 2, 2), np.float32))
+        out = np.full((2, blocks(o), hw[0] * 2, hw[1] * 2, B), np.nan, np.float32)
+        conv_transpose_blocked(xb, read_only(pack_transpose_blocked(wtr, B)), block_bias(bias, o), out, (2, 2))
+        want = conv_transpose2d(x.astype(np.float64), wtr.astype(np.float64), bias.astype(np.float64), stride=(2, 2),
+                                padding=(0, 0, 0, 0), output_padding=(0, 0), dilation=(1, 1), groups=1)
+    tolerance = 1e-4 if kind == "winograd 4" else 2e-5
+    np.testing.assert_allclose(unblocked(out, o), want, rtol=1e-4, atol=tolerance)
+
+
+def test_a_blocked_conv_takes_a_weight_over_every_lane_of_the_input():
+    """A weight packed over all of the input's lanes (zeros in the padding ones) gives the same output as one
+    over its real channels; one of more lanes than the input has, or a whole block fewer, is refused."""
+    c, o = B + B // 2, B
+    x, w, bias = operands(1, c, o, (7, 6), (1, 1), seed=5)
+    every = np.zeros((o, 2 * B, 1, 1), np.float32)
+    every[:, :c] = w
+    outs = []
+    for packed in (pad_to_blocks(w, B), every):
+        out = np.full((1, 1, 7, 6, B), np.nan, np.float32)
+        conv1x1_blocked(blocked(x), read_only(pack_channel_panels(packed, B)), block_bias(bias, o), out[:0], out,
+                        (1, 1), 0, 0.0, 0.0, 0, 0.0, 0.0)
+        outs.append(out)
+    np.testing.assert_allclose(outs[0], outs[1], rtol=1e-6, atol=1e-6)
+    out = outs[0]
+    for lanes in (2 * B + 1, B):
+        wide = read_only(pack_channel_panels(np.zeros((o, lanes, 1, 1), np.float32), B))
+        with pytest.raises(ValueError, match="mismatched shapes"):
+            conv1x1_blocked(blocked(x), wide, block_bias(bias, o), out[:0], out, (1, 1), 0, 0.0, 0.0, 0, 0.0, 0.0)
+
+
 # (n, c, m, hw, kernel, stride, padding): MobileNetV2's 3x3 stride 1 and 2, EfficientNet's 5x5 stride 2,
 # asymmetric padding, a long reduction (PACKED_K_CHUNK), channels that pad their last block, a plane
 # large enough for tasks and bands
