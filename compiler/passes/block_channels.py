@@ -9,8 +9,9 @@ residual included, as one contiguous run from the registers (codegen/kernels/blo
 
 Blocked: conv2d and fused_conv2d nodes on float32 with constant weights and biases (a conv2d without one gets
 zeros), ungrouped or depthwise (groups == input channels == output channels), zero-padded, whose multiply-adds
-with its input and output channels padded to whole blocks are at most MAX_PADDING more (ir/ops/layout.py: the
-padding channels are zero in the weights); and fused_affine_conv2d nodes, a BatchNorm-ReLU before a 1x1 conv
+with its output channels padded to whole blocks (a depthwise conv's channels; a reduction stops at the input's
+last real lane) are at most MAX_PADDING more (ir/ops/layout.py: the padding channels are zero in the weights);
+and fused_affine_conv2d nodes, a BatchNorm-ReLU before a 1x1 conv
 (DenseNet's), as blocked_affine_conv2d (the kernel applies the affine to each task's pixels: blocked,
 DenseNet-121 at batch 1 takes 0.83 of its NCHW time, at batch 8 0.93). Between them: window pools, concats
 along the channels (whose parts' blocks make the result's segments: _segments), global average pools,
@@ -59,9 +60,9 @@ MIN_MACS_PER_REORDERED = 128
 # what a depthwise conv's multiply-add counts for in that rule: blocked, one saves 0.015-0.04 ns (kernels
 # alone, 144 channels on 56 x 56 to 960 on 7 x 7), a dense conv's 0.001-0.0025
 DEPTHWISE_MAC_WEIGHT = 16
-# multiply-adds a conv may gain with its input and output channels padded to whole blocks, as a share of its
-# own: a 1x1 conv 24 -> 144 or 144 -> 24 (MobileNetV2's and EfficientNet-B0's 24-channel stage) a third, 40
-# -> 240 a fifth; not 8 -> 16 channels, nor a 3x3 24 -> 24 (32 x 32 / 24 x 24: 1.78)
+# multiply-adds a conv may gain with its output channels padded to whole blocks (its reduction stops at the
+# input's last real lane; a depthwise conv's channels pad), as a share of its own: 144 -> 24 or 24 -> 24
+# (MobileNetV2's and EfficientNet-B0's 24-channel stage) a third, 240 -> 40 a fifth; not 16 -> 8 channels
 MAX_PADDING = 1 / 3
 # input channels a windowed conv may read on NCHW, into the layout (conv2d_blocked_nchw): an image's; blocked,
 # 3 channels would take 16 lanes a pixel. MobileNetV2's stem 3 -> 32 on 224 x 224 then needs no to_blocked
@@ -181,7 +182,7 @@ def _misfits(chosen: set[Node], segments: dict[Value, tuple[int, ...]], block: i
         elif node.op in _CONVS or node.op == "conv_transpose2d":
             y = node.outputs[0]
             residual = _residual(node)
-            lanes = 1 if _reads_nchw(node) else segment_lanes(parts, block)[1]
+            lanes = 1 if _reads_nchw(node) else _reduced_lanes(parts, block, _is_depthwise(node))
             out = 1 if _is_depthwise(node) else -(-y.shape[1] // block) * block
             real = (1 if _reads_nchw(node) else x.shape[1]) * (1 if _is_depthwise(node) else y.shape[1])
             if (residual and segments.get(residual[0], (y.shape[1],)) != segments.get(y, (y.shape[1],))
@@ -332,16 +333,24 @@ def _blockable(node: Node, block: int) -> bool:
     depthwise = a["groups"] == x.shape[1] == y.shape[1] and w.shape[1] == 1
     return (x.dtype == y.dtype == w.dtype == "float32" and all(v.is_constant for v in params)
             and len(x.shape) == 4 and (a["groups"] == 1 or depthwise) and a["padding_mode"] == "zeros"
-            and _padded_macs(1 if _reads_nchw(node) else x.shape[1], 1 if depthwise else y.shape[1], block)
-            <= 1 + MAX_PADDING
+            and _padded_macs(1 if _reads_nchw(node) else x.shape[1], 1 if depthwise else y.shape[1], block,
+                             depthwise) <= 1 + MAX_PADDING
             and _pixels(node) > 1)  # (on one pixel a conv is a linear layer)
 
 
-def _padded_macs(c: int, o: int, block: int) -> float:
-    """A conv's multiply-adds with c input and o output channels padded to whole blocks, as a share of its own
-    (a depthwise conv's: o = 1)."""
+def _padded_macs(c: int, o: int, block: int, depthwise: bool) -> float:
+    """A conv's multiply-adds on the layout as a share of its own: its o output channels padded to whole blocks,
+    its reduction over the c input channels (it stops at the last real lane), a depthwise conv's c channels
+    padded (o = 1)."""
     def padded(n: int) -> int:
         return -(-n // block) * block if n > 1 else 1
 
-    return padded(c) * padded(o) / (c * o)
+    return (padded(c) if depthwise else c) * padded(o) / (c * o)
+
+
+def _reduced_lanes(parts: tuple[int, ...], block: int, depthwise: bool) -> int:
+    """The lanes a conv's reduction runs over on an input of channels in `parts`: to the last real one (the
+    lanes padding a segment but the last in it), a depthwise conv's every lane."""
+    lanes, total = segment_lanes(parts, block)
+    return total if depthwise else int(lanes[-1]) + 1
 

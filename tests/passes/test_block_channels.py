@@ -106,6 +106,20 @@ def test_convs_whose_channels_pad_too_much_stay_on_nchw():
     assert "blocked_conv2d" not in ops(after) and -(-(B // 2) // B) * B > B // 2 * (1 + MAX_PADDING)
 
 
+def test_convs_whose_outputs_pad_by_a_third_run_blocked_whatever_their_inputs_pad():
+    """24 channels (B + B / 2): a 3x3 24 -> 24 conv's reduction stops at the input's last real lane, so only its
+    output pads, 32 / 24 of its multiply-adds (once counted 32 x 32 / 24 x 24, 1.78, and left on NCHW); the
+    blocked graph computes what the NCHW one does."""
+    c = B + B // 2
+    text, w = bottleneck(c, c), weights(c, c)
+    after = blocked(text, w)
+    assert ops(after).count("blocked_conv2d") == 4 and ops(after).count("to_blocked") == 1
+    assert -(-c // B) * B <= c * (1 + MAX_PADDING) < (-(-c // B) * B) ** 2 / c
+    x = RNG.normal(size=(1, c, S, S)).astype(np.float32)
+    for got, want in zip(Interpreter(after)(x), Interpreter(parse_graph(text, w))(x)):
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
 def test_a_chain_of_convs_on_small_planes_runs_blocked():
     """A bottleneck on 7 x 7 without a depthwise conv or F(4x4) Winograd (Inception's late branches): its 1x1
     and 3x3 convs run blocked as on large planes."""
