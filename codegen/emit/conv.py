@@ -399,10 +399,11 @@ def _emit_blocked_conv2d(e: Emit) -> list[str]:
         wd = e.prepack(1, f"depthwise_blocked{tag}", lambda w: pack_depthwise_blocked(w, block, segments or None))
         return [f"{e.call(depthwise_blocked)}({e.args[0]}, {wd}, {bias}, {residual}, {e.outs[0]}, "
                 f"{const_args(kernel, stride, padding, a['dilation'])}, {epilogue_args(a)})"]
+    out_channels = const(e.node.inputs[1].shape[0])  # the real ones: a last block they fill half of runs half wide
     if len(e.node.inputs[0].shape) == 4:  # an NCHW input: its channels unpadded in the reduction
         wt = e.prepack(1, f"blocked{block}_nchw", lambda w: pack_channel_panels(w, block))
         return [f"{e.call(conv2d_blocked_nchw)}({e.args[0]}, {wt}, {bias}, {residual}, {e.outs[0]}, "
-                f"{const_args(kernel, stride, padding, a['dilation'])}, {epilogue_args(a)})"]
+                f"{const_args(kernel, stride, padding, a['dilation'])}, {epilogue_args(a)}, {out_channels})"]
     tile = blocked_winograd_tile(e.node)
     if tile:
         up = e.prepack(1, f"winograd{tile}_blocked{tag}",
@@ -413,9 +414,9 @@ def _emit_blocked_conv2d(e: Emit) -> list[str]:
                    lambda w: pack_channel_panels(pad_to_blocks(w, block, segments=segments or None), block))
     if kernel == (1, 1) and not any(padding):
         return [f"{e.call(conv1x1_blocked)}({e.args[0]}, {wt}, {bias}, {residual}, {e.outs[0]}, {const(stride)}, "
-                f"{epilogue_args(a)})"]
+                f"{epilogue_args(a)}, {out_channels})"]
     return [f"{e.call(conv2d_blocked)}({e.args[0]}, {wt}, {bias}, {residual}, {e.outs[0]}, "
-            f"{const_args(kernel, stride, padding, a['dilation'])}, {epilogue_args(a)})"]
+            f"{const_args(kernel, stride, padding, a['dilation'])}, {epilogue_args(a)}, {out_channels})"]
 
 
 @emits("blocked_affine_conv2d")
@@ -434,7 +435,8 @@ def _emit_blocked_affine_conv2d(e: Emit) -> list[str]:
                    lambda w: pack_channel_panels(pad_to_blocks(w, block, segments=segments or None), block))
     relu = int(a["in_activation"] == "relu")
     return [f"{e.call(conv1x1_blocked_prologue)}({e.args[0]}, {scale}, {shift}, {const(relu)}, {wt}, {bias}, "
-            f"{residual}, {e.outs[0]}, {const(tuple(a['stride']))}, {epilogue_args(a)})"]
+            f"{residual}, {e.outs[0]}, {const(tuple(a['stride']))}, {epilogue_args(a)}, "
+            f"{const(e.node.inputs[3].shape[0])})"]
 
 
 def _lanes_tag(block: int, segments: tuple[int, ...]) -> str:

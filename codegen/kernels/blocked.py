@@ -58,8 +58,11 @@ from codegen.kernels.microkernel import (
     _is_f32,
     _store_through_epilogue,
     micro_gemm_taps,
+    micro_gemm_taps_half,
     micro_gemm_taps_out,
+    micro_gemm_taps_out_half,
     micro_gemm_taps_seeded,
+    micro_gemm_taps_seeded_half,
     taps_channels,
     taps_vectors,
     taps_width,
@@ -144,6 +147,17 @@ def _pixel_chunks(pixels, k):
     return -(-groups // cg), cg
 
 
+@numba.njit(**SEQ)
+def _half_block(out_channels, ob_n, b):
+    """The output block a conv computes half wide (its last, if out_channels, the real ones, fill half of it at
+    most), or -1 (out_channels 0: every block whole)."""
+    if out_channels == 0:
+        return -1
+    if not (ob_n - 1) * b < out_channels <= ob_n * b:
+        raise ValueError("a blocked conv's output channels are not those of its output's blocks")
+    return ob_n - 1 if out_channels - (ob_n - 1) * b <= b // 2 else -1
+
+
 @numba.njit(inline="always", **SEQ)
 def _lane_rows(c_n, plane, b):
     """A pointwise reduction's steps on the layout: step c, input channel c, at (c // b) * plane * b + c % b
@@ -208,21 +222,23 @@ def _reorder_task(m, xf, of, segments, c_n, cb_n, hw, b, into):
 
 
 @numba.njit(**SEQ)
-def conv1x1_blocked(x, wt, bias, residual, out, stride, act, alpha, beta, post, post_alpha, post_beta):
+def conv1x1_blocked(x, wt, bias, residual, out, stride, act, alpha, beta, post, post_alpha, post_beta, out_channels=0):
     """out = post(act(conv1x1(x, W) + bias) + residual) on the blocked layout, unpadded, any stride: x (N,
     C / B, H, W, B), wt = conv_channels.pack_channel_panels(W, B) (O / B, C, B), out and residual (N, O /
     B, OH, OW, B) (residual None or empty for none; it may be out itself), B = taps_width(). The input
     is read where it lies (each output pixel's at its offset in a table). Tasks: (image, chunk of
     MR-pixel groups (_pixel_chunks), group of output blocks), at least MIN_TASKS of them (below
-    PARALLEL_MIN_MACS, one, in the calling thread)."""
+    PARALLEL_MIN_MACS, one, in the calling thread). out_channels (0: not given) the real ones: where they
+    fill half of the last block at most (24 = 16 + 8, 40 on AVX2), it is computed half wide and its other
+    lanes set to zero (144 -> 24 on 56 x 56 at batch 1: 0.87 of the time, 576 -> 24 on 7 x 7 0.85)."""
     none = np.empty(0, np.float32)
     _conv1x1_blocked(x, wt, bias, residual, out, stride, (act, post), (alpha, beta, post_alpha, post_beta),
-                     (none, none, np.float32(0.0)))
+                     (none, none, np.float32(0.0)), out_channels)
 
 
 @numba.njit(**SEQ)
 def conv1x1_blocked_prologue(x, scale, shift, in_act, wt, bias, residual, out, stride, act, alpha, beta, post,
-                             post_alpha, post_beta):
+                             post_alpha, post_beta, out_channels=0):
     """conv1x1_blocked of in_act(x * scale + shift) (in_act 1: ReLU, 0: none), scale and shift one value per
     lane of x (zeros in its padding lanes): a BatchNorm and ReLU before the conv, DenseNet's norm1 and relu1
     (fused_affine_conv2d). Each task applies it to its chunk's input pixels into scratch, then reads them
@@ -231,11 +247,11 @@ def conv1x1_blocked_prologue(x, scale, shift, in_act, wt, bias, residual, out, s
         raise ValueError("conv1x1_blocked_prologue: scale and shift are not one value per lane of the input")
     lo = np.float32(0.0) if in_act == 1 else np.float32(-np.inf)
     _conv1x1_blocked(x, wt, bias, residual, out, stride, (act, post), (alpha, beta, post_alpha, post_beta),
-                     (scale, shift, lo))
+                     (scale, shift, lo), out_channels)
 
 
 @numba.njit(**SEQ)
-def _conv1x1_blocked(x, wt, bias, residual, out, stride, acts, params, prologue):
+def _conv1x1_blocked(x, wt, bias, residual, out, stride, acts, params, prologue, out_channels):
     """conv1x1_blocked, through prologue (scale, shift, lo: max(x * scale + shift, lo); empty scale for none)."""
     sh, sw = stride
     n_n, cb_n, h, w, b = x.shape
@@ -247,6 +263,7 @@ def _conv1x1_blocked(x, wt, bias, residual, out, stride, acts, params, prologue)
         raise ValueError("conv1x1_blocked: blocks of another width, or operands of mismatched shapes")
     if (oh - 1) * sh >= h or (ow - 1) * sw >= w:
         raise ValueError("conv1x1_blocked: an output larger than the strided input")
+    half_q = _half_block(out_channels, ob_n, b)
     chunks, cg = _pixel_chunks(hw, k)
     serial = n_n * hw * ob_n * b * k < PARALLEL_MIN_MACS
     if prologue[0].size != 0:  # smaller chunks rather than groups of output blocks, each of which would apply
@@ -268,7 +285,7 @@ def _conv1x1_blocked(x, wt, bias, residual, out, stride, acts, params, prologue)
     for c in range(rows_in.size):
         rows_in[c] = (c // b) * cg * MR * b + c % b
     data = (x.reshape(-1), wt.reshape(-1), bias, residual_run(residual, out), out.reshape(-1), pix, rows,
-            (n_n, c_n, k, h * w, hw, ob_n, b, chunks, cg, n_g, per), acts, params, prologue, rows_in, scratch)
+            (n_n, c_n, k, h * w, hw, ob_n, b, chunks, cg, n_g, per, half_q), acts, params, prologue, rows_in, scratch)
     run_tasks(_conv1x1_task, tasks, data, serial)
 
 
@@ -276,7 +293,7 @@ def _conv1x1_blocked(x, wt, bias, residual, out, stride, acts, params, prologue)
 def _conv1x1_task(t, xf, wf, bias, rf, of, pix, rows, dims, acts, params, prologue, rows_in, scratch):
     """Task t of conv1x1_blocked: its chunk of pixels (through the prologue into this thread's scratch, if
     any) times its group of output blocks (_blocked_out)."""
-    n_n, c_n, k, in_hw, hw, ob_n, b, chunks, cg, n_g, per = dims
+    n_n, c_n, k, in_hw, hw, ob_n, b, chunks, cg, n_g, per, half_q = dims
     gi, ci, n = t % n_g, (t // n_g) % chunks, t // (n_g * chunks)
     p0 = ci * cg * MR
     p1 = min(hw, p0 + cg * MR)
@@ -284,7 +301,7 @@ def _conv1x1_task(t, xf, wf, bias, rf, of, pix, rows, dims, acts, params, prolog
     scale, shift, lo = prologue
     if scale.size == 0:
         _blocked_out(xf, n * c_n * in_hw, pix, p0, p0, p1, rows, k, wf, bias, rf, of, n * ob_n, hw, b, q0, q1,
-                     acts, params)
+                     acts, params, half_q)
         return
     src = _band_scratch(scratch, c_n * cg * MR)
     for cb in range(c_n // b):
@@ -296,18 +313,21 @@ def _conv1x1_task(t, xf, wf, bias, rf, of, pix, rows, dims, acts, params, prolog
     local = np.zeros(cg * MR + MR, np.int64)  # the chunk's pixels in the scratch; past them, the first's
     for i in range(p1 - p0):
         local[i] = i * b
-    _blocked_out(src, 0, local, 0, p0, p1, rows_in, k, wf, bias, rf, of, n * ob_n, hw, b, q0, q1, acts, params)
+    _blocked_out(src, 0, local, 0, p0, p1, rows_in, k, wf, bias, rf, of, n * ob_n, hw, b, q0, q1, acts, params,
+                 half_q)
 
 
 @numba.njit(**SEQ)
-def _blocked_out(a, a0, pix, pix0, p0, p1, rows, k, wf, bias, rf, of, ob0, hw, b, q0, q1, acts, params):
+def _blocked_out(a, a0, pix, pix0, p0, p1, rows, k, wf, bias, rf, of, ob0, hw, b, q0, q1, acts, params, half_q=-1):
     """Output pixels [p0, p1) of output blocks [q0, q1) of one image (its first block ob0 of the output):
     pixel p's reduction step r at a[a0 + pix[pix0 + p - p0] + rows[r]] (pix: MR entries past p1, any
     offset inside a), k steps, times wf's panel q. MR pixels by B channels a call, stored from the
     registers through the one-pass epilogue; a reduction longer than PACKED_K_CHUNK steps sums its
     earlier chunks into scratch first (each chunk's weights stay in L1 across the pixels), and its
     last chunk adds them in registers (micro_gemm_taps_seeded). The last partial group goes through
-    scratch; activations of more than one pass run after, over the pixels' run."""
+    scratch; activations of more than one pass run after, over the pixels' run. Block half_q (if any:
+    an output's last block, whose real channels fill half of it at most) is computed B / 2 channels
+    wide by the _half kernels, and its other B / 2 lanes (padding) are set to zero."""
     act, post = acts
     alpha, beta, post_alpha, post_beta = params
     one_pass = act <= ONE_PASS and post <= 1
@@ -320,89 +340,119 @@ def _blocked_out(a, a0, pix, pix0, p0, p1, rows, k, wf, bias, rf, of, ob0, hw, b
     whole = p0 + (p1 - p0) // MR * MR  # the groups stored from the registers end here
     n_acc = -(-(p1 - (p0 if chunked else whole)) // MR) * MR  # the pixels summed chunk by chunk into acc
     acc = np.empty(n_acc * b, np.float32)
+    hb = b // 2
     for q in range(q0, q1):
         w0 = q * k * b
         o0 = (ob0 + q) * hw * b
+        half = q == half_q
         if chunked:  # every chunk but the last into acc, its weights in L1 across the pixels
             for kb in range(0, last, kc):
                 for g in range(0, n_acc, MR):
-                    micro_gemm_taps(kc, a, a0, pix, pix0 + g, rows, kb, wf, w0 + kb * b, b, acc, g * b, b, kb > 0)
+                    if half:
+                        micro_gemm_taps_half(kc, a, a0, pix, pix0 + g, rows, kb, wf, w0 + kb * b, b, acc, g * b, b,
+                                             kb > 0)
+                    else:
+                        micro_gemm_taps(kc, a, a0, pix, pix0 + g, rows, kb, wf, w0 + kb * b, b, acc, g * b, b, kb > 0)
         for p in range(p0, whole, MR):
-            if chunked:  # the last chunk, acc's sums added, through the epilogue from the registers
+            if chunked and half:  # the last chunk, acc's sums added, through the epilogue from the registers
+                micro_gemm_taps_seeded_half(k - last, a, a0, pix, pix0 + p - p0, rows, last, wf, w0 + last * b, b,
+                                            of, o0 + p * b, b, bias, q * b, lo, hi, top, res, acc, (p - p0) * b)
+            elif chunked:
                 micro_gemm_taps_seeded(k - last, a, a0, pix, pix0 + p - p0, rows, last, wf, w0 + last * b, b, of,
                                        o0 + p * b, b, bias, q * b, lo, hi, top, res, acc, (p - p0) * b)
+            elif half:
+                micro_gemm_taps_out_half(k, a, a0, pix, pix0 + p - p0, rows, 0, wf, w0, b, of, o0 + p * b, b, bias,
+                                         q * b, lo, hi, top, res)
             else:
                 micro_gemm_taps_out(k, a, a0, pix, pix0 + p - p0, rows, 0, wf, w0, b, of, o0 + p * b, b, bias, q * b,
                                     lo, hi, top, res)
         if whole < p1:  # the partial group through acc, then its pixels out one by one from the registers
             g = whole - p0 if chunked else 0
-            micro_gemm_taps(k - last if chunked else k, a, a0, pix, pix0 + whole - p0, rows, last if chunked else 0,
-                            wf, w0 + (last * b if chunked else 0), b, acc, g * b, b, chunked and last > 0)
-            for i in range(p1 - whole):
-                _pixel_out(acc, (g + i) * b, of, o0 + (whole + i) * b, bias, q * b, lo, hi, top, res)
+            kr, r0, wr = (k - last, last, w0 + last * b) if chunked else (k, 0, w0)
+            if half:
+                micro_gemm_taps_half(kr, a, a0, pix, pix0 + whole - p0, rows, r0, wf, wr, b, acc, g * b, b,
+                                     chunked and last > 0)
+                for i in range(p1 - whole):
+                    _pixel_out_half(acc, (g + i) * b, of, o0 + (whole + i) * b, bias, q * b, lo, hi, top, res)
+            else:
+                micro_gemm_taps(kr, a, a0, pix, pix0 + whole - p0, rows, r0, wf, wr, b, acc, g * b, b,
+                                chunked and last > 0)
+                for i in range(p1 - whole):
+                    _pixel_out(acc, (g + i) * b, of, o0 + (whole + i) * b, bias, q * b, lo, hi, top, res)
+        if half:
+            for p in range(p0, p1):
+                of[o0 + p * b + hb:o0 + p * b + b] = 0.0
         if not one_pass:
             epilogue_run(of, o0 + p0 * b, (p1 - p0) * b, of, o0 + p0 * b, 0.0, rf, act, alpha, beta, post,
                          post_alpha, post_beta)
 
 
-@intrinsic
-def _pixel_out(typingctx, acc, s, of, d, bias, bias0, lo, hi, top, res):
-    """One pixel's taps_width() channels, acc[s:s + B], stored at of[d:d + B] through the one-pass epilogue
-    from the registers (microkernel.py's: the bias along the channels from bias[bias0:], None for none; res
-    indexed as of, empty for none). A block's last, partial group of pixels: the scalar loop it replaced,
-    3 ns an element, took as long as the block's whole groups on 4 x 4 images (48 -> 288 channels at batch 8
-    65 -> 36 us)."""
-    if not (_is_f32(acc, of, res) and (isinstance(bias, types.NoneType) or _is_f32(bias))):
-        return None
+def _pixel_out_intrinsic(half: bool):
+    def typer(typingctx, acc, s, of, d, bias, bias0, lo, hi, top, res):
+        if not (_is_f32(acc, of, res) and (isinstance(bias, types.NoneType) or _is_f32(bias))):
+            return None
 
-    def codegen(context, builder, signature, args):
-        width = vector_width(context)
-        nv = taps_vectors(width)
-        s_, d_ = _int64s(context, builder, signature, args, (1, 3))
-        vec, i64 = ir.VectorType(ir.FloatType(), width), ir.IntType(64)
-        src = _data_pointer(context, builder, signature.args[0], args[0], s_)
-        sums = [builder.load(builder.bitcast(builder.gep(src, [ir.Constant(i64, j * width)]), vec.as_pointer()),
-                             align=4) for j in range(nv)]
-        target = _data_pointer(context, builder, signature.args[2], args[2], d_)
-        _store_through_epilogue(context, builder, args[4:10], signature.args[4:10], sums, 1, nv, target, d_,
-                                ir.Constant(i64, nv * width), bias_columns=True)
-        return context.get_dummy_value()
+        def codegen(context, builder, signature, args):
+            width = vector_width(context)
+            nv = taps_vectors(width) // (2 if half else 1)
+            s_, d_ = _int64s(context, builder, signature, args, (1, 3))
+            vec, i64 = ir.VectorType(ir.FloatType(), width), ir.IntType(64)
+            src = _data_pointer(context, builder, signature.args[0], args[0], s_)
+            sums = [builder.load(builder.bitcast(builder.gep(src, [ir.Constant(i64, j * width)]), vec.as_pointer()),
+                                 align=4) for j in range(nv)]
+            target = _data_pointer(context, builder, signature.args[2], args[2], d_)
+            _store_through_epilogue(context, builder, args[4:10], signature.args[4:10], sums, 1, nv, target, d_,
+                                    ir.Constant(i64, nv * width), bias_columns=True)
+            return context.get_dummy_value()
 
-    return types.void(acc, s, of, d, bias, bias0, lo, hi, top, res), codegen
+        return types.void(acc, s, of, d, bias, bias0, lo, hi, top, res), codegen
+
+    typer.__name__ = "_pixel_out_half" if half else "_pixel_out"
+    return intrinsic(typer)
+
+
+# _pixel_out(acc, s, of, d, bias, bias0, lo, hi, top, res): one pixel's taps_width() channels, acc[s:s + B],
+# stored at of[d:d + B] through the one-pass epilogue from the registers (microkernel.py's: the bias along the
+# channels from bias[bias0:], None for none; res indexed as of, empty for none). A block's last, partial group
+# of pixels: the scalar loop it replaced, 3 ns an element, took as long as the block's whole groups on 4 x 4
+# images (48 -> 288 channels at batch 8 65 -> 36 us). _pixel_out_half: the first B / 2 channels only.
+_pixel_out = _pixel_out_intrinsic(False)
+_pixel_out_half = _pixel_out_intrinsic(True)
 
 
 @numba.njit(**SEQ)
 def conv2d_blocked(x, wt, bias, residual, out, kernel, stride, padding, dilation,
-                   act, alpha, beta, post, post_alpha, post_beta):
+                   act, alpha, beta, post, post_alpha, post_beta, out_channels=0):
     """out = post(act(conv2d(x, W) + bias) + residual) on the blocked layout, ungrouped: x (N, C / B, H,
     W, B), wt = pack_channel_panels(W, B) (O / B, C * KH * KW, B), out and residual (N, O / B, OH, OW,
     B); padding (top, left, bottom, right) zeros. Tasks: (image, band of MR-pixel groups, group of
     output blocks), one a WINDOW_TASK_MACS multiply-adds, WINDOW_MIN_TASKS to MIN_TASKS of them where the
     pixels allow (below PARALLEL_MIN_MACS, one); each gathers the input rows its band's windows read
-    (BAND_BYTES at most, or one output row's) into scratch, zeros outside the image."""
+    (BAND_BYTES at most, or one output row's) into scratch, zeros outside the image. out_channels as
+    conv1x1_blocked's."""
     n_n, cb_n, h, w, b = x.shape
     k = wt.shape[1] // (kernel[0] * kernel[1])  # the input's first k lanes: the real channels (reduction_lanes)
     if b != out.shape[4] or not cb_n * b - b < k <= cb_n * b:
         raise ValueError("conv2d_blocked: blocks of another width, or operands of mismatched shapes")
     _conv2d_blocked(x.reshape(-1), n_n, cb_n, k, h, w, False, wt, bias, residual, out, kernel, stride, padding,
-                    dilation, act, alpha, beta, post, post_alpha, post_beta)
+                    dilation, act, alpha, beta, post, post_alpha, post_beta, out_channels)
 
 
 @numba.njit(**SEQ)
 def conv2d_blocked_nchw(x, wt, bias, residual, out, kernel, stride, padding, dilation,
-                        act, alpha, beta, post, post_alpha, post_beta):
+                        act, alpha, beta, post, post_alpha, post_beta, out_channels=0):
     """conv2d_blocked of an NCHW x (N, C, H, W) into the blocked layout: a chain's first conv on an image's
     few channels (a stem's 3), whose input would take B lanes a pixel blocked. Each task gathers its band's
     rows of each channel as a plane of the scratch (a window's pixels one float apart, sharing cache lines),
     and the reduction reads the C real channels only: wt = pack_channel_panels(W, B) (O / B, C * KH * KW, B)."""
     n_n, c_n, h, w = x.shape
     _conv2d_blocked(x.reshape(-1), n_n, -(-c_n // out.shape[4]), c_n, h, w, True, wt, bias, residual, out, kernel,
-                    stride, padding, dilation, act, alpha, beta, post, post_alpha, post_beta)
+                    stride, padding, dilation, act, alpha, beta, post, post_alpha, post_beta, out_channels)
 
 
 @numba.njit(**SEQ)
 def _conv2d_blocked(xf, n_n, cb_n, c_n, h, w, nchw, wt, bias, residual, out, kernel, stride, padding, dilation,
-                    act, alpha, beta, post, post_alpha, post_beta):
+                    act, alpha, beta, post, post_alpha, post_beta, out_channels):
     """conv2d_blocked of an input at xf whose first c_n lanes (blocked, cb_n blocks) or c_n channels (NCHW,
     cb_n = the blocks they would fill) the reduction reads."""
     (kh, kw), (sh, sw), (dh, dw), pt, pl = kernel, stride, dilation, padding[0], padding[1]
@@ -411,6 +461,7 @@ def _conv2d_blocked(xf, n_n, cb_n, c_n, h, w, nchw, wt, bias, residual, out, ker
     k = c_n * kh * kw
     if b != taps_width() or wt.shape != (ob_n, k, b) or out.shape[0] != n_n:
         raise ValueError("conv2d_blocked: blocks of another width, or operands of mismatched shapes")
+    half_q = _half_block(out_channels, ob_n, b)
     wp = (ow - 1) * sw + (kw - 1) * dw + 1  # a gathered row: every column a window reads
     macs = n_n * oh * ow * ob_n * b * k
     serial = macs < PARALLEL_MIN_MACS
@@ -446,8 +497,8 @@ def _conv2d_blocked(xf, n_n, cb_n, c_n, h, w, nchw, wt, bias, residual, out, ker
     size = 0 if direct else (c_n if nchw else cb_n * b) * hin * wp
     scratch = np.empty((1 if serial else min(num_threads(), tasks)) * size, np.float32)
     data = (xf, wt.reshape(-1), bias, residual_run(residual, out), out.reshape(-1), rows,
-            (n_n, cb_n, h, w, b, ob_n, oh, ow, k, c_n, nchw, direct), (kh, dh, sh, sw, pt, pl, hin, wp, gpb, bands, n_g,
-                                                                       per),
+            (n_n, cb_n, h, w, b, ob_n, oh, ow, k, c_n, nchw, direct, half_q),
+            (kh, dh, sh, sw, pt, pl, hin, wp, gpb, bands, n_g, per),
             (act, post), (alpha, beta, post_alpha, post_beta), scratch)
     run_tasks(_conv2d_task, tasks, data, serial)
 
@@ -456,7 +507,7 @@ def _conv2d_blocked(xf, n_n, cb_n, c_n, h, w, nchw, wt, bias, residual, out, ker
 def _conv2d_task(t, xf, wf, bias, rf, of, rows, dims, window, acts, params, scratch):
     """Task t of conv2d_blocked: the input rows its band's windows read into this thread's scratch
     (zeros outside the image; unless the conv is unpadded: direct), then its output blocks (_blocked_out)."""
-    n_n, cb_n, h, w, b, ob_n, oh, ow, k, c_n, nchw, direct = dims
+    n_n, cb_n, h, w, b, ob_n, oh, ow, k, c_n, nchw, direct, half_q = dims
     kh, dh, sh, sw, pt, pl, hin, wp, gpb, bands, n_g, per = window
     gi, bi, n = t % n_g, (t // n_g) % bands, t // (n_g * bands)
     ps = 1 if nchw else b  # a pixel's stride in the scratch: an NCHW input's channels gathered as planes
@@ -473,7 +524,7 @@ def _conv2d_task(t, xf, wf, bias, rf, of, rows, dims, window, acts, params, scra
     if direct:  # (two calls, not one of either array: a read-only input would not unify with scratch)
         a0 = (n * (c_n if nchw else cb_n) * h + iy0) * w * ps
         _blocked_out(xf, a0, pix, 0, p0, p1, rows, k, wf, bias, rf, of, n * ob_n, oh * ow, b, gi * per,
-                     min(ob_n, (gi + 1) * per), acts, params)
+                     min(ob_n, (gi + 1) * per), acts, params, half_q)
         return
     src = _band_scratch(scratch, (c_n if nchw else cb_n * b) * hin * wp)
     n_rows = ((p1 - 1) // ow - y0) * sh + (kh - 1) * dh + 1
@@ -484,7 +535,7 @@ def _conv2d_task(t, xf, wf, bias, rf, of, rows, dims, window, acts, params, scra
         for cb in range(cb_n):
             _gather_rows(src, cb * hin * wp * b, xf, (n * cb_n + cb) * h * w * b, iy0, n_rows, h, w, wp, pl, b)
     _blocked_out(src, 0, pix, 0, p0, p1, rows, k, wf, bias, rf, of, n * ob_n, oh * ow, b, gi * per,
-                 min(ob_n, (gi + 1) * per), acts, params)
+                 min(ob_n, (gi + 1) * per), acts, params, half_q)
 
 
 @numba.njit(**SEQ)

@@ -439,13 +439,40 @@ def micro_gemm_taps_seeded(typingctx, kc, a, a0, pix, q0, rows, r0, b, b0, ldb, 
     return signature, _micro_gemm_codegen(taps_vectors, a_taps=True, epilogue=True, bias_columns=True, seeded=True)
 
 
+def _half_taps(width: int) -> int:
+    """Vectors per accumulator row of the _half taps kernels: half of micro_gemm_taps'."""
+    return taps_vectors(width) // 2
+
+
+@intrinsic
+def micro_gemm_taps_out_half(typingctx, kc, a, a0, pix, q0, rows, r0, b, b0, ldb, c, c0, ldc, bias, bias0, lo, hi,
+                             top, res):
+    """micro_gemm_taps_out on half a panel of channels (j < taps_width() / 2): a blocked output's last block
+    whose real channels fill half of it at most (24 = 16 + 8 on AVX2)."""
+    if not (_is_f32(a, b, c) and _is_i64(pix, rows) and _is_out_epilogue(bias, res)):
+        return None
+    return (types.void(kc, a, a0, pix, q0, rows, r0, b, b0, ldb, c, c0, ldc, bias, bias0, lo, hi, top, res),
+            _micro_gemm_codegen(_half_taps, a_taps=True, epilogue=True, bias_columns=True))
+
+
+@intrinsic
+def micro_gemm_taps_seeded_half(typingctx, kc, a, a0, pix, q0, rows, r0, b, b0, ldb, c, c0, ldc, bias, bias0, lo,
+                                hi, top, res, seed, seed0):
+    """micro_gemm_taps_seeded on half a panel of channels (micro_gemm_taps_out_half)."""
+    if not (_is_f32(a, b, c, seed) and _is_i64(pix, rows) and _is_out_epilogue(bias, res)):
+        return None
+    signature = types.void(kc, a, a0, pix, q0, rows, r0, b, b0, ldb, c, c0, ldc, bias, bias0, lo, hi, top, res, seed,
+                           seed0)
+    return signature, _micro_gemm_codegen(_half_taps, a_taps=True, epilogue=True, bias_columns=True, seeded=True)
+
+
 @intrinsic
 def micro_gemm_taps_half(typingctx, kc, a, a0, pix, q0, rows, r0, b, b0, ldb, c, c0, ldc, accumulate):
     """micro_gemm_taps on half a panel of channels: j < taps_width() / 2."""
     if not (_is_f32(a, b, c) and _is_i64(pix, rows)):
         return None
     return (types.void(kc, a, a0, pix, q0, rows, r0, b, b0, ldb, c, c0, ldc, accumulate),
-            _micro_gemm_codegen(lambda width: taps_vectors(width) // 2, a_taps=True))
+            _micro_gemm_codegen(_half_taps, a_taps=True))
 
 
 @numba.njit(**SEQ)

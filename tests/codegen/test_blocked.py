@@ -97,8 +97,9 @@ def operands(n, c, o, hw, kernel, seed):
 
 
 def run(x, w, bias, residual, act, post, out_hw, stride=(1, 1), padding=(0, 0, 0, 0), dilation=(1, 1),
-        out=None):
-    """The blocked conv on x's blocked copy, its output back on NCHW; out: the blocked output's buffer."""
+        out=None, out_channels=0):
+    """The blocked conv on x's blocked copy, its output back on NCHW; out: the blocked output's buffer;
+    out_channels given (the real ones) or not (0)."""
     n, o = x.shape[0], w.shape[0]
     out = np.full((n, blocks(o), *out_hw, B), np.nan, np.float32) if out is None else out
     res = out[:0] if residual is None else residual  # a forward's arguments: an empty view, read-only weights
@@ -106,9 +107,9 @@ def run(x, w, bias, residual, act, post, out_hw, stride=(1, 1), padding=(0, 0, 0
     codes = ACTIVATION_CODES[act], -0.5, 0.75, ACTIVATION_CODES[post], 0.0, 0.0
     wt = read_only(pack_channel_panels(pad_to_blocks(w, B), B))
     if w.shape[2:] == (1, 1) and padding == (0, 0, 0, 0):
-        conv1x1_blocked(blocked(x), wt, bias, res, out, stride, *codes)
+        conv1x1_blocked(blocked(x), wt, bias, res, out, stride, *codes, out_channels)
     else:
-        conv2d_blocked(blocked(x), wt, bias, res, out, w.shape[2:], stride, padding, dilation, *codes)
+        conv2d_blocked(blocked(x), wt, bias, res, out, w.shape[2:], stride, padding, dilation, *codes, out_channels)
     return unblocked(out, o)
 
 
@@ -475,12 +476,18 @@ def padding_lanes(out: np.ndarray, o: int) -> np.ndarray:
     return out[:, -1, :, :, o % B:] if o % B else out[:, :0]
 
 
-@pytest.mark.parametrize("c, o", [(B + B // 2, B // 2), (B // 2 + 3, B + B // 2), (B + 3, B + 3)])
-@pytest.mark.parametrize("kind", ["1x1", "3x3 stride 2", "winograd 2", "winograd 4", "depthwise"])
+@pytest.mark.parametrize("c, o", [(B + B // 2, B // 2), (B // 2 + 3, B + B // 2), (B + 3, B + 3),
+                                  (B + 3, B + B // 2 + 1)])
+@pytest.mark.parametrize("kind", ["1x1", "3x3 stride 2", "winograd 2", "winograd 4", "depthwise", "1x1 half",
+                                  "3x3 stride 2 half"])
 def test_convs_on_channels_that_pad_the_last_block_match_float64(c, o, kind):
     """Every blocked conv kernel with the input's and output's last blocks padded (weights and bias padded
     with zeros as the emitter packs them): the real channels match, the padding ones stay zero (SiLU and
-    a residual whose padding is zero keep zero zero)."""
+    a residual whose padding is zero keep zero zero). "half": given the real output channels, a last block
+    they fill half of at most (B / 2, B + B / 2) runs half wide, its other lanes set to zero; B + B / 2 + 1
+    fills more, and runs whole."""
+    half = kind.endswith(" half")
+    kind = kind.removesuffix(" half")
     if kind == "depthwise":
         o = c
     kernel = (1, 1) if kind == "1x1" else ((3, 3) if kind != "depthwise" else (5, 5))
@@ -501,7 +508,7 @@ def test_convs_on_channels_that_pad_the_last_block_match_float64(c, o, kind):
         got = run_depthwise(x, w, bias, res, "silu", "none", (1, 1), padding, (1, 1), out=out)
         want = depthwise_reference(x, w, bias, residual, "silu", "none", (1, 1), padding, (1, 1))
     else:
-        got = run(x, w, bias, res, "silu", "none", out_hw, stride, padding, out=out)
+        got = run(x, w, bias, res, "silu", "none", out_hw, stride, padding, out=out, out_channels=o if half else 0)
     if kind != "depthwise":
         plain = None if res is None else unblocked(res, o)
         want = reference(x, w, bias, plain, "silu", "none", stride, padding)
@@ -580,6 +587,35 @@ def test_blocked_reductions_skip_the_lanes_padding_the_inputs_last_block(kind):
                                 padding=(0, 0, 0, 0), output_padding=(0, 0), dilation=(1, 1), groups=1)
     tolerance = 1e-4 if kind == "winograd 4" else 2e-5
     np.testing.assert_allclose(unblocked(out, o), want, rtol=1e-4, atol=tolerance)
+
+
+@pytest.mark.parametrize("kernel", [(1, 1), (3, 3)])
+@pytest.mark.parametrize("n, hw", [(1, (5, 7)), (2, (14, 15))])
+@pytest.mark.parametrize("c", [B + 3, PACKED_K_CHUNK + B // 2])
+def test_a_last_block_half_filled_runs_half_wide_and_zeroes_its_other_lanes(kernel, n, hw, c):
+    """Given the real output channels (B + B / 2), conv1x1_blocked and conv2d_blocked compute the last block's
+    first half only and write zeros over its other lanes, where the whole block would have held the residual's
+    padding (7 here): the real channels match float64 either way; the reductions of one chunk and of several."""
+    o = B + B // 2
+    x, w, bias = operands(n, c, o, hw, kernel, seed=c + kernel[0])
+    padding = (1, 1, 1, 1) if kernel == (3, 3) else (0, 0, 0, 0)
+    residual = np.random.default_rng(8).standard_normal((n, o, *hw)).astype(np.float32)
+    want = reference(x, w, bias, residual, "relu", "none", padding=padding)
+    for out_channels, fill in ((o, 0), (0, 7)):
+        buffer = blocked(residual)
+        buffer[:, -1, ..., B // 2:] = 7.0  # the residual's padding lanes, and the output's (res is out)
+        got = run(x, w, bias, buffer, "relu", "none", hw, padding=padding, out=buffer, out_channels=out_channels)
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=2e-5)
+        assert np.all(buffer[:, -1, ..., B // 2:] == fill)
+
+
+def test_output_channels_not_those_of_the_output_blocks_are_refused():
+    x = np.zeros((1, 1, 4, 4, B), np.float32)
+    wt = read_only(pack_channel_panels(np.zeros((2 * B, B, 1, 1), np.float32), B))
+    out = np.zeros((1, 2, 4, 4, B), np.float32)
+    for channels in (B, 2 * B + 1):
+        with pytest.raises(ValueError, match="output channels"):
+            conv1x1_blocked(x, wt, zero_bias(2 * B), out[:0], out, (1, 1), 0, 0.0, 0.0, 0, 0.0, 0.0, channels)
 
 
 def test_a_blocked_conv_takes_a_weight_over_every_lane_of_the_input():
