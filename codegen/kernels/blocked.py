@@ -318,16 +318,16 @@ def _conv1x1_task(t, xf, wf, bias, rf, of, pix, rows, dims, acts, params, prolog
 
 
 @numba.njit(**SEQ)
-def _blocked_out(a, a0, pix, pix0, p0, p1, rows, k, wf, bias, rf, of, ob0, hw, b, q0, q1, acts, params, half_q=-1):
+def _blocked_out(a, a0, pix, pix0, p0, p1, rows, k, wf, bias, rf, of, ob0, hw, b, q0, q1, acts, params, half_q=None):
     """Output pixels [p0, p1) of output blocks [q0, q1) of one image (its first block ob0 of the output):
     pixel p's reduction step r at a[a0 + pix[pix0 + p - p0] + rows[r]] (pix: MR entries past p1, any
     offset inside a), k steps, times wf's panel q. MR pixels by B channels a call, stored from the
     registers through the one-pass epilogue; a reduction longer than PACKED_K_CHUNK steps sums its
     earlier chunks into scratch first (each chunk's weights stay in L1 across the pixels), and its
     last chunk adds them in registers (micro_gemm_taps_seeded). The last partial group goes through
-    scratch; activations of more than one pass run after, over the pixels' run. Block half_q (if any:
-    an output's last block, whose real channels fill half of it at most) is computed B / 2 channels
-    wide by the _half kernels, and its other B / 2 lanes (padding) are set to zero."""
+    scratch; activations of more than one pass run after, over the pixels' run. Block half_q (given by
+    the convs that know their real channels, -1 for none) runs half wide (_half_block_out); where it is
+    not given, numba prunes that branch and the kernels calling without it never compile the half path."""
     act, post = acts
     alpha, beta, post_alpha, post_beta = params
     one_pass = act <= ONE_PASS and post <= 1
@@ -340,51 +340,65 @@ def _blocked_out(a, a0, pix, pix0, p0, p1, rows, k, wf, bias, rf, of, ob0, hw, b
     whole = p0 + (p1 - p0) // MR * MR  # the groups stored from the registers end here
     n_acc = -(-(p1 - (p0 if chunked else whole)) // MR) * MR  # the pixels summed chunk by chunk into acc
     acc = np.empty(n_acc * b, np.float32)
-    hb = b // 2
     for q in range(q0, q1):
         w0 = q * k * b
         o0 = (ob0 + q) * hw * b
-        half = q == half_q
+        if half_q is not None:
+            if q == half_q:
+                _half_block_out(a, a0, pix, pix0, p0, p1, rows, k, wf, bias, res, of, o0, w0, q, b, (lo, hi, top),
+                                acc, (chunked, kc, last, whole, n_acc))
+                if not one_pass:
+                    epilogue_run(of, o0 + p0 * b, (p1 - p0) * b, of, o0 + p0 * b, 0.0, rf, act, alpha, beta, post,
+                                 post_alpha, post_beta)
+                continue
         if chunked:  # every chunk but the last into acc, its weights in L1 across the pixels
             for kb in range(0, last, kc):
                 for g in range(0, n_acc, MR):
-                    if half:
-                        micro_gemm_taps_half(kc, a, a0, pix, pix0 + g, rows, kb, wf, w0 + kb * b, b, acc, g * b, b,
-                                             kb > 0)
-                    else:
-                        micro_gemm_taps(kc, a, a0, pix, pix0 + g, rows, kb, wf, w0 + kb * b, b, acc, g * b, b, kb > 0)
+                    micro_gemm_taps(kc, a, a0, pix, pix0 + g, rows, kb, wf, w0 + kb * b, b, acc, g * b, b, kb > 0)
         for p in range(p0, whole, MR):
-            if chunked and half:  # the last chunk, acc's sums added, through the epilogue from the registers
-                micro_gemm_taps_seeded_half(k - last, a, a0, pix, pix0 + p - p0, rows, last, wf, w0 + last * b, b,
-                                            of, o0 + p * b, b, bias, q * b, lo, hi, top, res, acc, (p - p0) * b)
-            elif chunked:
+            if chunked:  # the last chunk, acc's sums added, through the epilogue from the registers
                 micro_gemm_taps_seeded(k - last, a, a0, pix, pix0 + p - p0, rows, last, wf, w0 + last * b, b, of,
                                        o0 + p * b, b, bias, q * b, lo, hi, top, res, acc, (p - p0) * b)
-            elif half:
-                micro_gemm_taps_out_half(k, a, a0, pix, pix0 + p - p0, rows, 0, wf, w0, b, of, o0 + p * b, b, bias,
-                                         q * b, lo, hi, top, res)
             else:
                 micro_gemm_taps_out(k, a, a0, pix, pix0 + p - p0, rows, 0, wf, w0, b, of, o0 + p * b, b, bias, q * b,
                                     lo, hi, top, res)
         if whole < p1:  # the partial group through acc, then its pixels out one by one from the registers
             g = whole - p0 if chunked else 0
-            kr, r0, wr = (k - last, last, w0 + last * b) if chunked else (k, 0, w0)
-            if half:
-                micro_gemm_taps_half(kr, a, a0, pix, pix0 + whole - p0, rows, r0, wf, wr, b, acc, g * b, b,
-                                     chunked and last > 0)
-                for i in range(p1 - whole):
-                    _pixel_out_half(acc, (g + i) * b, of, o0 + (whole + i) * b, bias, q * b, lo, hi, top, res)
-            else:
-                micro_gemm_taps(kr, a, a0, pix, pix0 + whole - p0, rows, r0, wf, wr, b, acc, g * b, b,
-                                chunked and last > 0)
-                for i in range(p1 - whole):
-                    _pixel_out(acc, (g + i) * b, of, o0 + (whole + i) * b, bias, q * b, lo, hi, top, res)
-        if half:
-            for p in range(p0, p1):
-                of[o0 + p * b + hb:o0 + p * b + b] = 0.0
+            micro_gemm_taps(k - last if chunked else k, a, a0, pix, pix0 + whole - p0, rows, last if chunked else 0,
+                            wf, w0 + (last * b if chunked else 0), b, acc, g * b, b, chunked and last > 0)
+            for i in range(p1 - whole):
+                _pixel_out(acc, (g + i) * b, of, o0 + (whole + i) * b, bias, q * b, lo, hi, top, res)
         if not one_pass:
             epilogue_run(of, o0 + p0 * b, (p1 - p0) * b, of, o0 + p0 * b, 0.0, rf, act, alpha, beta, post,
                          post_alpha, post_beta)
+
+
+@numba.njit(**SEQ)
+def _half_block_out(a, a0, pix, pix0, p0, p1, rows, k, wf, bias, res, of, o0, w0, q, b, bounds, acc, plan):
+    """_blocked_out's block q (output at o0, weights at w0) half wide: an output's last block whose real
+    channels fill half of it at most (24 = 16 + 8 on AVX2). Its first B / 2 channels as _blocked_out computes a
+    block's B (the _half kernels), its other lanes (padding) set to zero."""
+    lo, hi, top = bounds
+    chunked, kc, last, whole, n_acc = plan
+    if chunked:
+        for kb in range(0, last, kc):
+            for g in range(0, n_acc, MR):
+                micro_gemm_taps_half(kc, a, a0, pix, pix0 + g, rows, kb, wf, w0 + kb * b, b, acc, g * b, b, kb > 0)
+    for p in range(p0, whole, MR):
+        if chunked:
+            micro_gemm_taps_seeded_half(k - last, a, a0, pix, pix0 + p - p0, rows, last, wf, w0 + last * b, b, of,
+                                        o0 + p * b, b, bias, q * b, lo, hi, top, res, acc, (p - p0) * b)
+        else:
+            micro_gemm_taps_out_half(k, a, a0, pix, pix0 + p - p0, rows, 0, wf, w0, b, of, o0 + p * b, b, bias,
+                                     q * b, lo, hi, top, res)
+    if whole < p1:
+        g = whole - p0 if chunked else 0
+        micro_gemm_taps_half(k - last if chunked else k, a, a0, pix, pix0 + whole - p0, rows, last if chunked else 0,
+                             wf, w0 + (last * b if chunked else 0), b, acc, g * b, b, chunked and last > 0)
+        for i in range(p1 - whole):
+            _pixel_out_half(acc, (g + i) * b, of, o0 + (whole + i) * b, bias, q * b, lo, hi, top, res)
+    for p in range(p0, p1):
+        of[o0 + p * b + b // 2:o0 + p * b + b] = 0.0
 
 
 def _pixel_out_intrinsic(half: bool):
