@@ -147,6 +147,13 @@ def _pixel_chunks(pixels, k):
     return -(-groups // cg), cg
 
 
+@numba.njit(inline="always", **SEQ)
+def _reads_lanes(k, cb_n, b):
+    """Whether a reduction over an input's first k lanes (a weight packed by pad_to_blocks: to the input's last
+    real lane, or over every lane) fits an input of cb_n blocks: the last block holds one of them at least."""
+    return (cb_n - 1) * b < k <= cb_n * b
+
+
 @numba.njit(**SEQ)
 def _half_block(out_channels, ob_n, b):
     """The output block a conv computes half wide (its last, if out_channels, the real ones, fill half of it at
@@ -257,9 +264,9 @@ def _conv1x1_blocked(x, wt, bias, residual, out, stride, acts, params, prologue,
     n_n, cb_n, h, w, b = x.shape
     ob_n, oh, ow = out.shape[1], out.shape[2], out.shape[3]
     c_n, hw = cb_n * b, oh * ow
-    k = wt.shape[1]  # the input's first k lanes: the real channels (reduction_lanes)
-    if (b != taps_width() or wt.shape[0] != ob_n or wt.shape[2] != b or not c_n - b < k <= c_n or out.shape[0] != n_n
-            or out.shape[4] != b):
+    k = wt.shape[1]  # the reduction's lanes (pad_to_blocks)
+    if (b != taps_width() or wt.shape[0] != ob_n or wt.shape[2] != b or not _reads_lanes(k, cb_n, b)
+            or out.shape[0] != n_n or out.shape[4] != b):
         raise ValueError("conv1x1_blocked: blocks of another width, or operands of mismatched shapes")
     if (oh - 1) * sh >= h or (ow - 1) * sw >= w:
         raise ValueError("conv1x1_blocked: an output larger than the strided input")
@@ -445,8 +452,8 @@ def conv2d_blocked(x, wt, bias, residual, out, kernel, stride, padding, dilation
     (BAND_BYTES at most, or one output row's) into scratch, zeros outside the image. out_channels as
     conv1x1_blocked's."""
     n_n, cb_n, h, w, b = x.shape
-    k = wt.shape[1] // (kernel[0] * kernel[1])  # the input's first k lanes: the real channels (reduction_lanes)
-    if b != out.shape[4] or not cb_n * b - b < k <= cb_n * b:
+    k = wt.shape[1] // (kernel[0] * kernel[1])  # the reduction's lanes (pad_to_blocks)
+    if b != out.shape[4] or not _reads_lanes(k, cb_n, b):
         raise ValueError("conv2d_blocked: blocks of another width, or operands of mismatched shapes")
     _conv2d_blocked(x.reshape(-1), n_n, cb_n, k, h, w, False, wt, bias, residual, out, kernel, stride, padding,
                     dilation, act, alpha, beta, post, post_alpha, post_beta, out_channels)
@@ -563,9 +570,9 @@ def conv_transpose_blocked(x, wt, bias, out, stride):
     n_n, cb_n, h, w, b = x.shape
     sh, sw = stride
     ob_n, oh, ow = out.shape[1], out.shape[2], out.shape[3]
-    k = wt.shape[2]  # the input's first k lanes: the real channels (reduction_lanes)
+    k = wt.shape[2]  # the reduction's lanes (pad_to_blocks)
     if (b != taps_width() or out.shape[4] != b or out.shape[0] != n_n or wt.shape != (sh * sw, ob_n, k, b)
-            or not cb_n * b - b < k <= cb_n * b or (oh, ow) != (h * sh, w * sw) or bias.size != ob_n * b):
+            or not _reads_lanes(k, cb_n, b) or (oh, ow) != (h * sh, w * sw) or bias.size != ob_n * b):
         raise ValueError("conv_transpose_blocked: blocks of another width, or operands of mismatched shapes")
     serial = n_n * h * w * sh * sw * ob_n * b * k < PARALLEL_MIN_MACS
     n_g, per = _block_groups(n_n * h, ob_n, serial)
@@ -756,9 +763,9 @@ def winograd_blocked(x, up, bias, residual, out, pt, pl, act, alpha, beta, post,
     images, one after another) keep V and M under RUN_BYTES each."""
     n_n, cb_n, h, w, b = x.shape
     ob_n, oh, ow = out.shape[1], out.shape[2], out.shape[3]
-    c_n, planes, k = cb_n * b, up.shape[0], up.shape[2]  # the products read the first k lanes (reduction_lanes)
+    c_n, planes, k = cb_n * b, up.shape[0], up.shape[2]  # the products' lanes (pad_to_blocks)
     if (b != taps_width() or planes not in (16, 36) or up.shape[1] != ob_n or up.shape[3] != b
-            or not c_n - b < k <= c_n or out.shape[0] != n_n or out.shape[4] != b):
+            or not _reads_lanes(k, cb_n, b) or out.shape[0] != n_n or out.shape[4] != b):
         raise ValueError("winograd_blocked: blocks of another width, or operands of mismatched shapes")
     tile = 2 if planes == 16 else 4
     th, tw = -(-oh // tile), -(-ow // tile)
@@ -1060,8 +1067,8 @@ def expand_depthwise_blocked(x, we, be, wt, bias, residual, out, kernel, stride,
     kh, kw = kernel
     n_n, cb_n, h, w, b = x.shape
     mb_n, oh, ow = out.shape[1], out.shape[2], out.shape[3]
-    c_n = we.shape[1]  # the input's first c_n lanes: the real channels (reduction_lanes)
-    if (b != taps_width() or we.shape != (mb_n, c_n, b) or not cb_n * b - b < c_n <= cb_n * b or be.size != mb_n * b
+    c_n = we.shape[1]  # the expansion's lanes (pad_to_blocks)
+    if (b != taps_width() or we.shape != (mb_n, c_n, b) or not _reads_lanes(c_n, cb_n, b) or be.size != mb_n * b
             or wt.shape != (mb_n, kh * kw, b) or out.shape[0] != n_n or out.shape[4] != b):
         raise ValueError("expand_depthwise_blocked: blocks of another width, or operands of mismatched shapes")
     serial = out.size < PARALLEL_MIN_ELEMENTS and n_n * h * w * mb_n * b * c_n < PARALLEL_MIN_MACS
