@@ -97,6 +97,11 @@ MIN_TASKS = 16  # tasks at least (8 a thread on 2), by splitting the output bloc
 # 4 took them 1.05-1.13x
 WINDOW_MIN_TASKS = 4
 WINDOW_TASK_MACS = 1 << 20
+# weights above this: conv2d_blocked's tasks split the output blocks before the pixels, since every band reads
+# all the weights, and a thread keeps the band it gathered for its next task of the same band. Kernel alone,
+# in-process A/B, 2 threads, AVX2 Zen 3, batch 1, two runs: 512 -> 512 3x3 stride 2 on 14 x 14 0.94-0.96,
+# 256 -> 512 0.93-0.94; the other strided 3x3 and 2x2 convs of ResNet-50, ConvNeXt-T and YOLOv5s level
+WINDOW_WEIGHT_BYTES = 1 << 18
 BAND_BYTES = 1 << 18  # a conv2d_blocked task's gathered input rows, at most (where one output row's fit)
 
 
@@ -490,7 +495,9 @@ def _conv2d_blocked(xf, n_n, cb_n, c_n, h, w, nchw, wt, bias, residual, out, ker
     # channels from 64 x 64 1.09x the time, 3 -> 24 from 96 x 96 1.16x)
     least = MIN_TASKS if nchw else min(MIN_TASKS, max(WINDOW_MIN_TASKS, macs // WINDOW_TASK_MACS))
     groups = -(-oh * ow // MR)
-    bands = 1 if serial else max(1, min(groups, -(-least // n_n)))
+    # every band reads all the weights: where they are large, the tasks split the output blocks first
+    many = -(-least // (n_n * ob_n)) if ob_n * k * b * 4 > WINDOW_WEIGHT_BYTES else -(-least // n_n)
+    bands = 1 if serial else max(1, min(groups, many))
     gpb = -(-groups // bands)  # groups per band
     while gpb > 1 and (gpb * MR // ow + 2) * sh * cb_n * b * wp * 4 > BAND_BYTES:
         gpb = -(-gpb // 2)
@@ -516,18 +523,21 @@ def _conv2d_blocked(xf, n_n, cb_n, c_n, h, w, nchw, wt, bias, residual, out, ker
                 rows[(c * kh + i) * kw + j] = at + (i * dh * pitch + j * dw) * ps
     tasks = n_n * bands * n_g
     size = 0 if direct else (c_n if nchw else cb_n * b) * hin * wp
-    scratch = np.empty((1 if serial else min(num_threads(), tasks)) * size, np.float32)
+    scratch_n = 1 if serial else min(num_threads(), tasks)
+    scratch = np.empty(scratch_n * size, np.float32)
+    held = np.full(scratch_n, -1, np.int64)  # the band (image * bands + band) each thread's scratch holds
     data = (xf, wt.reshape(-1), bias, residual_run(residual, out), out.reshape(-1), rows,
             (n_n, cb_n, h, w, b, ob_n, oh, ow, k, c_n, nchw, direct, half_q),
             (kh, dh, sh, sw, pt, pl, hin, wp, gpb, bands, n_g, per),
-            (act, post), (alpha, beta, post_alpha, post_beta), scratch)
+            (act, post), (alpha, beta, post_alpha, post_beta), scratch, held)
     run_tasks(_conv2d_task, tasks, data, serial)
 
 
 @numba.njit(**SEQ)
-def _conv2d_task(t, xf, wf, bias, rf, of, rows, dims, window, acts, params, scratch):
+def _conv2d_task(t, xf, wf, bias, rf, of, rows, dims, window, acts, params, scratch, held):
     """Task t of conv2d_blocked: the input rows its band's windows read into this thread's scratch
-    (zeros outside the image; unless the conv is unpadded: direct), then its output blocks (_blocked_out)."""
+    (zeros outside the image; unless the conv is unpadded: direct, or the thread's last task gathered the same
+    band: held), then its output blocks (_blocked_out)."""
     n_n, cb_n, h, w, b, ob_n, oh, ow, k, c_n, nchw, direct, half_q = dims
     kh, dh, sh, sw, pt, pl, hin, wp, gpb, bands, n_g, per = window
     gi, bi, n = t % n_g, (t // n_g) % bands, t // (n_g * bands)
@@ -547,7 +557,15 @@ def _conv2d_task(t, xf, wf, bias, rf, of, rows, dims, window, acts, params, scra
         _blocked_out(xf, a0, pix, 0, p0, p1, rows, k, wf, bias, rf, of, n * ob_n, oh * ow, b, gi * per,
                      min(ob_n, (gi + 1) * per), acts, params, half_q)
         return
-    src = _band_scratch(scratch, (c_n if nchw else cb_n * b) * hin * wp)
+    size = (c_n if nchw else cb_n * b) * hin * wp
+    src = _band_scratch(scratch, size)
+    own = thread_id()
+    own = own if own < held.size else 0  # as _band_scratch picks the scratch
+    if held[own] == n * bands + bi:  # consecutive tasks share a band: t % n_g is the task's group of blocks
+        _blocked_out(src, 0, pix, 0, p0, p1, rows, k, wf, bias, rf, of, n * ob_n, oh * ow, b, gi * per,
+                     min(ob_n, (gi + 1) * per), acts, params, half_q)
+        return
+    held[own] = n * bands + bi
     n_rows = ((p1 - 1) // ow - y0) * sh + (kh - 1) * dh + 1
     if nchw:
         for c in range(c_n):

@@ -13,6 +13,7 @@ import pytest
 
 from codegen.kernels.blocked import (
     DEPTHWISE_GROUP,
+    WINDOW_WEIGHT_BYTES,
     channel_scale_blocked,
     conv1x1_blocked,
     conv1x1_blocked_prologue,
@@ -234,6 +235,23 @@ def test_large_windowed_conv_splits_into_bands_and_matches(padding):
     got = run(x, w, bias, None, "relu", "none", out_hw, padding=padding)
     expected = reference(x, w, bias, None, "relu", "none", padding=padding)
     np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("n", [2, 4])
+@pytest.mark.parametrize("stride, padding", [((1, 1), (1, 1, 1, 1)), ((2, 2), (1, 1, 1, 1)), ((2, 2), (0, 1, 1, 0))])
+def test_a_conv_of_large_weights_splits_its_output_blocks_over_tasks_that_share_bands(n, stride, padding):
+    """Weights past WINDOW_WEIGHT_BYTES (ResNet's strided 3x3 convs): tasks take groups of output blocks of a
+    band before other bands, and a thread whose last task gathered the same band computes from its scratch
+    without gathering again. Several groups of blocks a band; two bands an image at batch 2, one at batch 4
+    (where consecutive tasks change image but not band): a task that computed from another band's rows, or
+    another image's, would be off here."""
+    x, w, bias = operands(n, 8 * B, 4 * B, (20, 19), (3, 3), seed=11)
+    assert w.shape[0] * w.shape[1] * 9 * 4 > WINDOW_WEIGHT_BYTES
+    residual_hw = out_size((20, 19), (3, 3), stride, padding, (1, 1))
+    residual = np.random.default_rng(12).standard_normal((n, 4 * B, *residual_hw)).astype(np.float32)
+    got = run(x, w, bias, blocked(residual), "relu", "none", residual_hw, stride=stride, padding=padding)
+    expected = reference(x, w, bias, residual, "relu", "none", stride=stride, padding=padding)
+    np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-4)
 
 
 @pytest.mark.parametrize("kernel", [(1, 1), (3, 3)])
