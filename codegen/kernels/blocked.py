@@ -175,8 +175,9 @@ def _lane_rows(c_n, plane, b):
     """A pointwise reduction's steps on the layout: step c, input channel c, at (c // b) * plane * b + c % b
     from its pixel (plane: an image's pixels)."""
     rows = np.empty(c_n, np.int64)
-    for c in range(c_n):
-        rows[c] = (c // b) * plane * b + c % b
+    for c0 in range(0, c_n, b):  # block by block: no division a step (the tables are rebuilt at every call)
+        for j in range(min(b, c_n - c0)):
+            rows[c0 + j] = c0 * plane + j
     return rows
 
 
@@ -286,16 +287,15 @@ def _conv1x1_blocked(x, wt, bias, residual, out, stride, acts, params, prologue,
     else:
         n_g, per = _block_groups(n_n * chunks, ob_n, serial)
     pix = np.zeros(hw + MR, np.int64)  # output pixel p's input pixel; MR past the image, for the last group's calls
-    for p in range(hw):
-        pix[p] = (p // ow * sh * w + p % ow * sw) * b
+    for oy in range(oh):
+        for ox in range(ow):
+            pix[oy * ow + ox] = (oy * sh * w + ox * sw) * b
     rows = _lane_rows(k, h * w, b)
     tasks = n_n * chunks * n_g
     # a prologue's scratch, a chunk's input pixels through it: reduction step c at rows_in[c] from the pixel
     size = cb_n * cg * MR * b if prologue[0].size != 0 else 0
     scratch = np.empty((1 if serial else min(num_threads(), tasks)) * size, np.float32)
-    rows_in = np.empty(k if size else 0, np.int64)
-    for c in range(rows_in.size):
-        rows_in[c] = (c // b) * cg * MR * b + c % b
+    rows_in = _lane_rows(k if size else 0, cg * MR, b)
     data = (x.reshape(-1), wt.reshape(-1), bias, residual_run(residual, out), out.reshape(-1), pix, rows,
             (n_n, c_n, k, h * w, hw, ob_n, b, chunks, cg, n_g, per, half_q), acts, params, prologue, rows_in, scratch)
     run_tasks(_conv1x1_task, tasks, data, serial)
@@ -516,11 +516,11 @@ def _conv2d_blocked(xf, n_n, cb_n, c_n, h, w, nchw, wt, bias, residual, out, ker
     direct = pt == 0 and pl == 0 and padding[2] == 0 and padding[3] == 0
     pitch, plane = (w, h * w) if direct else (wp, hin * wp)
     rows = np.empty(k, np.int64)  # reduction step (c, i, j): channel c's tap (i, j) from the window
+    lanes = _lane_rows(c_n, plane, 1 if nchw else b)  # channel c's offset: c * plane on NCHW
     for c in range(c_n):
         for i in range(kh):
             for j in range(kw):
-                at = c * plane if nchw else (c // b) * plane * b + c % b
-                rows[(c * kh + i) * kw + j] = at + (i * dh * pitch + j * dw) * ps
+                rows[(c * kh + i) * kw + j] = lanes[c] + (i * dh * pitch + j * dw) * ps
     tasks = n_n * bands * n_g
     size = 0 if direct else (c_n if nchw else cb_n * b) * hin * wp
     scratch_n = 1 if serial else min(num_threads(), tasks)
@@ -550,8 +550,12 @@ def _conv2d_task(t, xf, wf, bias, rf, of, rows, dims, window, acts, params, scra
     # scratch (rows of pitch wp); MR past the band, the first's
     pitch = w if direct else wp
     pix = np.zeros(p1 - p0 + MR, np.int64)
-    for p in range(p0, p1):
-        pix[p - p0] = (((p // ow - y0) * sh) * pitch + p % ow * sw) * ps
+    oy, ox = 0, p0 - y0 * ow  # pixel p's row from the band's first, and column
+    for p in range(p1 - p0):
+        pix[p] = (oy * sh * pitch + ox * sw) * ps
+        ox += 1
+        if ox == ow:
+            oy, ox = oy + 1, 0
     if direct:  # (two calls, not one of either array: a read-only input would not unify with scratch)
         a0 = (n * (c_n if nchw else cb_n) * h + iy0) * w * ps
         _blocked_out(xf, a0, pix, 0, p0, p1, rows, k, wf, bias, rf, of, n * ob_n, oh * ow, b, gi * per,
@@ -802,8 +806,7 @@ def winograd_blocked(x, up, bias, residual, out, pt, pl, act, alpha, beta, post,
     for r0 in range(0, rows_n, run):
         r1 = min(rows_n, r0 + run)
         t_n = (r1 - r0) * tw
-        for c in range(k):
-            rows[c] = (c // b) * t_n * b + c % b
+        rows[:] = _lane_rows(k, t_n, b)
         v_plane, m_plane = cb_n * t_n * b, ob_n * t_n * b
         run_tasks(_wino_input_task, cb_n * (r1 - r0), (xf, vbuf, dims, r0, r1, v_plane), serial)
         chunks, cg = _pixel_chunks(t_n, k)
