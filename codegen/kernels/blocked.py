@@ -61,6 +61,8 @@ from codegen.kernels.microkernel import (
     micro_gemm_taps_half,
     micro_gemm_taps_out,
     micro_gemm_taps_out_half,
+    micro_gemm_taps_pixel,
+    micro_gemm_taps_pixel_half,
     micro_gemm_taps_seeded,
     micro_gemm_taps_seeded_half,
     taps_channels,
@@ -96,6 +98,9 @@ MIN_TASKS = 16  # tasks at least (8 a thread on 2), by splitting the output bloc
 # 5x5 0.90, 48 -> 48 1x3 and 3x1 on 7 x 7 0.89-0.92 (Inception-v3's); 16 on large ones (56 x 56, batch 8) stays:
 # 4 took them 1.05-1.13x
 WINDOW_MIN_TASKS = 4
+# pixels past the last whole group that run one at a time (micro_gemm_taps_pixel, about a third of a group's
+# time each on AVX2), not as a group of MR
+FEW_PIXELS = 2
 WINDOW_TASK_MACS = 1 << 20
 # weights above this: conv2d_blocked's tasks split the output blocks before the pixels, since every band reads
 # all the weights, and a thread keeps the band it gathered for its next task of the same band. Kernel alone,
@@ -337,7 +342,8 @@ def _blocked_out(a, a0, pix, pix0, p0, p1, rows, k, wf, bias, rf, of, ob0, hw, b
     registers through the one-pass epilogue; a reduction longer than PACKED_K_CHUNK steps sums its
     earlier chunks into scratch first (each chunk's weights stay in L1 across the pixels), and its
     last chunk adds them in registers (micro_gemm_taps_seeded). The last partial group goes through
-    scratch; activations of more than one pass run after, over the pixels' run. Block half_q (given by
+    scratch, FEW_PIXELS or fewer pixels one at a time (micro_gemm_taps_pixel); activations of more than one
+    pass run after, over the pixels' run. Block half_q (given by
     the convs that know their real channels, -1 for none) runs half wide (_half_block_out); where it is
     not given, numba prunes that branch and the kernels calling without it never compile the half path."""
     act, post = acts
@@ -350,15 +356,17 @@ def _blocked_out(a, a0, pix, pix0, p0, p1, rows, k, wf, bias, rf, of, ob0, hw, b
     kc = -(-k // -(-k // PACKED_K_CHUNK))  # chunks of equal length
     last = (-(-k // kc) - 1) * kc  # the last chunk's first step
     whole = p0 + (p1 - p0) // MR * MR  # the groups stored from the registers end here
-    n_acc = -(-(p1 - (p0 if chunked else whole)) // MR) * MR  # the pixels summed chunk by chunk into acc
-    acc = np.empty(n_acc * b, np.float32)
+    few = p1 - whole <= FEW_PIXELS  # the last pixels one at a time (micro_gemm_taps_pixel), else as a group
+    # the pixels summed chunk by chunk into acc (all but a few last ones, if chunked), or the last group's
+    n_acc = (whole - p0 if few else -(-(p1 - p0) // MR) * MR) if chunked else (0 if few else MR)
+    acc = np.empty(max(n_acc, 1 if whole < p1 else 0) * b, np.float32)  # a few last pixels' sums: acc[:b]
     for q in range(q0, q1):
         w0 = q * k * b
         o0 = (ob0 + q) * hw * b
         if half_q is not None:
             if q == half_q:
                 _half_block_out(a, a0, pix, pix0, p0, p1, rows, k, wf, bias, res, of, o0, w0, q, b, (lo, hi, top),
-                                acc, (chunked, kc, last, whole, n_acc))
+                                acc, (chunked, kc, last, whole, n_acc, few))
                 if not one_pass:
                     epilogue_run(of, o0 + p0 * b, (p1 - p0) * b, of, o0 + p0 * b, 0.0, rf, act, alpha, beta, post,
                                  post_alpha, post_beta)
@@ -374,7 +382,11 @@ def _blocked_out(a, a0, pix, pix0, p0, p1, rows, k, wf, bias, rf, of, ob0, hw, b
             else:
                 micro_gemm_taps_out(k, a, a0, pix, pix0 + p - p0, rows, 0, wf, w0, b, of, o0 + p * b, b, bias, q * b,
                                     lo, hi, top, res)
-        if whole < p1:  # the partial group through acc, then its pixels out one by one from the registers
+        if few:  # each of the last pixels over the whole reduction into acc, then out from the registers
+            for p in range(whole, p1):
+                micro_gemm_taps_pixel(k, a, a0, pix, pix0 + p - p0, rows, 0, wf, w0, b, acc, 0)
+                _pixel_out(acc, 0, of, o0 + p * b, bias, q * b, lo, hi, top, res)
+        else:  # the partial group through acc, then its pixels out one by one from the registers
             g = whole - p0 if chunked else 0
             micro_gemm_taps(k - last if chunked else k, a, a0, pix, pix0 + whole - p0, rows, last if chunked else 0,
                             wf, w0 + (last * b if chunked else 0), b, acc, g * b, b, chunked and last > 0)
@@ -391,7 +403,7 @@ def _half_block_out(a, a0, pix, pix0, p0, p1, rows, k, wf, bias, res, of, o0, w0
     channels fill half of it at most (24 = 16 + 8 on AVX2). Its first B / 2 channels as _blocked_out computes a
     block's B (the _half kernels), its other lanes (padding) set to zero."""
     lo, hi, top = bounds
-    chunked, kc, last, whole, n_acc = plan
+    chunked, kc, last, whole, n_acc, few = plan
     if chunked:
         for kb in range(0, last, kc):
             for g in range(0, n_acc, MR):
@@ -403,7 +415,11 @@ def _half_block_out(a, a0, pix, pix0, p0, p1, rows, k, wf, bias, res, of, o0, w0
         else:
             micro_gemm_taps_out_half(k, a, a0, pix, pix0 + p - p0, rows, 0, wf, w0, b, of, o0 + p * b, b, bias,
                                      q * b, lo, hi, top, res)
-    if whole < p1:
+    if few:
+        for p in range(whole, p1):
+            micro_gemm_taps_pixel_half(k, a, a0, pix, pix0 + p - p0, rows, 0, wf, w0, b, acc, 0)
+            _pixel_out_half(acc, 0, of, o0 + p * b, bias, q * b, lo, hi, top, res)
+    else:
         g = whole - p0 if chunked else 0
         micro_gemm_taps_half(k - last if chunked else k, a, a0, pix, pix0 + whole - p0, rows, last if chunked else 0,
                              wf, w0 + (last * b if chunked else 0), b, acc, g * b, b, chunked and last > 0)

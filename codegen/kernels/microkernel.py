@@ -33,7 +33,7 @@ from numba.core import cgutils, types
 from numba.extending import intrinsic
 
 from codegen.kernels.common import SEQ
-from codegen.kernels.vectors import fma_sums, prefetch_line, vector_width
+from codegen.kernels.vectors import fma_sums, prefetch_line, vector_loop, vector_width
 
 MR = 6  # output channels per microkernel call: rows of the accumulator block
 # Software prefetch of the weights, which at batch 1 come from memory (a ResNet-50's 100 MB pass through
@@ -473,6 +473,75 @@ def micro_gemm_taps_half(typingctx, kc, a, a0, pix, q0, rows, r0, b, b0, ldb, c,
         return None
     return (types.void(kc, a, a0, pix, q0, rows, r0, b, b0, ldb, c, c0, ldc, accumulate),
             _micro_gemm_codegen(_half_taps, a_taps=True))
+
+
+def _pixel_taps_codegen(vectors):
+    """LLVM IR of micro_gemm_taps_pixel with `vectors` (a function of the width) vectors of channels: the
+    steps in pairs, even ones into one set of sums and odd ones into another, added at the end; an odd
+    last step into the first."""
+    def codegen(context, builder, signature, args):
+        kc_, a_, a0_, pix_, q0_, rows_, r0_, b_, b0_, ldb_, c_, c0_ = args
+        width = vector_width(context)
+        nv = vectors(width)
+        f32, i32, i64 = ir.FloatType(), ir.IntType(32), ir.IntType(64)
+        vec = ir.VectorType(f32, width)
+        fma = cgutils.get_or_insert_function(builder.module, ir.FunctionType(vec, [vec, vec, vec]),
+                                             f"llvm.fma.v{width}f32")
+        kc_, ldb_ = (context.cast(builder, v, t, types.int64) for v, t in
+                     ((kc_, signature.args[0]), (ldb_, signature.args[9])))
+        pix_ptr = _data_pointer(context, builder, signature.args[3], pix_,
+                                context.cast(builder, q0_, signature.args[4], types.int64))
+        a_ptr = builder.gep(_data_pointer(context, builder, signature.args[1], a_, a0_), [builder.load(pix_ptr)])
+        taps_ptr = _data_pointer(context, builder, signature.args[5], rows_,
+                                 context.cast(builder, r0_, signature.args[6], types.int64))
+        b_ptr = _data_pointer(context, builder, signature.args[7], b_, b0_)
+        c_ptr = _data_pointer(context, builder, signature.args[10], c_, c0_)
+        splat_mask = ir.Constant(ir.VectorType(i32, width), [0] * width)
+
+        def products(p, accs):  # step p's nv multiply-adds onto accs
+            lane0 = builder.insert_element(ir.Constant(vec, ir.Undefined), builder.load(
+                builder.gep(a_ptr, [builder.load(builder.gep(taps_ptr, [p]))])), ir.Constant(i32, 0))
+            splat = builder.shuffle_vector(lane0, ir.Constant(vec, ir.Undefined), splat_mask)
+            b_row = builder.gep(b_ptr, [builder.mul(p, ldb_)])
+            return [builder.call(fma, [splat, builder.load(builder.bitcast(builder.gep(
+                b_row, [ir.Constant(i64, j * width)]), vec.as_pointer()), align=4), acc]) for j, acc in enumerate(accs)]
+
+        zero = ir.Constant(vec, [0.0] * width)
+        pairs = builder.ashr(kc_, ir.Constant(i64, 1))
+        two = ir.Constant(i64, 2)
+        sums = vector_loop(builder, "pixel_pairs", pairs, 1, [zero] * (2 * nv), lambda i, accs: (
+            products(builder.mul(i, two), accs[:nv]) + products(builder.add(builder.mul(i, two), ir.Constant(i64, 1)),
+                                                                accs[nv:])))
+        odd = builder.sub(kc_, builder.mul(pairs, two))  # 0 or 1 step left
+        last = builder.mul(pairs, two)
+        sums = vector_loop(builder, "pixel_last", odd, 1, sums[:nv] + sums[nv:],
+                           lambda i, accs: products(builder.add(last, i), accs[:nv]) + accs[nv:])
+        for j in range(nv):
+            builder.store(builder.fadd(sums[j], sums[nv + j]), builder.bitcast(
+                builder.gep(c_ptr, [ir.Constant(i64, j * width)]), vec.as_pointer()), align=4)
+        return context.get_dummy_value()
+
+    return codegen
+
+
+@intrinsic
+def micro_gemm_taps_pixel(typingctx, kc, a, a0, pix, q0, rows, r0, b, b0, ldb, c, c0):
+    """micro_gemm_taps for one pixel: c[c0 + j] = sum_p a[a0 + pix[q0] + rows[r0 + p]] * b[b0 + p*ldb + j]
+    for j < taps_width(). The last pixels of a run that fill no group of MR: a group's MR x 2 sums keep both
+    FMA units busy, one pixel's 2 would wait on each FMA's latency (4 cycles on Zen 3) a step, so the steps
+    go in pairs into two sets of sums, and a pixel costs about a third of a group where a group for it cost
+    a whole one (7 x 7 images: 49 pixels, 8 groups and one)."""
+    if not (_is_f32(a, b, c) and _is_i64(pix, rows)):
+        return None
+    return types.void(kc, a, a0, pix, q0, rows, r0, b, b0, ldb, c, c0), _pixel_taps_codegen(taps_vectors)
+
+
+@intrinsic
+def micro_gemm_taps_pixel_half(typingctx, kc, a, a0, pix, q0, rows, r0, b, b0, ldb, c, c0):
+    """micro_gemm_taps_pixel on half a panel of channels: j < taps_width() / 2."""
+    if not (_is_f32(a, b, c) and _is_i64(pix, rows)):
+        return None
+    return types.void(kc, a, a0, pix, q0, rows, r0, b, b0, ldb, c, c0), _pixel_taps_codegen(_half_taps)
 
 
 @numba.njit(**SEQ)

@@ -13,6 +13,7 @@ import pytest
 
 from codegen.kernels.blocked import (
     DEPTHWISE_GROUP,
+    FEW_PIXELS,
     WINDOW_WEIGHT_BYTES,
     channel_scale_blocked,
     conv1x1_blocked,
@@ -36,7 +37,7 @@ from codegen.kernels.blocked import (
 from codegen.kernels.conv_channels import pack_channel_panels
 from codegen.kernels.epilogue import ACTIVATION_CODES
 from codegen.kernels.gemm import PACKED_K_CHUNK
-from codegen.kernels.microkernel import MR, taps_width
+from codegen.kernels.microkernel import MR, micro_gemm_taps_pixel, micro_gemm_taps_pixel_half, taps_width
 from ir.ops.conv import conv_transpose2d
 from ir.ops.layout import blocked_array
 from tests.codegen.rules import read_only, zero_bias
@@ -605,6 +606,53 @@ def test_blocked_reductions_skip_the_lanes_padding_the_inputs_last_block(kind):
                                 padding=(0, 0, 0, 0), output_padding=(0, 0), dilation=(1, 1), groups=1)
     tolerance = 1e-4 if kind == "winograd 4" else 2e-5
     np.testing.assert_allclose(unblocked(out, o), want, rtol=1e-4, atol=tolerance)
+
+
+@numba.njit
+def _pixel_taps(kc, a, a0, pix, q0, rows, r0, b, b0, ldb, c, c0, half):
+    if half:
+        micro_gemm_taps_pixel_half(kc, a, a0, pix, q0, rows, r0, b, b0, ldb, c, c0)
+    else:
+        micro_gemm_taps_pixel(kc, a, a0, pix, q0, rows, r0, b, b0, ldb, c, c0)
+
+
+@pytest.mark.parametrize("half", [False, True])
+@pytest.mark.parametrize("kc", [0, 1, 2, 7, PACKED_K_CHUNK + 1])
+def test_one_pixels_taps_sum_every_step_in_pairs_and_write_its_channels_only(kc, half):
+    """micro_gemm_taps_pixel: steps in pairs into two sets of sums, an odd last one, none; the B (or B / 2)
+    channels written, nothing beside them."""
+    rng = np.random.default_rng(kc)
+    a = rng.standard_normal(4000).astype(np.float32)
+    rows = rng.integers(0, 2000, 300).astype(np.int64)
+    pix = np.array([0, 17, 33, 1500], np.int64)
+    b = rng.standard_normal(300 * B + 50).astype(np.float32)
+    c = np.full(B + 10, np.nan, np.float32)
+    _pixel_taps(kc, a, 5, pix, 2, rows, 3, b, 7, B, c, 2, half)
+    lanes = B // 2 if half else B
+    want = np.zeros(lanes)
+    for p in range(kc):
+        want += np.float64(a[5 + 33 + rows[3 + p]]) * b[7 + p * B:7 + p * B + lanes]
+    np.testing.assert_allclose(c[2:2 + lanes], want, rtol=1e-5, atol=1e-5)
+    assert np.isnan(c[:2]).all() and np.isnan(c[2 + lanes:]).all()
+
+
+@pytest.mark.parametrize("kernel", [(1, 1), (3, 3)])
+@pytest.mark.parametrize("hw", [(7, 7), (4, 5), (3, 5)])  # 49, 20, 15 pixels: 1, 2 and 3 past the whole groups
+@pytest.mark.parametrize("c, o, out_channels", [(B + 3, 2 * B, 0), (PACKED_K_CHUNK + B // 2, 2 * B, 0),
+                                                (B + 3, B + B // 2, B + B // 2),
+                                                (PACKED_K_CHUNK + B // 2, B + B // 2, B + B // 2)])
+def test_the_last_pixels_past_the_whole_groups_match_float64(kernel, hw, c, o, out_channels):
+    """FEW_PIXELS or fewer pixels past an image's last whole group of MR run one at a time over the whole
+    reduction (chunked or not), whole blocks and half ones; three as a group through scratch. With a residual,
+    written over the residual itself."""
+    assert FEW_PIXELS >= 2 and MR == 6
+    x, w, bias = operands(2, c, o, hw, kernel, seed=21)
+    padding = (1, 1, 1, 1) if kernel == (3, 3) else (0, 0, 0, 0)
+    residual = np.random.default_rng(22).standard_normal((2, o, *hw)).astype(np.float32)
+    out = blocked(residual)
+    got = run(x, w, bias, out, "relu", "none", hw, padding=padding, out=out, out_channels=out_channels)
+    expected = reference(x, w, bias, residual, "relu", "none", padding=padding)
+    np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-4)
 
 
 @pytest.mark.parametrize("kernel", [(1, 1), (3, 3)])
