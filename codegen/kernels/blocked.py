@@ -98,9 +98,6 @@ MIN_TASKS = 16  # tasks at least (8 a thread on 2), by splitting the output bloc
 # 5x5 0.90, 48 -> 48 1x3 and 3x1 on 7 x 7 0.89-0.92 (Inception-v3's); 16 on large ones (56 x 56, batch 8) stays:
 # 4 took them 1.05-1.13x
 WINDOW_MIN_TASKS = 4
-# pixels past the last whole group that run one at a time (micro_gemm_taps_pixel, about a third of a group's
-# time each on AVX2), not as a group of MR
-FEW_PIXELS = 2
 WINDOW_TASK_MACS = 1 << 20
 # weights above this: conv2d_blocked's tasks split the output blocks before the pixels, since every band reads
 # all the weights, and a thread keeps the band it gathered for its next task of the same band. Kernel alone,
@@ -108,6 +105,9 @@ WINDOW_TASK_MACS = 1 << 20
 # 256 -> 512 0.93-0.94; the other strided 3x3 and 2x2 convs of ResNet-50, ConvNeXt-T and YOLOv5s level
 WINDOW_WEIGHT_BYTES = 1 << 18
 BAND_BYTES = 1 << 18  # a conv2d_blocked task's gathered input rows, at most (where one output row's fit)
+# pixels past the last whole group that run one at a time (micro_gemm_taps_pixel, about a third of a group's
+# time each on AVX2), not as a group of MR
+FEW_PIXELS = 2
 
 
 @numba.njit(**SEQ)
@@ -581,18 +581,15 @@ def _conv2d_task(t, xf, wf, bias, rf, of, rows, dims, window, acts, params, scra
     src = _band_scratch(scratch, size)
     own = thread_id()
     own = own if own < held.size else 0  # as _band_scratch picks the scratch
-    if held[own] == n * bands + bi:  # consecutive tasks share a band: t % n_g is the task's group of blocks
-        _blocked_out(src, 0, pix, 0, p0, p1, rows, k, wf, bias, rf, of, n * ob_n, oh * ow, b, gi * per,
-                     min(ob_n, (gi + 1) * per), acts, params, half_q)
-        return
-    held[own] = n * bands + bi
-    n_rows = ((p1 - 1) // ow - y0) * sh + (kh - 1) * dh + 1
-    if nchw:
-        for c in range(c_n):
-            _gather_rows(src, c * hin * wp, xf, (n * c_n + c) * h * w, iy0, n_rows, h, w, wp, pl, 1)
-    else:
-        for cb in range(cb_n):
-            _gather_rows(src, cb * hin * wp * b, xf, (n * cb_n + cb) * h * w * b, iy0, n_rows, h, w, wp, pl, b)
+    if held[own] != n * bands + bi:  # consecutive tasks share a band: t % n_g is the task's group of blocks
+        held[own] = n * bands + bi
+        n_rows = ((p1 - 1) // ow - y0) * sh + (kh - 1) * dh + 1
+        if nchw:
+            for c in range(c_n):
+                _gather_rows(src, c * hin * wp, xf, (n * c_n + c) * h * w, iy0, n_rows, h, w, wp, pl, 1)
+        else:
+            for cb in range(cb_n):
+                _gather_rows(src, cb * hin * wp * b, xf, (n * cb_n + cb) * h * w * b, iy0, n_rows, h, w, wp, pl, b)
     _blocked_out(src, 0, pix, 0, p0, p1, rows, k, wf, bias, rf, of, n * ob_n, oh * ow, b, gi * per,
                  min(ob_n, (gi + 1) * per), acts, params, half_q)
 

@@ -512,8 +512,8 @@ def _pixel_taps_codegen(vectors):
         sums = vector_loop(builder, "pixel_pairs", pairs, 1, [zero] * (2 * nv), lambda i, accs: (
             products(builder.mul(i, two), accs[:nv]) + products(builder.add(builder.mul(i, two), ir.Constant(i64, 1)),
                                                                 accs[nv:])))
-        odd = builder.sub(kc_, builder.mul(pairs, two))  # 0 or 1 step left
         last = builder.mul(pairs, two)
+        odd = builder.sub(kc_, last)  # 0 or 1 step left
         sums = vector_loop(builder, "pixel_last", odd, 1, sums[:nv] + sums[nv:],
                            lambda i, accs: products(builder.add(last, i), accs[:nv]) + accs[nv:])
         for j in range(nv):
