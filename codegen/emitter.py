@@ -32,12 +32,9 @@ import numpy as np
 from codegen.emit import Emit, ScratchSpace, emit_rule, lit
 from codegen.emit.conv import writes_over_residual
 from codegen.emit.data import concat_parts
-from codegen.memory_plan import MemoryPlan, plan_memory
+from codegen.memory_plan import ALIGN, MemoryPlan, aligned_empty, plan_memory
 from ir.errors import CodegenUnsupportedError
 from ir.graph import Graph, Node, Value
-
-WEIGHT_ALIGN = 16  # elements: 64-byte aligned float32 weights
-
 
 
 @dataclass
@@ -60,8 +57,9 @@ class WeightPack:
         pack = WeightPack()
 
         def place(dtype: str, data: np.ndarray) -> int:
-            start = pack.sizes.get(dtype, 0)
-            pack.sizes[dtype] = start + -(-max(data.size, 1) // WEIGHT_ALIGN) * WEIGHT_ALIGN
+            start = pack.sizes.get(dtype, 0)  # each constant starts on a cache line of its pack
+            align = max(1, ALIGN // np.dtype(dtype).itemsize)
+            pack.sizes[dtype] = start + -(-max(data.size, 1) // align) * align
             pack.contents.append((dtype, start, data))
             return start
 
@@ -80,7 +78,9 @@ class WeightPack:
     def arrays(self) -> dict[str, np.ndarray]:
         """dtype name -> its packed array (read-only), filled on first use."""
         if self._arrays is None:
-            arrays = {dtype: np.zeros(size, dtype) for dtype, size in self.sizes.items()}
+            arrays = {dtype: aligned_empty(size, dtype) for dtype, size in self.sizes.items()}
+            for array in arrays.values():
+                array.fill(0)  # the gaps between constants
             for dtype, start, data in self.contents:
                 arrays[dtype][start:start + data.size] = data.reshape(-1)
             for array in arrays.values():

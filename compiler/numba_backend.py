@@ -39,7 +39,7 @@ import codegen.runtime  # noqa: F401 - thread policy before numba's pool starts
 from codegen.emitter import GeneratedModule, generate_module, plan_forward_memory
 from codegen.kernels.control import STOPPED
 from codegen.linker import BoundKernels, bind, link
-from codegen.memory_plan import ALIGN, MemoryPlan
+from codegen.memory_plan import MemoryPlan, aligned_empty
 from codegen.numba_cache import load_cached
 from codegen.opt_level import FORWARD_OPT_LEVEL, opt_level
 from compiler.cache import CacheInfo, ModelCache, cache_key, write_digested
@@ -107,18 +107,6 @@ def sample_arguments(graph: Graph, weights: list[np.ndarray], arena_bytes: int) 
             np.empty(arena_bytes, np.uint8), np.zeros(2, np.int64))
 
 
-def aligned_bytes(nbytes: int) -> np.ndarray:
-    """An uninitialised uint8 array of nbytes whose data starts on a cache line (ALIGN bytes).
-
-    The memory plan places every buffer at a multiple of ALIGN from the arena's start; numpy aligns
-    its data to 16 bytes only, and glibc's large allocations start 16 bytes into a page, so an arena
-    from np.empty put every intermediate 16 bytes off a cache line: each 64-byte vector load split
-    across two lines (ResNet-18 at batch 8: 119 ms or 175 ms, depending on where the arena fell)."""
-    raw = np.empty(nbytes + ALIGN, np.uint8)
-    start = -raw.ctypes.data % ALIGN
-    return raw[start:start + nbytes]
-
-
 class ArenaPool:
     """The arenas a model's forward keeps its intermediates in (codegen/memory_plan.py), kept between
     calls: one per call running at once, taken from the pool by a call and given back when it ends.
@@ -137,7 +125,7 @@ class ArenaPool:
         try:
             return self._free.pop()
         except IndexError:
-            return aligned_bytes(self.nbytes)
+            return aligned_empty(self.nbytes, np.uint8)
 
     def give_back(self, arena: np.ndarray) -> None:
         self._free.append(arena)

@@ -434,3 +434,48 @@ def test_a_forward_the_emitter_misjudged_compiles_with_reference_counting(tmp_pa
     assert "forward allocates, though the emitter judged it did not" in caplog.text
     x, i = np.arange(15, dtype=np.float32).reshape(5, 3), np.array([4, 0, 2, 2], np.int32)
     np.testing.assert_array_equal(m(x, i), x[i])
+
+
+@pytest.mark.parametrize("cache", [True, False])
+def test_the_weights_start_on_a_cache_line_with_the_cache_or_without(cache, tmp_path):
+    """Every weight pack the forward reads starts on a cache line, whether it was memory-mapped from a
+    cache entry or packed in memory (cache=False, profile=True): each constant's offset in its pack is a
+    multiple of 64 bytes, so the kernels' vector loads of a weight never split across two lines."""
+    m = compiler.compile(SHIPPED, cache=cache, cache_dir=tmp_path)
+    assert m._weights and [w.ctypes.data % 64 for w in m._weights] == [0] * len(m._weights)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64", "float16", "int8", "int64", "uint8"])
+def test_aligned_empty_starts_on_a_cache_line_for_any_size_and_dtype(dtype):
+    """numpy aligns its data to 16 bytes only; aligned_empty's start is a multiple of 64 bytes whatever the
+    allocator hands out (many sizes, so small and large allocations both come up), with the size asked."""
+    from codegen.memory_plan import aligned_empty
+
+    arrays = [aligned_empty(size, dtype) for size in [1, 3, 16, 17, 1000, 65_537, 1 << 20] * 4]
+    assert [a.ctypes.data % 64 for a in arrays] == [0] * len(arrays)
+    assert [a.size for a in arrays] == [1, 3, 16, 17, 1000, 65_537, 1 << 20] * 4
+    assert {a.dtype for a in arrays} == {np.dtype(dtype)}
+
+
+def test_a_weight_pack_places_each_constant_on_a_cache_line_for_every_dtype():
+    """WeightPack.arrays (the packs of a model built without the cache) start on a cache line, and every
+    constant's offset in its pack is a multiple of 64 bytes for 1-, 2-, 4- and 8-byte dtypes, with its
+    values in place and zeros between."""
+    from codegen.emitter import WeightPack
+
+    class Constant:  # what WeightPack reads of a Value
+        def __init__(self, data):
+            self.data, self.dtype = data, data.dtype.name
+
+    rng = np.random.default_rng(0)
+    constants = [Constant((rng.standard_normal(n) * 10).astype(dtype))
+                 for n in [1, 5, 16, 33, 100] for dtype in ["float32", "float16", "int8", "int64", "float64"]]
+    pack = WeightPack.build(constants)
+    for c in constants:
+        dtype, start = pack.slots[c]
+        packed = pack.arrays[dtype]
+        assert packed.ctypes.data % 64 == 0 and (start * packed.itemsize) % 64 == 0, (dtype, start)
+        np.testing.assert_array_equal(packed[start:start + c.data.size], c.data)
+    for dtype, packed in pack.arrays.items():
+        used = sum(c.data.size for c in constants if c.dtype == dtype)
+        assert np.count_nonzero(packed) <= used and packed.size >= used
