@@ -20,7 +20,9 @@ from codegen.kernels.blocked import (
     expand_depthwise_blocked,
     from_blocked,
     global_avg_pool_blocked,
+    grouped_blocks,
     pack_depthwise_blocked,
+    pack_grouped_blocked,
     pack_transpose_blocked,
     pack_winograd_blocked,
     pad_bias,
@@ -390,12 +392,12 @@ def _emit_blocked_conv2d(e: Emit) -> list[str]:
     conv1x1_blocked for a 1x1 unpadded one, conv2d_blocked for the others."""
     a = e.node.attrs
     block, segments = a["block"], tuple(a.get("in_segments") or ())
-    depthwise = a["groups"] > 1
+    depthwise = a["groups"] > 1 and e.node.inputs[1].shape[1] == 1 and a["groups"] == e.node.inputs[1].shape[0]
     bias = _blocked_bias(e, 2, segments if depthwise else ())
     residual = e.args[3] if len(e.args) > 3 else no_residual(e.outs[0])
     tag = _lanes_tag(block, segments)
     kernel, stride, padding = e.node.inputs[1].shape[2:], tuple(a["stride"]), tuple(a["padding"])
-    if depthwise:  # (the op takes no other groups)
+    if depthwise:
         wd = e.prepack(1, f"depthwise_blocked{tag}", lambda w: pack_depthwise_blocked(w, block, segments or None))
         return [f"{e.call(depthwise_blocked)}({e.args[0]}, {wd}, {bias}, {residual}, {e.outs[0]}, "
                 f"{const_args(kernel, stride, padding, a['dilation'])}, {epilogue_args(a)})"]
@@ -404,6 +406,13 @@ def _emit_blocked_conv2d(e: Emit) -> list[str]:
         wt = e.prepack(1, f"blocked{block}_nchw", lambda w: pack_channel_panels(w, block))
         return [f"{e.call(conv2d_blocked_nchw)}({e.args[0]}, {wt}, {bias}, {residual}, {e.outs[0]}, "
                 f"{const_args(kernel, stride, padding, a['dilation'])}, {epilogue_args(a)}, {out_channels})"]
+    if a["groups"] > 1:  # grouped (ir/ops/layout.py's blocked_groups_fit): each output block from its group's blocks
+        groups = a["groups"]
+        wt = e.prepack(1, f"grouped{groups}_blocked{block}", lambda w: pack_grouped_blocked(w, groups, block))
+        group_blocks = grouped_blocks(groups, e.node.inputs[1].shape[0], block)
+        return [f"{e.call(conv2d_blocked)}({e.args[0]}, {wt}, {bias}, {residual}, {e.outs[0]}, "
+                f"{const_args(kernel, stride, padding, a['dilation'])}, {epilogue_args(a)}, {out_channels}, "
+                f"{const(group_blocks)})"]
     tile = blocked_winograd_tile(e.node)
     if tile:
         up = e.prepack(1, f"winograd{tile}_blocked{tag}",
@@ -416,7 +425,7 @@ def _emit_blocked_conv2d(e: Emit) -> list[str]:
         return [f"{e.call(conv1x1_blocked)}({e.args[0]}, {wt}, {bias}, {residual}, {e.outs[0]}, {const(stride)}, "
                 f"{epilogue_args(a)}, {out_channels})"]
     return [f"{e.call(conv2d_blocked)}({e.args[0]}, {wt}, {bias}, {residual}, {e.outs[0]}, "
-            f"{const_args(kernel, stride, padding, a['dilation'])}, {epilogue_args(a)}, {out_channels})"]
+            f"{const_args(kernel, stride, padding, a['dilation'])}, {epilogue_args(a)}, {out_channels}, {const(0)})"]
 
 
 @emits("blocked_affine_conv2d")

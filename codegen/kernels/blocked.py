@@ -464,20 +464,29 @@ _pixel_out_half = _pixel_out_intrinsic(True)
 
 @numba.njit(**SEQ)
 def conv2d_blocked(x, wt, bias, residual, out, kernel, stride, padding, dilation,
-                   act, alpha, beta, post, post_alpha, post_beta, out_channels=0):
+                   act, alpha, beta, post, post_alpha, post_beta, out_channels=0, group_blocks=0):
     """out = post(act(conv2d(x, W) + bias) + residual) on the blocked layout, ungrouped: x (N, C / B, H,
     W, B), wt = pack_channel_panels(W, B) (O / B, C * KH * KW, B), out and residual (N, O / B, OH, OW,
     B); padding (top, left, bottom, right) zeros. Tasks: (image, band of MR-pixel groups, group of
     output blocks), one a WINDOW_TASK_MACS multiply-adds, WINDOW_MIN_TASKS to MIN_TASKS of them where the
     pixels allow (below PARALLEL_MIN_MACS, one); each gathers the input rows its band's windows read
     (BAND_BYTES at most, or one output row's) into scratch, zeros outside the image. out_channels as
-    conv1x1_blocked's."""
+    conv1x1_blocked's.
+
+    group_blocks (0: ungrouped) for a grouped conv of as many input as output channels whose groups are whole
+    blocks (g channels each, a multiple of B: g / B blocks a group): output block q reads its group's input
+    blocks, from q - q % group_blocks on (wt = pack_grouped_blocked(W, groups, B): a group's g lanes)."""
     n_n, cb_n, h, w, b = x.shape
-    k = wt.shape[1] // (kernel[0] * kernel[1])  # the reduction's lanes (pad_to_blocks)
-    if b != out.shape[4] or not _reads_lanes(k, cb_n, b):
+    k = wt.shape[1] // (kernel[0] * kernel[1])  # the reduction's lanes (pad_to_blocks, pack_grouped_blocked)
+    ob_n = out.shape[1]
+    if group_blocks == 0:
+        fits = _reads_lanes(k, cb_n, b)
+    else:  # each output block over its group's input blocks: as many as the output's
+        fits = group_blocks > 0 and ob_n == cb_n and k == group_blocks * b
+    if b != out.shape[4] or not fits:
         raise ValueError("conv2d_blocked: blocks of another width, or operands of mismatched shapes")
     _conv2d_blocked(x.reshape(-1), n_n, cb_n, k, h, w, False, wt, bias, residual, out, kernel, stride, padding,
-                    dilation, act, alpha, beta, post, post_alpha, post_beta, out_channels)
+                    dilation, act, alpha, beta, post, post_alpha, post_beta, out_channels, group_blocks)
 
 
 @numba.njit(**SEQ)
@@ -489,14 +498,15 @@ def conv2d_blocked_nchw(x, wt, bias, residual, out, kernel, stride, padding, dil
     and the reduction reads the C real channels only: wt = pack_channel_panels(W, B) (O / B, C * KH * KW, B)."""
     n_n, c_n, h, w = x.shape
     _conv2d_blocked(x.reshape(-1), n_n, -(-c_n // out.shape[4]), c_n, h, w, True, wt, bias, residual, out, kernel,
-                    stride, padding, dilation, act, alpha, beta, post, post_alpha, post_beta, out_channels)
+                    stride, padding, dilation, act, alpha, beta, post, post_alpha, post_beta, out_channels, 0)
 
 
 @numba.njit(**SEQ)
 def _conv2d_blocked(xf, n_n, cb_n, c_n, h, w, nchw, wt, bias, residual, out, kernel, stride, padding, dilation,
-                    act, alpha, beta, post, post_alpha, post_beta, out_channels):
+                    act, alpha, beta, post, post_alpha, post_beta, out_channels, group_blocks):
     """conv2d_blocked of an input at xf whose first c_n lanes (blocked, cb_n blocks) or c_n channels (NCHW,
-    cb_n = the blocks they would fill) the reduction reads."""
+    cb_n = the blocks they would fill) the reduction reads (grouped: c_n lanes from an output block's group's
+    first input block)."""
     (kh, kw), (sh, sw), (dh, dw), pt, pl = kernel, stride, dilation, padding[0], padding[1]
     b = out.shape[4]
     ob_n, oh, ow = out.shape[1], out.shape[2], out.shape[3]
@@ -543,7 +553,7 @@ def _conv2d_blocked(xf, n_n, cb_n, c_n, h, w, nchw, wt, bias, residual, out, ker
     scratch = np.empty(scratch_n * size, np.float32)
     held = np.full(scratch_n, -1, np.int64)  # the band (image * bands + band) each thread's scratch holds
     data = (xf, wt.reshape(-1), bias, residual_run(residual, out), out.reshape(-1), rows,
-            (n_n, cb_n, h, w, b, ob_n, oh, ow, k, c_n, nchw, direct, half_q),
+            (n_n, cb_n, h, w, b, ob_n, oh, ow, k, c_n, nchw, direct, half_q, group_blocks),
             (kh, dh, sh, sw, pt, pl, hin, wp, gpb, bands, n_g, per),
             (act, post), (alpha, beta, post_alpha, post_beta), scratch, held)
     run_tasks(_conv2d_task, tasks, data, serial)
@@ -554,7 +564,7 @@ def _conv2d_task(t, xf, wf, bias, rf, of, rows, dims, window, acts, params, scra
     """Task t of conv2d_blocked: the input rows its band's windows read into this thread's scratch
     (zeros outside the image; unless the conv is unpadded: direct, or the thread's last task gathered the same
     band: held), then its output blocks (_blocked_out)."""
-    n_n, cb_n, h, w, b, ob_n, oh, ow, k, c_n, nchw, direct, half_q = dims
+    n_n, cb_n, h, w, b, ob_n, oh, ow, k, c_n, nchw, direct, half_q, group_blocks = dims
     kh, dh, sh, sw, pt, pl, hin, wp, gpb, bands, n_g, per = window
     gi, bi, n = t % n_g, (t // n_g) % bands, t // (n_g * bands)
     ps = 1 if nchw else b  # a pixel's stride in the scratch: an NCHW input's channels gathered as planes
@@ -572,10 +582,16 @@ def _conv2d_task(t, xf, wf, bias, rf, of, rows, dims, window, acts, params, scra
         ox += 1
         if ox == ow:
             oy, ox = oy + 1, 0
+    q0, q1 = gi * per, min(ob_n, (gi + 1) * per)
     if direct:  # (two calls, not one of either array: a read-only input would not unify with scratch)
         a0 = (n * (c_n if nchw else cb_n) * h + iy0) * w * ps
-        _blocked_out(xf, a0, pix, 0, p0, p1, rows, k, wf, bias, rf, of, n * ob_n, oh * ow, b, gi * per,
-                     min(ob_n, (gi + 1) * per), acts, params, half_q)
+        if group_blocks == 0:
+            _blocked_out(xf, a0, pix, 0, p0, p1, rows, k, wf, bias, rf, of, n * ob_n, oh * ow, b, q0, q1, acts,
+                         params, half_q)
+        else:  # each output block from its group's input blocks
+            for q in range(q0, q1):
+                _blocked_out(xf, a0 + (q - q % group_blocks) * h * w * b, pix, 0, p0, p1, rows, k, wf, bias, rf,
+                             of, n * ob_n, oh * ow, b, q, q + 1, acts, params, half_q)
         return
     size = (c_n if nchw else cb_n * b) * hin * wp
     src = _band_scratch(scratch, size)
@@ -590,8 +606,13 @@ def _conv2d_task(t, xf, wf, bias, rf, of, rows, dims, window, acts, params, scra
         else:
             for cb in range(cb_n):
                 _gather_rows(src, cb * hin * wp * b, xf, (n * cb_n + cb) * h * w * b, iy0, n_rows, h, w, wp, pl, b)
-    _blocked_out(src, 0, pix, 0, p0, p1, rows, k, wf, bias, rf, of, n * ob_n, oh * ow, b, gi * per,
-                 min(ob_n, (gi + 1) * per), acts, params, half_q)
+    if group_blocks == 0:
+        _blocked_out(src, 0, pix, 0, p0, p1, rows, k, wf, bias, rf, of, n * ob_n, oh * ow, b, q0, q1, acts, params,
+                     half_q)
+    else:
+        for q in range(q0, q1):
+            _blocked_out(src, (q - q % group_blocks) * hin * wp * b, pix, 0, p0, p1, rows, k, wf, bias, rf, of,
+                         n * ob_n, oh * ow, b, q, q + 1, acts, params, half_q)
 
 
 @numba.njit(**SEQ)
@@ -764,6 +785,22 @@ def pad_to_blocks(weight: np.ndarray, block: int, depthwise: bool = False, segme
     padded = np.zeros((-(-o_n // block) * block, reduced, kh, kw), weight.dtype)
     padded[:o_n, lanes] = weight
     return padded
+
+
+def grouped_blocks(groups: int, channels: int, block: int) -> int:
+    """conv2d_blocked's group_blocks for a conv of `groups` groups of `channels` input and output channels in
+    all: a group's blocks, or 0 where its channels are not whole blocks."""
+    g = channels // groups
+    return g // block if g % block == 0 and g * groups == channels else 0
+
+
+def pack_grouped_blocked(weight: np.ndarray, groups: int, block: int) -> np.ndarray:
+    """A grouped conv's (O, O / groups, KH, KW) weight (as many input channels as output, groups of whole
+    blocks) for conv2d_blocked's group_blocks: (O / B, O / groups * KH * KW, B), each output block's panel over
+    its group's input channels, as pack_channel_panels packs an ungrouped conv's."""
+    if grouped_blocks(groups, weight.shape[0], block) == 0:
+        raise ValueError(f"pack_grouped_blocked: groups of {weight.shape[1]} channels are not whole blocks of {block}")
+    return pack_channel_panels(weight, block)
 
 
 def pad_bias(bias: np.ndarray, block: int, segments=None) -> np.ndarray:

@@ -27,8 +27,8 @@ def fuse_expand_depthwise(graph: Graph) -> Graph:
     outputs = set(graph.outputs)
     fused: dict[Node, Node] = {}  # depthwise conv -> its expansion
     for node in graph.nodes:
-        if node.op != "blocked_conv2d" or node.attrs["groups"] == 1:
-            continue
+        if node.op != "blocked_conv2d" or node.attrs["groups"] == 1 or node.inputs[1].shape[1] != 1:
+            continue  # not depthwise (a grouped conv's groups have several channels)
         e = node.inputs[0]
         if _is_expansion(e.producer) and e not in outputs and users.get(e, []) == [node]:
             fused[node] = e.producer

@@ -110,10 +110,20 @@ def _blocked_conv_type(types: list[TensorType], attrs: dict) -> TensorType:
     else:
         plain = [TensorType(unblocked_shape(types[0].shape, block, segments), types[0].dtype), *types[1:3]]
     out = _conv2d_type(plain, attrs)
-    if groups != 1 and not (groups == sum(segments) == out.shape[1]):
-        raise ValueError("blocked_conv2d: grouped convs other than depthwise ones are not blocked")
-    blocked = TensorType(blocked_shape(out.shape, block, segments if groups != 1 else None), out.dtype)
+    depthwise = groups != 1 and groups == sum(segments) == out.shape[1]
+    if groups != 1 and not depthwise and not blocked_groups_fit(groups, sum(segments), out.shape[1], len(segments),
+                                                                 block):
+        raise ValueError("blocked_conv2d: a grouped conv is blocked only with as many input as output channels in "
+                         "one segment, in groups of whole blocks")
+    blocked = TensorType(blocked_shape(out.shape, block, segments if depthwise else None), out.dtype)
     return _check_epilogue(types, attrs, blocked, 3)
+
+
+def blocked_groups_fit(groups: int, in_channels: int, out_channels: int, segments: int, block: int) -> bool:
+    """Whether a grouped conv (not depthwise) runs on the layout: as many input as output channels, one segment,
+    each group's channels whole blocks (codegen/kernels/blocked.py: each output block reads its group's input
+    blocks, from the same index)."""
+    return in_channels == out_channels and segments == 1 and (in_channels // groups) % block == 0
 
 
 _BLOCKED_CONV_ATTRS = {**_CONV_ATTRS, **_EPILOGUE_ATTRS, "block": INT(), "in_segments": INTS(None, optional=True)}
@@ -121,12 +131,12 @@ _BLOCKED_CONV_ATTRS = {**_CONV_ATTRS, **_EPILOGUE_ATTRS, "block": INT(), "in_seg
 
 @register("blocked_conv2d", ["x", "weight", "bias", "residual?"], _BLOCKED_CONV_ATTRS, infer=_blocked_conv_type)
 def blocked_conv2d(x, weight, bias, residual=None, *, block, in_segments=None, **conv_and_epilogue):
-    """fused_conv2d on the blocked layout (ungrouped or depthwise): x (its channels in in_segments; or NCHW, for
-    an ungrouped conv), residual and the result (N, blocks, H, W, block); a depthwise conv's result in its
-    input's segments."""
+    """fused_conv2d on the blocked layout (ungrouped, depthwise, or grouped as blocked_groups_fit allows): x (its
+    channels in in_segments; or NCHW, for an ungrouped conv), residual and the result (N, blocks, H, W, block); a
+    depthwise conv's result in its input's segments."""
     groups = conv_and_epilogue["groups"]
     segments = in_segments or (weight.shape[1] * groups,)
-    out_segments = segments if groups != 1 else None
+    out_segments = segments if groups != 1 and groups == weight.shape[0] == sum(segments) else None  # depthwise
     plain = None if residual is None else unblocked_array(residual, block, out_segments or (weight.shape[0],))
     x = x if x.ndim == 4 else unblocked_array(x, block, segments)  # (an NCHW input: a stem conv's)
     y = fused_conv2d(x, weight, bias, plain, **conv_and_epilogue)
@@ -175,7 +185,7 @@ def _depthwise_attrs(attrs: dict) -> dict:
 
 def _expand_depthwise_type(types: list[TensorType], attrs: dict) -> TensorType:
     expanded = _blocked_conv_type(types[:3], _expansion_attrs(attrs))
-    if attrs["groups"] == 1:
+    if attrs["groups"] == 1 or types[3].rank != 4 or types[3].shape[1] != 1:
         raise ValueError("blocked_expand_depthwise: the second conv is not a depthwise one")
     return _blocked_conv_type([expanded, *types[3:]], _depthwise_attrs(attrs))
 

@@ -25,7 +25,9 @@ from codegen.kernels.blocked import (
     expand_depthwise_blocked,
     from_blocked,
     global_avg_pool_blocked,
+    grouped_blocks,
     pack_depthwise_blocked,
+    pack_grouped_blocked,
     pack_transpose_blocked,
     pack_winograd_blocked,
     pad_bias,
@@ -253,6 +255,48 @@ def test_a_conv_of_large_weights_splits_its_output_blocks_over_tasks_that_share_
     got = run(x, w, bias, blocked(residual), "relu", "none", residual_hw, stride=stride, padding=padding)
     expected = reference(x, w, bias, residual, "relu", "none", stride=stride, padding=padding)
     np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("group_blocks, groups", [(1, 3), (2, 2), (1, 1)])
+@pytest.mark.parametrize("kernel, stride, padding, n", [
+    ((3, 3), (1, 1), (1, 1, 1, 1), 2), ((3, 3), (2, 2), (1, 1, 1, 1), 1), ((3, 3), (1, 1), (0, 0, 0, 0), 1),
+    ((1, 1), (1, 1), (0, 0, 0, 0), 2)])
+def test_a_grouped_blocked_conv_reads_each_groups_own_blocks(group_blocks, groups, kernel, stride, padding, n):
+    """conv2d_blocked's group_blocks: each output block reduces over its group's input blocks only (groups of one
+    and two blocks; gathered into scratch and read where they lie), with bias, ReLU and a residual, against
+    float64 group by group. It fails if a block reads another group's input or weights."""
+    g = group_blocks * B
+    c = g * groups
+    rng = np.random.default_rng(group_blocks * 10 + groups)
+    x = rng.standard_normal((n, c, 11, 11)).astype(np.float32)
+    w = (rng.standard_normal((c, g, *kernel)) / np.sqrt(g * kernel[0] * kernel[1])).astype(np.float32)
+    bias = rng.standard_normal(c).astype(np.float32)
+    out_hw = out_size((11, 11), kernel, stride, padding, (1, 1))
+    residual = rng.standard_normal((n, c, *out_hw)).astype(np.float32)
+    expected = np.concatenate([reference(x[:, i * g:(i + 1) * g], w[i * g:(i + 1) * g], bias[i * g:(i + 1) * g],
+                                         residual[:, i * g:(i + 1) * g], "relu", "none", stride, padding)
+                               for i in range(groups)], axis=1)
+    assert grouped_blocks(groups, c, B) == group_blocks
+    wt = read_only(pack_grouped_blocked(w, groups, B))
+    out = np.full((n, blocks(c), *out_hw, B), np.nan, np.float32)
+    conv2d_blocked(blocked(x), wt, block_bias(bias, c), blocked(residual), out, kernel, stride, padding, (1, 1),
+                   ACTIVATION_CODES["relu"], 0.0, 0.0, 0, 0.0, 0.0, c, group_blocks)
+    np.testing.assert_allclose(unblocked(out, c), expected, rtol=1e-5, atol=1e-5)
+
+
+def test_grouped_blocked_convs_refuse_groups_that_are_not_whole_blocks():
+    """pack_grouped_blocked and grouped_blocks take groups of whole blocks only; conv2d_blocked refuses a
+    group_blocks that does not match its weight's reduction, or an output of other blocks than its input's."""
+    assert grouped_blocks(4, 2 * B, B) == 0 and grouped_blocks(2, 2 * B, B) == 1
+    with pytest.raises(ValueError, match="whole blocks"):
+        pack_grouped_blocked(np.zeros((2 * B, B // 2, 3, 3), np.float32), 4, B)
+    x = blocked(np.zeros((1, 2 * B, 5, 5), np.float32))
+    wt = pack_grouped_blocked(np.zeros((2 * B, B, 3, 3), np.float32), 2, B)
+    for group_blocks, o in [(2, 2 * B), (1, 3 * B)]:
+        out = np.zeros((1, blocks(o), 5, 5, B), np.float32)
+        with pytest.raises(ValueError, match="mismatched"):
+            conv2d_blocked(x, wt, zero_bias(blocks(o) * B), out[:0], out, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1),
+                           0, 0.0, 0.0, 0, 0.0, 0.0, 0, group_blocks)
 
 
 @pytest.mark.parametrize("kernel", [(1, 1), (3, 3)])

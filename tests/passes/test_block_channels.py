@@ -169,16 +169,16 @@ def inverted_residual(c: int, m: int, s: int = 7) -> tuple[str, dict[str, np.nda
 
 def test_a_chain_with_a_depthwise_conv_runs_blocked_whatever_its_planes():
     """A MobileNet block on 7 x 7 runs blocked; with a grouped conv (not depthwise) in the depthwise conv's place,
-    which stays on NCHW, each 1x1 conv would be a lone one and stays there too."""
+    whose groups of half a block stay on NCHW, each 1x1 conv would be a lone one and stays there too."""
     text, w = inverted_residual(2 * B, 4 * B)
     after = blocked(text, w)
     assert ops(after) == ["to_blocked", "blocked_conv2d", "blocked_conv2d", "blocked_conv2d", "from_blocked", "sin"]
     assert after.nodes[2].attrs["groups"] == 4 * B and after.nodes[2].attrs["activation"] == "clamp"
     x = RNG.normal(size=(1, 2 * B, 7, 7)).astype(np.float32)
     np.testing.assert_allclose(Interpreter(after)(x), Interpreter(parse_graph(text, w))(x), rtol=1e-4, atol=1e-5)
-    plain = text.replace("{padding=[1, 1, 1, 1], groups=64}", "{padding=[1, 1, 1, 1], groups=2}").replace(
-        "const %w2: f32[64,1,3,3]", "const %w2: f32[64,32,3,3]")
-    w2 = {**w, "w2": RNG.normal(size=(64, 32, 3, 3)).astype(np.float32)}
+    plain = text.replace("{padding=[1, 1, 1, 1], groups=64}", "{padding=[1, 1, 1, 1], groups=8}").replace(
+        "const %w2: f32[64,1,3,3]", "const %w2: f32[64,8,3,3]")
+    w2 = {**w, "w2": RNG.normal(size=(64, 8, 3, 3)).astype(np.float32)}
     assert "blocked_conv2d" not in ops(blocked(plain, w2)), "lone 1x1 convs about a grouped conv on NCHW"
 
 
@@ -555,14 +555,50 @@ def test_a_squeeze_excitation_block_runs_inside_its_chain():
     np.testing.assert_allclose(Interpreter(after)(x), Interpreter(parse_graph(text, w))(x), rtol=1e-4, atol=1e-5)
 
 
-def test_grouped_convs_other_than_depthwise_stay_on_nchw():
-    text = bottleneck(2 * B, 4 * B).replace("{padding=[1, 1, 1, 1]} @conv2", "{padding=[1, 1, 1, 1], groups=2} @conv2")
-    w = weights(2 * B, 4 * B)
-    w["w2"] = w["w2"][:, : 2 * B].copy()
-    text = text.replace(f"const %w2: f32[{4 * B},{4 * B},3,3]", f"const %w2: f32[{4 * B},{2 * B},3,3]")
+def grouped_bottleneck(c: int, m: int, groups: int, strided_groups: int = 1, s: int = S) -> tuple[str, dict]:
+    """bottleneck(c, m) with its 3x3 conv in `groups` groups and its strided 3x3 conv in strided_groups (RegNet's
+    and ResNeXt's grouped convs, as many input channels as output)."""
+    text, w = bottleneck(c, m, s), weights(c, m)
+    text = text.replace("{padding=[1, 1, 1, 1]} @conv2", f"{{padding=[1, 1, 1, 1], groups={groups}}} @conv2")
+    text = text.replace(f"const %w2: f32[{m},{m},3,3]", f"const %w2: f32[{m},{m // groups},3,3]")
+    text = text.replace("padding=[1, 1, 1, 1]} @conv4", f"padding=[1, 1, 1, 1], groups={strided_groups}}} @conv4")
+    text = text.replace(f"const %w4: f32[{c},{c},3,3]", f"const %w4: f32[{c},{c // strided_groups},3,3]")
+    w["w2"], w["w4"] = w["w2"][:, :m // groups].copy(), w["w4"][:, :c // strided_groups].copy()
+    return text, w
+
+
+def test_grouped_convs_of_whole_blocks_run_blocked_and_smaller_groups_stay_on_nchw():
+    """A grouped conv runs on the layout where its groups are whole blocks (each output block reads its group's
+    input blocks); groups of half a block, which would reduce over both groups' lanes, stay on NCHW; and the
+    blocked graph computes what the NCHW one does (the interpreter runs both)."""
+    x = RNG.normal(size=(1, 2 * B, S, S)).astype(np.float32)
+    for groups, strided_groups, blocked_grouped in [(2, 2, {"conv2", "conv4"}), (4, 1, {"conv2"}), (8, 1, set()),
+                                                    (2, 4, {"conv2"})]:
+        text, w = grouped_bottleneck(2 * B, 4 * B, groups, strided_groups)
+        after = blocked(text, w)
+        grouped = {n.name[:5]: n.op for n in after.nodes if n.op in ("blocked_conv2d", "fused_conv2d", "conv2d")
+                   and n.attrs["groups"] > 1}
+        assert set(grouped) == {"conv2", "conv4"} - ({"conv4"} if strided_groups == 1 else set())
+        assert {name for name, op in grouped.items() if op == "blocked_conv2d"} == blocked_grouped, (groups,
+                                                                                                   strided_groups)
+        for got, want in zip(Interpreter(after)(x), Interpreter(parse_graph(text, w))(x)):
+            np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+def test_a_grouped_conv_with_more_outputs_than_inputs_stays_on_nchw():
+    """conv1 makes 2B channels, conv2 reads them in 2 groups of B (whole blocks) and makes 4B: its output blocks
+    are not its input's, so it stays on NCHW."""
+    text, w = bottleneck(2 * B, 4 * B), weights(2 * B, 4 * B)
+    text = text.replace("{padding=[1, 1, 1, 1]} @conv2", "{padding=[1, 1, 1, 1], groups=2} @conv2")
+    text = text.replace(f"const %w2: f32[{4 * B},{4 * B},3,3]", f"const %w2: f32[{4 * B},{B},3,3]")
+    w["w2"] = w["w2"][:, :B].copy()
+    text = text.replace(f"const %w1: f32[{4 * B},{2 * B},1,1]", f"const %w1: f32[{2 * B},{2 * B},1,1]")
+    text = text.replace(f"const %b1: f32[{4 * B}]", f"const %b1: f32[{2 * B}]")
+    text = text.replace(f"%c1: f32[1,{4 * B},{S},{S}]", f"%c1: f32[1,{2 * B},{S},{S}]")
+    text = text.replace(f"%r1: f32[1,{4 * B},{S},{S}]", f"%r1: f32[1,{2 * B},{S},{S}]")
+    w["w1"], w["b1"] = w["w1"][:2 * B].copy(), w["b1"][:2 * B].copy()
     after = blocked(text, w)
-    conv2 = next(n for n in after.nodes if n.name.startswith("conv2"))
-    assert conv2.op == "fused_conv2d"
+    assert next(n for n in after.nodes if n.name.startswith("conv2")).op == "fused_conv2d"
 
 
 def test_the_compiled_forward_on_the_blocked_layout_matches_the_interpreter(tmp_path):
@@ -577,6 +613,23 @@ def test_the_compiled_forward_on_the_blocked_layout_matches_the_interpreter(tmp_
     model = NumbaModel.build(graph, tmp_path)
     x = RNG.normal(size=(1, c, S, S)).astype(np.float32)
     for got, want in zip(model(x), Interpreter(parse_graph(text, w))(x)):
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("batch", [1, 2])
+@pytest.mark.parametrize("group_blocks", [1, 2])
+def test_a_compiled_chain_with_grouped_convs_matches_the_interpreter(tmp_path, group_blocks, batch):
+    """conv2d_blocked's grouped path in a forward, at this CPU's block: the bottleneck's 3x3 conv in groups of
+    one or two blocks, its strided 3x3 conv in groups of one block, each output block from its own group."""
+    block = cpu_block()
+    c, m = 2 * block, 4 * block
+    text, w = grouped_bottleneck(c, m, m // (group_blocks * block), 2, s=13)
+    text = text.replace("f32[1,", f"f32[{batch},")
+    graph = block_channels(optimize(parse_graph(text, w)), block)
+    assert sorted(n.attrs["groups"] for n in graph.nodes if n.op == "blocked_conv2d") == sorted(
+        [1, 1, m // (group_blocks * block), 2])
+    x = RNG.normal(size=(batch, c, 13, 13)).astype(np.float32)
+    for got, want in zip(NumbaModel.build(graph, tmp_path)(x), Interpreter(parse_graph(text, w))(x)):
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
 
 
