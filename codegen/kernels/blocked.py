@@ -597,14 +597,18 @@ def _conv2d_task(t, xf, wf, bias, rf, of, rows, dims, window, acts, params, scra
     src = _band_scratch(scratch, size)
     own = thread_id()
     own = own if own < held.size else 0  # as _band_scratch picks the scratch
-    if held[own] != n * bands + bi:  # consecutive tasks share a band: t % n_g is the task's group of blocks
-        held[own] = n * bands + bi
+    # the input blocks the task's output blocks read: all, or (grouped) their groups' only, which tasks of other
+    # output blocks of the band do not share
+    c0, c1 = (0, cb_n) if group_blocks == 0 else (q0 - q0 % group_blocks, min(cb_n, q1 + -q1 % group_blocks))
+    band = n * bands + bi if group_blocks == 0 else (n * bands + bi) * n_g + gi
+    if held[own] != band:  # consecutive tasks share a band: t % n_g is the task's group of blocks
+        held[own] = band
         n_rows = ((p1 - 1) // ow - y0) * sh + (kh - 1) * dh + 1
         if nchw:
             for c in range(c_n):
                 _gather_rows(src, c * hin * wp, xf, (n * c_n + c) * h * w, iy0, n_rows, h, w, wp, pl, 1)
         else:
-            for cb in range(cb_n):
+            for cb in range(c0, c1):
                 _gather_rows(src, cb * hin * wp * b, xf, (n * cb_n + cb) * h * w * b, iy0, n_rows, h, w, wp, pl, b)
     if group_blocks == 0:
         _blocked_out(src, 0, pix, 0, p0, p1, rows, k, wf, bias, rf, of, n * ob_n, oh * ow, b, q0, q1, acts, params,
