@@ -22,7 +22,7 @@ EfficientNet-B0 and ConvNeXt-T (same layer shapes, so the same parameter counts
 and FLOPs), and Ultralytics' YOLOv5s (v6.0 stem, v7.0 inference decode).
 
 The ``*_mini`` entries are reduced-size variants of today's architectures (ViT,
-Swin, MobileNetV3-Small, RegNetY, Inception-v3, ShuffleNetV2, the M5 audio net,
+Swin, MobileNetV3-Small, RegNetY, RegNetX, Inception-v3, ShuffleNetV2, the M5 audio net,
 an LSTM/GRU sequence model, a LLaMA-style decoder): every layer pattern of the
 real model, wired the same way, at a width, depth and input size that run in
 milliseconds, so the tests can check each on both backends at two batch sizes.
@@ -1546,6 +1546,10 @@ ZOO: dict[str, ZooEntry] = {
                "reduced RegNetY (torchvision layout): bottlenecks with grouped 3x3 convs (group width 8), "
                "squeeze-excitation in two stages, plain ResNeXt bottlenecks in the third, widths "
                "24/48/96, 10 classes"),
+        _entry("regnetx_mini", lambda: RegNet(stem=32, widths=(32, 64, 128), group_width=16, se=(None,) * 3),
+               (1, 3, 64, 64),
+               "reduced RegNetX (torchvision layout): ResNeXt bottlenecks with grouped 3x3 convs of group width 16 "
+               "(2/4/8 groups), no squeeze-excitation, widths 32/64/128, 10 classes"),
         _entry("inception_v3_mini", InceptionV3, (1, 3, 64, 64),
                "reduced Inception-v3 (torchvision layout): branchy blocks A, B (grid reduction), C "
                "(1x7/7x1) and E (1x3/3x1 splits), 3x3 avg/max pools, channel concat, 10 classes"),

@@ -29,6 +29,7 @@ EXPECTED_OUTPUT_SHAPES = {
     "swin_mini": (1, 10),
     "mobilenet_v3_mini": (1, 10),
     "regnety_mini": (1, 10),
+    "regnetx_mini": (1, 10),
     "inception_v3_mini": (1, 10),
     "shufflenet_v2_mini": (1, 10),
     "m5_audio_mini": (1, 10),

@@ -31,8 +31,8 @@ ARCHITECTURES = ["alexnet", "densenet121", "efficientnet_b0", "convnext_tiny"]
 # took 15 s of CI's cold run)
 ARCHITECTURES_AT_BATCH_2 = ["efficientnet_b0", "convnext_tiny"]
 # reduced-size variants: every layer pattern of the real model, each runs in milliseconds
-PATTERNS = ["vit_mini", "swin_mini", "mobilenet_v3_mini", "regnety_mini", "inception_v3_mini", "shufflenet_v2_mini",
-            "m5_audio_mini", "lstm_gru_mini", "llama_decoder_mini"]
+PATTERNS = ["vit_mini", "swin_mini", "mobilenet_v3_mini", "regnety_mini", "regnetx_mini", "inception_v3_mini",
+            "shufflenet_v2_mini", "m5_audio_mini", "lstm_gru_mini", "llama_decoder_mini"]
 
 SEED = 2  # make_input's
 
