@@ -57,6 +57,7 @@ from codegen.kernels.winograd import pack_transformed, winograd_conv2d
 from ir.errors import CodegenUnsupportedError
 from ir.graph import Node, Value
 from ir.ops.conv import _pad_pairs
+from ir.ops.layout import is_depthwise_weight
 from ir.types import TensorType
 
 # kernel, stride, padding and dilation of a 1x1 stride-1 unpadded conv: conv1x1_packed's
@@ -392,7 +393,7 @@ def _emit_blocked_conv2d(e: Emit) -> list[str]:
     conv1x1_blocked for a 1x1 unpadded one, conv2d_blocked for the others."""
     a = e.node.attrs
     block, segments = a["block"], tuple(a.get("in_segments") or ())
-    depthwise = a["groups"] > 1 and e.node.inputs[1].shape[1] == 1 and a["groups"] == e.node.inputs[1].shape[0]
+    depthwise = is_depthwise_weight(a["groups"], e.node.inputs[1].shape)
     bias = _blocked_bias(e, 2, segments if depthwise else ())
     residual = e.args[3] if len(e.args) > 3 else no_residual(e.outs[0])
     tag = _lanes_tag(block, segments)

@@ -585,13 +585,8 @@ def _conv2d_task(t, xf, wf, bias, rf, of, rows, dims, window, acts, params, scra
     q0, q1 = gi * per, min(ob_n, (gi + 1) * per)
     if direct:  # (two calls, not one of either array: a read-only input would not unify with scratch)
         a0 = (n * (c_n if nchw else cb_n) * h + iy0) * w * ps
-        if group_blocks == 0:
-            _blocked_out(xf, a0, pix, 0, p0, p1, rows, k, wf, bias, rf, of, n * ob_n, oh * ow, b, q0, q1, acts,
-                         params, half_q)
-        else:  # each output block from its group's input blocks
-            for q in range(q0, q1):
-                _blocked_out(xf, a0 + (q - q % group_blocks) * h * w * b, pix, 0, p0, p1, rows, k, wf, bias, rf,
-                             of, n * ob_n, oh * ow, b, q, q + 1, acts, params, half_q)
+        _window_out(xf, a0, h * w * b, group_blocks, pix, p0, p1, rows, k, wf, bias, rf, of, n * ob_n, oh * ow, b, q0,
+                    q1, acts, params, half_q)
         return
     size = (c_n if nchw else cb_n * b) * hin * wp
     src = _band_scratch(scratch, size)
@@ -610,13 +605,22 @@ def _conv2d_task(t, xf, wf, bias, rf, of, rows, dims, window, acts, params, scra
         else:
             for cb in range(c0, c1):
                 _gather_rows(src, cb * hin * wp * b, xf, (n * cb_n + cb) * h * w * b, iy0, n_rows, h, w, wp, pl, b)
+    _window_out(src, 0, hin * wp * b, group_blocks, pix, p0, p1, rows, k, wf, bias, rf, of, n * ob_n, oh * ow, b, q0,
+                q1, acts, params, half_q)
+
+
+@numba.njit(inline="always", **SEQ)
+def _window_out(a, a0, block_size, group_blocks, pix, p0, p1, rows, k, wf, bias, rf, of, ob0, hw, b, q0, q1, acts,
+                params, half_q):
+    """_conv2d_task's output blocks [q0, q1) from its windows at a[a0:] (an input block every block_size
+    elements): in one _blocked_out call, or (grouped: group_blocks) each block from its group's first input
+    block on."""
     if group_blocks == 0:
-        _blocked_out(src, 0, pix, 0, p0, p1, rows, k, wf, bias, rf, of, n * ob_n, oh * ow, b, q0, q1, acts, params,
-                     half_q)
+        _blocked_out(a, a0, pix, 0, p0, p1, rows, k, wf, bias, rf, of, ob0, hw, b, q0, q1, acts, params, half_q)
     else:
         for q in range(q0, q1):
-            _blocked_out(src, (q - q % group_blocks) * hin * wp * b, pix, 0, p0, p1, rows, k, wf, bias, rf, of,
-                         n * ob_n, oh * ow, b, q, q + 1, acts, params, half_q)
+            _blocked_out(a, a0 + (q - q % group_blocks) * block_size, pix, 0, p0, p1, rows, k, wf, bias, rf, of, ob0,
+                         hw, b, q, q + 1, acts, params, half_q)
 
 
 @numba.njit(**SEQ)

@@ -47,7 +47,7 @@ import numpy as np
 
 from ir.graph import Graph, Node, Value
 from ir.ops.fused import conv_weight
-from ir.ops.layout import blocked_groups_fit, blocked_shape, segment_lanes
+from ir.ops.layout import blocked_groups_fit, blocked_shape, is_depthwise_weight, segment_lanes
 from ir.types import TensorType
 
 _CONVS = ("conv2d", "fused_conv2d", "fused_affine_conv2d")  # (an affine one: 1x1, _blockable)
@@ -221,8 +221,7 @@ def _pixels(node: Node) -> int:
 
 
 def _is_depthwise(node: Node) -> bool:
-    return (node.op in _CONVS and node.attrs["groups"] > 1 and conv_weight(node).shape[1] == 1
-            and node.attrs["groups"] == node.outputs[0].shape[1])
+    return node.op in _CONVS and is_depthwise_weight(node.attrs["groups"], conv_weight(node).shape)
 
 
 def _is_grouped(node: Node) -> bool:
@@ -342,7 +341,7 @@ def _blockable(node: Node, block: int) -> bool:
     params = node.inputs[1:5] if node.op == "fused_affine_conv2d" else node.inputs[1:3]
     if node.op == "fused_affine_conv2d" and (w.shape[2:] != (1, 1) or any(a["padding"]) or a["groups"] != 1):
         return False
-    depthwise = a["groups"] == x.shape[1] == y.shape[1] and w.shape[1] == 1
+    depthwise = _is_depthwise(node)
     if not (x.dtype == y.dtype == w.dtype == "float32" and all(v.is_constant for v in params) and len(x.shape) == 4
             and a["padding_mode"] == "zeros" and _pixels(node) > 1):  # (on one pixel a conv is a linear layer)
         return False

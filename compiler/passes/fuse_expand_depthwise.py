@@ -19,6 +19,7 @@ Pre: block-channels has run. Post: no blocked depthwise conv reads such an expan
 from __future__ import annotations
 
 from ir.graph import Graph, Node
+from ir.ops.layout import is_depthwise_weight
 
 
 def fuse_expand_depthwise(graph: Graph) -> Graph:
@@ -27,8 +28,8 @@ def fuse_expand_depthwise(graph: Graph) -> Graph:
     outputs = set(graph.outputs)
     fused: dict[Node, Node] = {}  # depthwise conv -> its expansion
     for node in graph.nodes:
-        if node.op != "blocked_conv2d" or node.attrs["groups"] == 1 or node.inputs[1].shape[1] != 1:
-            continue  # not depthwise (a grouped conv's groups have several channels)
+        if node.op != "blocked_conv2d" or not is_depthwise_weight(node.attrs["groups"], node.inputs[1].shape):
+            continue
         e = node.inputs[0]
         if _is_expansion(e.producer) and e not in outputs and users.get(e, []) == [node]:
             fused[node] = e.producer

@@ -119,6 +119,12 @@ def _blocked_conv_type(types: list[TensorType], attrs: dict) -> TensorType:
     return _check_epilogue(types, attrs, blocked, 3)
 
 
+def is_depthwise_weight(groups: int, weight_shape: tuple[int, ...]) -> bool:
+    """Whether a conv of `groups` groups and this (O, C / groups, KH, KW) weight is depthwise: one input and one
+    output channel a group (a grouped conv's groups have several)."""
+    return groups > 1 and weight_shape[1] == 1 and groups == weight_shape[0]
+
+
 def blocked_groups_fit(groups: int, in_channels: int, out_channels: int, segments: int, block: int) -> bool:
     """Whether a grouped conv (not depthwise) runs on the layout: as many input as output channels, one segment,
     each group's channels whole blocks (codegen/kernels/blocked.py: each output block reads its group's input
@@ -136,7 +142,7 @@ def blocked_conv2d(x, weight, bias, residual=None, *, block, in_segments=None, *
     depthwise conv's result in its input's segments."""
     groups = conv_and_epilogue["groups"]
     segments = in_segments or (weight.shape[1] * groups,)
-    out_segments = segments if groups != 1 and groups == weight.shape[0] == sum(segments) else None  # depthwise
+    out_segments = segments if is_depthwise_weight(groups, weight.shape) else None
     plain = None if residual is None else unblocked_array(residual, block, out_segments or (weight.shape[0],))
     x = x if x.ndim == 4 else unblocked_array(x, block, segments)  # (an NCHW input: a stem conv's)
     y = fused_conv2d(x, weight, bias, plain, **conv_and_epilogue)
@@ -185,7 +191,7 @@ def _depthwise_attrs(attrs: dict) -> dict:
 
 def _expand_depthwise_type(types: list[TensorType], attrs: dict) -> TensorType:
     expanded = _blocked_conv_type(types[:3], _expansion_attrs(attrs))
-    if attrs["groups"] == 1 or types[3].rank != 4 or types[3].shape[1] != 1:
+    if types[3].rank != 4 or not is_depthwise_weight(attrs["groups"], types[3].shape):
         raise ValueError("blocked_expand_depthwise: the second conv is not a depthwise one")
     return _blocked_conv_type([expanded, *types[3:]], _depthwise_attrs(attrs))
 
