@@ -233,14 +233,16 @@ CHANNEL_TAPS_MAX_PLANE_BYTES = 1 << 22
 # Grouped convs whose groups fill whole half panels of channels (8 channels on AVX2: RegNetY's groups of
 # 8), on output planes of at most this many pixels (at batch 1, GROUPED_CHANNEL_TAPS_MAX_PIXELS_ONE):
 # conv2d_by_channels runs a group's channels in one vector and the batch's pixels end to end in MR-pixel
-# groups, each group's channels gathered just before its panels, where conv2d_packed pads each group's 8
-# channels to two MR-row panels and each image's pixels to a panel. Batch 8, 3x3, against conv2d_packed:
-# 96 channels in 12 groups on 4 x 4 0.64, from 8 x 8 stride 2 0.50, on 8 x 8 0.69; 48 in 6 on 8 x 8 0.88,
-# from 16 x 16 stride 2 0.91; 128 in 8 on 16 x 16 0.91; 24 in 3 from 32 x 32 stride 2 level. Batch 1: 96
-# in 12 from 8 x 8 stride 2 0.79, 48 in 6 on 8 x 8 level, larger planes 0.87-1.42 (104 in 13 on 28 x 28
-# 1.15, 24 in 3 from 32 x 32 stride 2 1.42) (Zen 3 EPYC, AVX2, 2 threads, in-process A/B, medians).
-GROUPED_CHANNEL_TAPS_MAX_PIXELS = 64
-GROUPED_CHANNEL_TAPS_MAX_PIXELS_ONE = 16
+# groups, each group's channels gathered over the last group's planes just before its panels, where
+# conv2d_packed pads each group's 8 channels to two MR-row panels and each image's pixels to a panel.
+# Groups of 8, 3x3, against conv2d_packed, kernel alone: batch 8, 440 channels on 7 x 7 0.58, 208 on 14 x 14
+# 0.88, 104 on 28 x 28 0.93, 48 from 112 x 112 stride 2 0.92; batch 2, 104 on 28 x 28 0.90, 48 on 56 x 56
+# 1.15; batch 1, 440 on 7 x 7 0.75, 96 on 8 x 8 0.72, 208 on 14 x 14 0.88, 96 on 14 x 14 0.83, 104 on 14 x 14
+# 1.08, 48 and 24 on 14 x 14 level, 208 from 28 x 28 stride 2 0.80, on 16 x 16 1.0-1.2, 104 on 28 x 28 1.27.
+# In a RegNetY-400MF-like model (profile per node): at batch 8 its 14 x 14 convs 0.73-0.82, 28 x 28 0.87-0.97,
+# at batch 1 7 x 7 0.92-0.95 and 14 x 14 0.86-1.0 (Zen 3 EPYC, AVX2, 2 threads, medians).
+GROUPED_CHANNEL_TAPS_MAX_PIXELS = 784
+GROUPED_CHANNEL_TAPS_MAX_PIXELS_ONE = 196
 
 
 def uses_channel_taps(node: Node, vector_floats: int) -> bool:

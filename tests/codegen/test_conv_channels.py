@@ -129,6 +129,8 @@ def test_conv2d_by_channels_reads_panels_of_any_whole_number_of_calls(panel):
     (3, 48, 48, (9, 8), 2, 6),  # strided, a batch whose pixels split into MR-pixel groups across images
     (2, 24, 36, (5, 7), 1, 3),  # 12 channels a group: a part-filled call
     (2, 40, 80, (4, 5), 1, 2),  # 40 channels a group: whole and half calls, across panels of 64
+    (4, 104, 104, (28, 28), 1, 13),  # planes of more than one block of images, each group over the last's
+    (1, 208, 208, (14, 14), 2, 26),  # one image, its pixel groups split between tasks
 ])
 def test_grouped_conv2d_by_channels_matches_float64(n, c, o, hw, stride, groups, panel):
     """Grouped convs on conv2d_by_channels, called directly whatever this machine's rule chooses: each
@@ -232,15 +234,19 @@ def _conv_node(shape, o, kernel, stride=(1, 1), padding=(1, 1, 1, 1), groups=1, 
     ((1, 64, 16, 16), 16, (3, 3), (1, 1), 1, 8, True),  # on AVX2 its half panels are 8 channels
     ((1, 512, 40, 40), 512, (3, 3), (1, 1), 1, 16, True),  # 3.6 MB of planes a task
     ((1, 1024, 40, 40), 256, (3, 3), (1, 1), 1, 16, False),  # 7.2 MB of planes
-    ((1, 64, 14, 14), 64, (3, 3), (1, 1), 2, 16, False),  # groups
+    ((1, 64, 28, 28), 64, (3, 3), (1, 1), 2, 16, False),  # groups, batch 1 on 784 pixels
     ((8, 96, 4, 4), 96, (3, 3), (1, 1), 12, 8, True),  # RegNetY's groups of 8 on AVX2: one vector each
     ((8, 96, 8, 8), 96, (3, 3), (2, 2), 12, 8, True),  # strided too, to 4 x 4
     ((8, 96, 4, 4), 96, (3, 3), (1, 1), 12, 16, False),  # AVX-512: 8 channels fill a quarter of a half call
     ((1, 96, 4, 4), 96, (3, 3), (1, 1), 12, 8, True),  # batch 1 on 16 pixels
-    ((1, 48, 8, 8), 48, (3, 3), (1, 1), 6, 8, False),  # batch 1 on 64: level, conv2d_packed
+    ((1, 48, 8, 8), 48, (3, 3), (1, 1), 6, 8, True),  # batch 1 on 64
+    ((1, 208, 14, 14), 208, (3, 3), (1, 1), 26, 8, True),  # batch 1 on 196
+    ((1, 48, 16, 16), 48, (3, 3), (1, 1), 6, 8, False),  # batch 1 on 256: conv2d_packed
     ((8, 48, 8, 8), 48, (3, 3), (1, 1), 6, 8, True),  # a batch on 64 pixels
     ((8, 48, 16, 16), 48, (3, 3), (2, 2), 6, 8, True),  # strided to 8 x 8
-    ((8, 24, 32, 32), 24, (3, 3), (2, 2), 3, 8, False),  # to 16 x 16: level, conv2d_packed
+    ((8, 24, 32, 32), 24, (3, 3), (2, 2), 3, 8, True),  # to 16 x 16
+    ((8, 104, 28, 28), 104, (3, 3), (1, 1), 13, 8, True),  # on 28 x 28
+    ((2, 48, 56, 56), 48, (3, 3), (1, 1), 6, 8, False),  # on 56 x 56: conv2d_packed
     ((8, 96, 4, 4), 72, (3, 3), (1, 1), 12, 8, False),  # groups of 6 channels: not whole half panels
     ((8, 32, 4, 4), 32, (3, 3), (1, 1), 32, 8, False),  # depthwise: a kernel of its own
     ((1, 512, 7, 7), 512, (1, 1), (1, 1), 1, 16, False),  # 1x1: conv1x1_by_channels or conv2d_packed
