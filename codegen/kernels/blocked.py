@@ -1350,11 +1350,18 @@ def _block_channels(q, segments, b):
 @numba.njit(**SEQ)
 def channel_scale_blocked(x, scale, out):
     """out = x * scale on the blocked layout, scale (N, C, 1, 1): each image's channel c times scale[n, c]
-    (a squeeze-and-excitation block's scale). out may be x. Tasks of one (image, block)."""
+    (a squeeze-and-excitation block's scale), the lanes past C (the last block's padding) zero. out may be x.
+    Tasks of one (image, block)."""
     n_n, cb_n, h, w, b = x.shape
-    if scale.size != n_n * cb_n * b or out.shape != x.shape:
+    c_n = scale.shape[1]
+    if scale.shape != (n_n, c_n, 1, 1) or not (cb_n - 1) * b < c_n <= cb_n * b or out.shape != x.shape:
         raise ValueError("channel_scale_blocked: operands of mismatched shapes")
-    xf, sf, of = x.reshape(-1), scale.reshape(-1), out.reshape(-1)
+    sf = np.empty(n_n * cb_n * b, np.float32)  # each image's scale, its padding lanes' zero
+    for n in range(n_n):
+        s0 = n * cb_n * b
+        sf[s0:s0 + c_n] = scale[n, :, 0, 0]
+        sf[s0 + c_n:s0 + cb_n * b] = 0.0
+    xf, of = x.reshape(-1), out.reshape(-1)
     run_tasks(_scale_task, n_n * cb_n, (xf, sf, of, h * w, b), x.size < PARALLEL_MIN_ELEMENTS)
 
 

@@ -268,16 +268,21 @@ def blocked_global_avg_pool(x, *, block, segments=None):
 
 def _blocked_scale_type(types: list[TensorType], attrs: dict) -> TensorType:
     n, cb, _, _, b = _blocked_dims(types[0], attrs["block"], "blocked_channel_scale")
-    if types[1].shape != (n, cb * b, 1, 1) or types[1].dtype != types[0].dtype:
+    s = types[1].shape
+    if (len(s) != 4 or s[0] != n or not (cb - 1) * b < s[1] <= cb * b or s[2:] != (1, 1)
+            or types[1].dtype != types[0].dtype):
         raise ValueError(f"blocked_channel_scale: the scale {types[1]} is not one per image and channel of {types[0]}")
     return types[0]
 
 
 @register("blocked_channel_scale", ["x", "scale"], {"block": INT()}, infer=_blocked_scale_type)
 def blocked_channel_scale(x, scale, *, block):
-    """x * scale of a blocked x by a (N, C, 1, 1) scale (a squeeze-and-excitation block's), blocked."""
+    """x * scale of a blocked x by a (N, C, 1, 1) scale (a squeeze-and-excitation block's), blocked; the lanes
+    past the C channels (padding of the last block) zero."""
     n, cb, _, _, b = x.shape
-    return x * scale.reshape(n, cb, 1, 1, b)
+    padded = np.zeros((n, cb * b), x.dtype)
+    padded[:, :scale.shape[1]] = scale.reshape(n, -1)
+    return x * padded.reshape(n, cb, 1, 1, b)
 
 
 def _blocked_transpose_type(types: list[TensorType], attrs: dict) -> TensorType:

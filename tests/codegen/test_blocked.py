@@ -514,6 +514,22 @@ def test_squeeze_excitation_pool_and_scale_on_the_blocked_layout_match_numpy(n, 
     np.testing.assert_array_equal(unblocked(xb), x * scale)
 
 
+@pytest.mark.parametrize("n, c", [(1, 2 * B + 3), (2, B // 2), (3, 3 * B - 1)])
+def test_a_channel_scale_of_a_padded_last_block_zeroes_its_padding_lanes(n, c):
+    """channel_scale_blocked on channels that pad their last block: the real lanes scaled (exactly, as numpy),
+    the padding lanes zero whatever they held, into another array and in place."""
+    rng = np.random.default_rng(c)
+    x = rng.standard_normal((n, c, 5, 6)).astype(np.float32)
+    scale = rng.standard_normal((n, c, 1, 1)).astype(np.float32)
+    for into in ("other", "itself"):
+        xb = blocked(x)
+        xb[:, -1, :, :, c % B:] = 7.0  # padding lanes holding something (a sigmoid of a zero channel: 0.5)
+        got = xb if into == "itself" else np.full(xb.shape, np.nan, np.float32)
+        channel_scale_blocked(xb, read_only(scale) if into == "other" else scale, got)
+        np.testing.assert_array_equal(unblocked(got, c), x * scale)
+        assert not got[:, -1, :, :, c % B:].any()
+
+
 @pytest.mark.parametrize("segments", [(B + B // 2,), (B // 2, 2 * B, 3), (2 * B, B)])
 def test_a_global_pool_of_segmented_channels_gathers_each_channels_mean(segments):
     """A concat's parts (each from a block's first lane) or one padded value, pooled into NCHW (N, C, 1, 1)."""
@@ -531,8 +547,12 @@ def test_squeeze_excitation_kernels_refuse_mismatched_operands():
         global_avg_pool_blocked(x, np.zeros((1, B, 1, 1), np.float32), (2 * B,))
     with pytest.raises(ValueError, match="global_avg_pool_blocked"):  # segments of 2B + 1 channels take 3 blocks
         global_avg_pool_blocked(x, np.zeros((1, 2 * B + 1, 1, 1), np.float32), (B, B + 1))
-    with pytest.raises(ValueError, match="channel_scale_blocked"):
+    with pytest.raises(ValueError, match="channel_scale_blocked"):  # a scale of fewer channels than the blocks hold
         channel_scale_blocked(x, np.zeros((1, B, 1, 1), np.float32), np.zeros_like(x))
+    with pytest.raises(ValueError, match="channel_scale_blocked"):  # of more
+        channel_scale_blocked(x, np.zeros((1, 2 * B + 1, 1, 1), np.float32), np.zeros_like(x))
+    with pytest.raises(ValueError, match="channel_scale_blocked"):  # of another batch
+        channel_scale_blocked(x, np.zeros((2, 2 * B, 1, 1), np.float32), np.zeros_like(x))
 
 
 def padding_lanes(out: np.ndarray, o: int) -> np.ndarray:

@@ -276,16 +276,19 @@ def test_a_concat_of_parts_that_are_not_whole_blocks_joins_in_segments():
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
 
 
-def test_squeeze_excitation_scales_take_whole_blocks_only():
-    """The gate is one value per channel in order: the scale of a block on channels that pad their last block
-    stays on NCHW (its pool and convs are blocked: the pool gathers each channel's mean)."""
+def test_squeeze_excitation_scales_of_a_padded_last_block_run_blocked():
+    """The gate is one value per channel in order: on channels that pad their last block (MobileNetV3's 72 and
+    120) the scale runs blocked, its padding lanes zero, and the block never leaves the layout (one reorder in,
+    one out, as on whole blocks)."""
     m = 6 * B + B // 2
     text, w = squeeze_excitation(4 * B, m)
     after = blocked(text, w)
-    assert "blocked_channel_scale" not in ops(after)
+    scale = next(n for n in after.nodes if n.op == "blocked_channel_scale")
+    assert scale.inputs[1].shape == (1, m, 1, 1) and scale.outputs[0].shape == (1, 7, 7, 7, B)
+    assert ops(after).count("to_blocked") == 1 and ops(after).count("from_blocked") == 1
     pool = next(n for n in after.nodes if n.op == "blocked_global_avg_pool")
     assert tuple(pool.attrs["segments"]) == (m,) and pool.outputs[0].shape == (1, m, 1, 1)
-    assert ops(after).count("blocked_conv2d") == 2  # the expansion and the depthwise conv
+    assert ops(after).count("blocked_conv2d") == 3  # the expansion, the depthwise conv and the projection
     x = RNG.normal(size=(1, 4 * B, 7, 7)).astype(np.float32)
     np.testing.assert_allclose(Interpreter(after)(x), Interpreter(parse_graph(text, w))(x), rtol=1e-4, atol=1e-5)
 
@@ -696,12 +699,12 @@ def test_a_compiled_segmented_concat_matches_the_interpreter(tmp_path):
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
 
 
-@pytest.mark.parametrize("side", [7, 23])
-def test_a_compiled_squeeze_excitation_chain_matches_the_interpreter(tmp_path, side):
+@pytest.mark.parametrize("side, padded", [(7, False), (23, False), (7, True), (23, True)])
+def test_a_compiled_squeeze_excitation_chain_matches_the_interpreter(tmp_path, side, padded):
     """global_avg_pool_blocked and channel_scale_blocked in a forward (7 x 7: in the calling thread; 23 x 23:
-    in tasks), at this CPU's block."""
+    in tasks), at this CPU's block, on whole blocks and on channels that pad their last block."""
     block = cpu_block()
-    text, w = squeeze_excitation(4 * block, 8 * block, side)
+    text, w = squeeze_excitation(4 * block, 6 * block + block // 2 if padded else 8 * block, side)
     graph = block_channels(optimize(parse_graph(text, w)), block)
     assert {"blocked_global_avg_pool", "blocked_channel_scale"} <= set(ops(graph))
     x = RNG.normal(size=(1, 4 * block, side, side)).astype(np.float32)
