@@ -1021,6 +1021,33 @@ class MobileNetV3Small(nn.Module):
         return self.classifier(torch.flatten(x, 1))
 
 
+class MobileNetV3Large(MobileNetV3Small):
+    """torchvision's mobilenet_v3_large: its fifteen bneck rows (ReLU, then Hardswish from 80 channels;
+    squeeze-excitation on the 72-, 120-, 480-, 672- and 960-channel expansions), last conv 960, classifier
+    1280 (Hardswish), 1000 classes."""
+
+    SETTINGS = (
+        (16, 3, 16, 16, False, "RE", 1),
+        (16, 3, 64, 24, False, "RE", 2),
+        (24, 3, 72, 24, False, "RE", 1),
+        (24, 5, 72, 40, True, "RE", 2),
+        (40, 5, 120, 40, True, "RE", 1),
+        (40, 5, 120, 40, True, "RE", 1),
+        (40, 3, 240, 80, False, "HS", 2),
+        (80, 3, 200, 80, False, "HS", 1),
+        (80, 3, 184, 80, False, "HS", 1),
+        (80, 3, 184, 80, False, "HS", 1),
+        (80, 3, 480, 112, True, "HS", 1),
+        (112, 3, 672, 112, True, "HS", 1),
+        (112, 5, 672, 160, True, "HS", 2),
+        (160, 5, 960, 160, True, "HS", 1),
+        (160, 5, 960, 160, True, "HS", 1),
+    )
+
+    def __init__(self, last_channel: int = 1280, num_classes: int = 1000):
+        super().__init__(last_channel, num_classes)
+
+
 # RegNetY (torchvision layout: ResBottleneckBlock with grouped 3x3 and SE) ----------
 
 
@@ -1542,6 +1569,13 @@ ZOO: dict[str, ZooEntry] = {
                "reduced MobileNetV3-Small (torchvision layout): depthwise convs, ReLU and Hardswish, "
                "squeeze-excitation with a hardsigmoid gate, 5 bneck blocks, Linear-Hardswish classifier, "
                "10 classes"),
+        _entry("mobilenet_v3_large", MobileNetV3Large, (1, 3, 224, 224),
+               "MobileNetV3-Large (torchvision layout): depthwise 3x3 and 5x5 convs, ReLU and Hardswish, "
+               "squeeze-excitation with a hardsigmoid gate on 72- to 960-channel expansions, 1000 classes"),
+        _entry("regnety_400mf", lambda: RegNet(stem=32, widths=(48, 104, 208, 440), depths=(1, 3, 6, 6),
+                                               se=(0.25,) * 4, num_classes=1000), (1, 3, 224, 224),
+               "RegNetY-400MF (torchvision layout): bottlenecks with grouped 3x3 convs in groups of 8 "
+               "channels, squeeze-excitation in every block, widths 48/104/208/440, 1000 classes"),
         _entry("regnety_mini", RegNet, (1, 3, 64, 64),
                "reduced RegNetY (torchvision layout): bottlenecks with grouped 3x3 convs (group width 8), "
                "squeeze-excitation in two stages, plain ResNeXt bottlenecks in the third, widths "

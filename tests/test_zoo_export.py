@@ -28,6 +28,8 @@ EXPECTED_OUTPUT_SHAPES = {
     "vit_mini": (1, 10),
     "swin_mini": (1, 10),
     "mobilenet_v3_mini": (1, 10),
+    "mobilenet_v3_large": (1, 1000),
+    "regnety_400mf": (1, 1000),
     "regnety_mini": (1, 10),
     "regnetx_mini": (1, 10),
     "inception_v3_mini": (1, 10),
