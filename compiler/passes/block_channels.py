@@ -311,8 +311,8 @@ def _joinable(node: Node, block: int) -> bool:
     """Whether a node other than a conv may run on the layout: a float32 max or average window pool; a float32
     concat along the channels (a concat along dim 1 of the blocked parts, its channels in segments); a float32
     global average pool (adaptive_avg_pool2d to 1 x 1, into NCHW); a squeeze-and-excitation block's scale (a mul
-    of a (N, C, H, W) value by a (N, C, 1, 1) one), its C channels in one segment (_misfits), the last block's
-    padding lanes set to zero: MobileNetV3's 72- and 120-channel blocks no longer leave the layout for it."""
+    of a (N, C, H, W) value by a (N, C, 1, 1) one), its C channels in one segment (_misfits), a last block's
+    padding lanes set to zero (MobileNetV3's 72 and 120 channels)."""
     y = node.outputs[0]
     if node.op in _POOLS:  # each channel to itself: padding lanes stay finite
         return len(y.shape) == 4 and y.dtype == "float32"
