@@ -79,7 +79,7 @@ from codegen.kernels.winograd import (
     input_transform4,
     output_transform,
     output_transform4,
-    weight_transform,
+    transform_chunks,
 )
 from ir.ops.layout import segment_lanes
 
@@ -826,9 +826,12 @@ def pack_winograd_blocked(weight: np.ndarray, block: int, tile: int = 2, segment
     block, K, block), a = tile + 2, O padded to whole blocks, K the input's lanes to its last real one
     (pad_to_blocks), U[k]'s output block q's weights for input lane c side by side: each of the a^2
     products is a blocked 1x1 conv."""
-    u_ = weight_transform(pad_to_blocks(weight, block, segments=segments), tile)  # (a^2, O, C), padded
-    planes, o_n, c_n = u_.shape
-    return np.ascontiguousarray(u_.reshape(planes, o_n // block, block, c_n).transpose(0, 1, 3, 2), dtype=np.float32)
+    padded = pad_to_blocks(weight, block, segments=segments)  # (O, C, 3, 3), O whole blocks
+    (o_n, c_n), a = padded.shape[:2], tile + 2
+    up = np.empty((a * a, o_n // block, c_n, block), np.float32)
+    for o0, o1, chunk in transform_chunks(padded, tile, block):  # (a^2, o1 - o0, C) each: no 4x copy of it all
+        up[:, o0 // block:o1 // block] = chunk.reshape(a * a, (o1 - o0) // block, block, c_n).transpose(0, 1, 3, 2)
+    return up
 
 
 @numba.njit(**SEQ)

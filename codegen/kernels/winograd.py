@@ -51,17 +51,37 @@ _G4 = np.array([[1 / 4, 0, 0], [-1 / 6, -1 / 6, -1 / 6], [-1 / 6, 1 / 6, -1 / 6]
                 [1 / 24, -1 / 12, 1 / 6], [0, 0, 1]])
 
 
+CHUNK_BYTES = 4 << 20  # float64 products of one chunk of output channels in weight_transform, at most
+
+
+def transform_chunks(weight: np.ndarray, tile: int = 2, multiple: int = 1):
+    """(o0, o1, U of output channels o0:o1 in float64, (a^2, o1 - o0, C)) over the (O, C, 3, 3) weight, in
+    chunks of a multiple of `multiple` channels whose products stay under CHUNK_BYTES: weight_transform's."""
+    # two BLAS products over every (o, c) of a chunk at once, in float64 (einsum took 3-5x as long). In
+    # chunks because a 512 -> 512 conv's float64 products take 75 MB a temporary: arrays that large are
+    # mapped fresh from the OS at each allocation, and their first touch took 0.2-0.7 s a conv on the AVX2
+    # VM. ResNet-18's cold compile at batch 8 spent 2.8 s packing its F(4x4) weights (cProfile), 1.2 s in
+    # chunks, most of which is now the first touch of the packed result itself
+    g_ = {2: _G, 4: _G4}[tile]
+    a = tile + 2
+    o_n, c_n = weight.shape[:2]
+    rows = max(multiple, CHUNK_BYTES // (a * a * c_n * 8) // multiple * multiple)
+    for o0 in range(0, o_n, rows):
+        o1 = min(o_n, o0 + rows)
+        g = np.moveaxis(weight[o0:o1].astype(np.float64), (2, 3), (0, 1))  # (3, 3, rows, C): g[a, b]
+        t = np.tensordot(g_, g, axes=(1, 0))  # (a, 3, rows, C): (G g)[i, b]
+        u = np.tensordot(g_, t, axes=(1, 1))  # (a, a, rows, C): (G g G^T)[i, j] at [j, i]
+        yield o0, o1, u.transpose(1, 0, 2, 3).reshape(a * a, o1 - o0, c_n)
+
+
 def weight_transform(weight: np.ndarray, tile: int = 2) -> np.ndarray:
     """U (a^2, O, C) with U[a*i + j, o, c] = (G g G^T)[i, j] for g = weight[o, c] (3x3), a = tile + 2: F(2x2,
     3x3)'s G for tile 2, F(4x4, 3x3)'s for tile 4."""
-    # two BLAS products over every (o, c) at once, in float64 (einsum took 3-5x as long: 0.1-0.2 s for
-    # a 256 -> 256 conv, a tenth of ResNet-18's cold compile)
-    g_ = {2: _G, 4: _G4}[tile]
     a = tile + 2
-    g = np.moveaxis(weight.astype(np.float64), (2, 3), (0, 1))  # (3, 3, O, C): g[a, b]
-    t = np.tensordot(g_, g, axes=(1, 0))  # (a, 3, O, C): (G g)[i, b]
-    u = np.tensordot(g_, t, axes=(1, 1))  # (a, a, O, C): (G g G^T)[i, j] at [j, i]
-    return u.transpose(1, 0, 2, 3).reshape(a * a, weight.shape[0], weight.shape[1]).astype(weight.dtype)
+    u_ = np.empty((a * a, *weight.shape[:2]), weight.dtype)
+    for o0, o1, chunk in transform_chunks(weight, tile):
+        u_[:, o0:o1] = chunk
+    return u_
 
 
 def pack_transformed(weight: np.ndarray) -> np.ndarray:

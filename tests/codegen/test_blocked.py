@@ -11,6 +11,7 @@ import numba
 import numpy as np
 import pytest
 
+from codegen.kernels import winograd
 from codegen.kernels.blocked import (
     DEPTHWISE_GROUP,
     FEW_PIXELS,
@@ -40,6 +41,7 @@ from codegen.kernels.conv_channels import pack_channel_panels
 from codegen.kernels.epilogue import ACTIVATION_CODES
 from codegen.kernels.gemm import PACKED_K_CHUNK
 from codegen.kernels.microkernel import MR, micro_gemm_taps_pixel, micro_gemm_taps_pixel_half, taps_width
+from codegen.kernels.winograd import weight_transform
 from ir.ops.conv import conv_transpose2d
 from ir.ops.layout import blocked_array
 from tests.codegen.rules import read_only, zero_bias
@@ -417,6 +419,25 @@ def test_f4x4_winograd_error_stays_near_f2x2s_on_a_long_reduction():
     errors = {tile: np.abs(run_winograd(x, w, bias, None, "none", "none", (1, 1), tile=tile) - expected).max()
               for tile in (2, 4)}
     assert errors[4] < 1e-4 * max(1.0, np.abs(expected).max()) and errors[4] < 20 * max(errors[2], 1e-7), errors
+
+
+@pytest.mark.parametrize("tile", [2, 4])
+@pytest.mark.parametrize("chunk_bytes", [1, 40_000, 4 << 20])
+def test_winograd_weights_transformed_in_chunks_equal_g_g_gt_in_float64(monkeypatch, tile, chunk_bytes):
+    """U = G g G^T of every (o, c), computed in chunks of output channels (one block each, chunks of 3
+    blocks with a last of 1, or all at once) and packed as winograd_blocked reads it, against einsum in
+    float64; weight_transform's plain (a^2, O, C) on the same chunks."""
+    monkeypatch.setattr(winograd, "CHUNK_BYTES", chunk_bytes)
+    rng = np.random.default_rng(3)
+    o, c = 10 * B, 7
+    w = rng.standard_normal((o, c, 3, 3)).astype(np.float32)
+    g_ = {2: winograd._G, 4: winograd._G4}[tile]
+    a = tile + 2
+    u = np.einsum("ia,ocab,jb->ijoc", g_, w.astype(np.float64), g_).reshape(a * a, o, c)
+    np.testing.assert_allclose(weight_transform(w, tile), u, rtol=1e-6, atol=1e-6)
+    packed = pack_winograd_blocked(w, B, tile)
+    assert packed.shape == (a * a, o // B, c, B) and packed.dtype == np.float32
+    np.testing.assert_allclose(packed, u.reshape(a * a, o // B, B, c).transpose(0, 1, 3, 2), rtol=1e-6, atol=1e-6)
 
 
 def depthwise_reference(x, w, bias, residual, act, post, stride, padding, dilation):
