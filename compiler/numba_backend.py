@@ -17,6 +17,7 @@ code generation and type inference altogether.
 
 from __future__ import annotations
 
+import concurrent.futures
 import functools
 import hashlib
 import importlib.util
@@ -219,15 +220,29 @@ class NumbaModel(CompiledModel):
         """Write a cache entry for `graph` into `directory`; return its meta. name: see write_modules.
         share(path, digest): store a weights file once for every entry (ModelCache.share)."""
         generated = generate_module(graph, comment=graph.name)
-        packs = []  # the weights written straight from the constants (no copy of them all in memory), mapped
-        for dtype in generated.weights.dtypes:
-            path = directory / f"weights_{dtype}.npy"
-            digest = write_digested(path, functools.partial(generated.weights.write_npy, dtype))
-            if share is not None:
-                share(path, digest)
-            packs.append(np.asarray(np.load(path, mmap_mode="r")))
-        write_modules(generated, directory, name, sample_arguments(graph, packs, generated.plan.arena_bytes),
-                      profile=False)
+
+        def write_weights() -> None:  # straight from the constants: no copy of them all in memory
+            for dtype in generated.weights.dtypes:
+                path = directory / f"weights_{dtype}.npy"
+                digest = write_digested(path, functools.partial(generated.weights.write_npy, dtype))
+                if share is not None:
+                    share(path, digest)
+
+        # The weights are written while the forward is linked: ResNet-18's at batch 8 are 207 MB (F(4x4)
+        # Winograd packs), 1.3 s of writing on the AVX2 VM, most of it the kernel's time in the page cache,
+        # and file writes and hashing release the GIL. Linking runs the forward in Python on arguments
+        # of its types only (codegen/linker.py): read-only arrays of the packs' sizes, never touched,
+        # type as the memory-mapped packs the forward gets.
+        with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="pnnx-jit-weights") as writer:
+            written = writer.submit(write_weights)
+            packs = [np.empty(generated.weights.sizes[dtype], dtype) for dtype in generated.weights.dtypes]
+            for pack in packs:
+                pack.flags.writeable = False
+            try:
+                write_modules(generated, directory, name,
+                              sample_arguments(graph, packs, generated.plan.arena_bytes), profile=False)
+            finally:
+                written.result()  # the writer's error, if it failed, before the linker's
         (directory / "graph.ir").write_text(print_graph(graph))
         constants = {c.name: [dtype, offset, list(c.shape)] for c, (dtype, offset) in generated.weights.slots.items()}
         return {"graph": graph.name, "weight_dtypes": generated.weights.dtypes, "constants": constants,

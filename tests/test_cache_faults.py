@@ -143,6 +143,32 @@ def test_a_full_or_read_only_disk_still_compiles_and_runs_with_one_warning(tmp_p
     assert len(warnings) == 1 and error.strerror in warnings[0].message
 
 
+def test_a_disk_that_fills_while_the_weights_are_written_leaves_no_entry(tmp_path, monkeypatch, caplog):
+    """The weights file is written on a thread while the forward is linked: when that write fails half-way
+    (the disk fills), the error reaches the compile, which runs without the cache, and no entry or
+    half-written build directory is left; the next compile with room builds the entry."""
+    import compiler.numba_backend as backend
+
+    written = backend.write_digested
+
+    def fills_half_way(path, write):
+        path.write_bytes(b"\x93NUMPY half")
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(backend, "write_digested", fills_half_way)
+    cache, model = tmp_path / "cache", write_model(tmp_path / "model")
+    with caplog.at_level(logging.WARNING, logger="compiler.numba_backend"):
+        m = compiler.compile(model, cache_dir=cache)
+    np.testing.assert_allclose(m(X), EXPECTED, rtol=1e-6)
+    assert m.cache_info.path is None and "No space left on device" in m.cache_info.reason
+    assert [p.name for p in (cache / "models").iterdir() if p.is_dir()] == []  # no entry, no build directory
+    monkeypatch.setattr(backend, "write_digested", written)
+    m = compiler.compile(model, cache_dir=cache)
+    assert not m.cache_info.hit and m.cache_info.path is not None
+    np.testing.assert_allclose(m(X), EXPECTED, rtol=1e-6)
+    assert compiler.compile(model, cache_dir=cache).cache_info.hit
+
+
 def test_a_read_only_cache_still_loads_its_entries(tmp_path, monkeypatch):
     """Loading writes nothing the load needs: an entry's last use is recorded if it can be."""
     cache, model = tmp_path / "cache", write_model(tmp_path / "model")
