@@ -91,6 +91,12 @@ CHUNK_GROUPS = 16  # MR-pixel groups per task's chunk of an image: 96 pixels, a 
 # Winograd's products level (0.92-1.03). 48 KB chunks: 1.08-1.10x these, 256 KB: level
 CHUNK_BYTES = 96 << 10
 CHUNK_GROUPS_MAX = 256
+STRIDED_COMPACT_MIN_K = 256  # input lanes from which a strided 1x1 conv reads a compact copy of its input's
+# pixels (_conv1x1_blocked). Read in place, a group's pixels lie a cache line or more apart, and every output
+# block reads them again. Kernel alone, in-process A/B, 2 threads, AVX2 Zen 3, stride 2, batch 1: ResNet-50's
+# downsampling convs 512 -> 1024 to 14 x 14 0.77, 1024 -> 2048 to 7 x 7 0.70, 256 -> 512 to 28 x 28 0.92;
+# shorter reductions gain little or lose the copy's pass (128 -> 256 on 14 x 14 1.04, 208 -> 440 on 7 x 7
+# 1.10 at batch 1 and 0.97 at batch 8, 64 -> 128 on 56 x 56 1.16, 40 -> 80 on 14 x 14 1.8)
 MIN_TASKS = 16  # tasks at least (8 a thread on 2), by splitting the output blocks into groups
 # conv2d_blocked's tasks: one a WINDOW_TASK_MACS multiply-adds, from WINDOW_MIN_TASKS to MIN_TASKS. Each task
 # gathers its band's input rows, so a small conv split 16 ways spent more on the gathers than it balanced: 4
@@ -270,7 +276,43 @@ def conv1x1_blocked_prologue(x, scale, shift, in_act, wt, bias, residual, out, s
 
 @numba.njit(**SEQ)
 def _conv1x1_blocked(x, wt, bias, residual, out, stride, acts, params, prologue, out_channels):
-    """conv1x1_blocked, through prologue (scale, shift, lo: max(x * scale + shift, lo); empty scale for none)."""
+    """conv1x1_blocked, through prologue (scale, shift, lo: max(x * scale + shift, lo); empty scale for none).
+    A strided conv of STRIDED_COMPACT_MIN_K input lanes or more, without a prologue, first copies the input
+    pixels it reads into a compact array (_subsampled) and runs at stride 1 on that (a prologue already
+    copies each chunk's pixels into scratch)."""
+    sh, sw = stride
+    if (sh != 1 or sw != 1) and prologue[0].size == 0 and wt.shape[1] >= STRIDED_COMPACT_MIN_K:
+        _conv1x1_blocked_at(_subsampled(x, sh, sw, out.shape[2], out.shape[3]), wt, bias, residual, out, (1, 1),
+                            acts, params, prologue, out_channels)
+    else:
+        _conv1x1_blocked_at(x, wt, bias, residual, out, stride, acts, params, prologue, out_channels)
+
+
+@numba.njit(**SEQ)
+def _subsampled(x, sh, sw, oh, ow):
+    """The pixels (oy * sh, ox * sw) of x (N, CB, H, W, B) for oy < oh, ox < ow: (N, CB, oh, ow, B), a
+    task a plane of blocks."""
+    n_n, cb_n, h, w, b = x.shape
+    if (oh - 1) * sh >= h or (ow - 1) * sw >= w:
+        raise ValueError("conv1x1_blocked: an output larger than the strided input")
+    out = np.empty((n_n, cb_n, oh, ow, b), np.float32)
+    serial = out.size < PARALLEL_MIN_ELEMENTS
+    run_tasks(_subsample_task, n_n * cb_n, (x.reshape(-1), out.reshape(-1), (h, w, b, sh, sw, oh, ow)), serial)
+    return out
+
+
+@numba.njit(**SEQ)
+def _subsample_task(t, xf, of, dims):
+    h, w, b, sh, sw, oh, ow = dims
+    x0, o0 = t * h * w * b, t * oh * ow * b
+    for oy in range(oh):
+        for ox in range(ow):
+            copy_run(of, o0 + (oy * ow + ox) * b, xf, x0 + (oy * sh * w + ox * sw) * b, b)
+
+
+@numba.njit(**SEQ)
+def _conv1x1_blocked_at(x, wt, bias, residual, out, stride, acts, params, prologue, out_channels):
+    """_conv1x1_blocked on x as it lies, at any stride."""
     sh, sw = stride
     n_n, cb_n, h, w, b = x.shape
     ob_n, oh, ow = out.shape[1], out.shape[2], out.shape[3]

@@ -15,6 +15,7 @@ from codegen.kernels import winograd
 from codegen.kernels.blocked import (
     DEPTHWISE_GROUP,
     FEW_PIXELS,
+    STRIDED_COMPACT_MIN_K,
     WINDOW_WEIGHT_BYTES,
     channel_scale_blocked,
     conv1x1_blocked,
@@ -229,6 +230,26 @@ def test_windowed_blocked_conv_matches_float64(kernel, stride, padding, dilation
               dilation)
     expected = reference(x, w, bias, residual, act, post, stride, padding, dilation)
     np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("c", [2 * B, STRIDED_COMPACT_MIN_K, STRIDED_COMPACT_MIN_K + B // 2])
+@pytest.mark.parametrize("stride, hw", [((2, 2), (13, 11)), ((1, 2), (6, 9)), ((3, 2), (12, 12)), ((2, 1), (9, 4))])
+def test_strided_1x1_blocked_conv_matches_float64_read_in_place_or_compacted(c, stride, hw):
+    """A strided 1x1 conv reads its pixels where they lie on short reductions, and from a compact copy of
+    them from STRIDED_COMPACT_MIN_K input lanes (a padded last block among them): both against float64,
+    with a residual, on planes whose last rows or columns the stride skips, at batch 3; NaN in the input's
+    padding lanes never reaches the output."""
+    o = 3 * B
+    x, w, bias = operands(3, c, o, hw, (1, 1), seed=c + stride[0])
+    out_hw = out_size(hw, (1, 1), stride, (0, 0, 0, 0), (1, 1))
+    residual = np.random.default_rng(4).standard_normal((3, o, *out_hw)).astype(np.float32)
+    out = np.full((3, blocks(o), *out_hw, B), np.nan, np.float32)
+    codes = ACTIVATION_CODES["relu"], 0.0, 0.0, 0, 0.0, 0.0
+    wt = read_only(pack_channel_panels(pad_to_blocks(w, B), B))
+    conv1x1_blocked(nan_padded(x) if c % B else blocked(x), wt, block_bias(bias, o), blocked(residual), out, stride,
+                    *codes)
+    expected = reference(x, w, bias, residual, "relu", "none", stride)
+    np.testing.assert_allclose(unblocked(out, o), expected, rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("padding", [(1, 1, 1, 1), (0, 0, 0, 0)])
