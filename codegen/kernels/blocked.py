@@ -70,7 +70,15 @@ from codegen.kernels.microkernel import (
     taps_width,
 )
 from codegen.kernels.tasks import run_tasks
-from codegen.kernels.vectors import copy_run, fma_sums, transpose_out, vector_floats, vector_loop, vector_width
+from codegen.kernels.vectors import (
+    affine_run,
+    copy_run,
+    fma_sums,
+    transpose_out,
+    vector_floats,
+    vector_loop,
+    vector_width,
+)
 from codegen.kernels.winograd import (
     RUN_BYTES,
     _int64s,
@@ -366,9 +374,7 @@ def _conv1x1_task(t, xf, wf, bias, rf, of, pix, rows, dims, acts, params, prolog
     for cb in range(c_n // b):
         x0, d0, c0 = (n * c_n + cb * b) * in_hw, cb * cg * MR * b, cb * b
         for i in range(p1 - p0):
-            xi, di = x0 + pix[p0 + i], d0 + i * b
-            for j in range(b):
-                src[u(di + j)] = max(xf[u(xi + j)] * scale[c0 + j] + shift[c0 + j], lo)
+            affine_run(src, d0 + i * b, xf, x0 + pix[p0 + i], b, scale, c0, shift, lo)
     local = np.zeros(cg * MR + MR, np.int64)  # the chunk's pixels in the scratch; past them, the first's
     for i in range(p1 - p0):
         local[i] = i * b

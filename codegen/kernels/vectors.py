@@ -385,9 +385,9 @@ def _vector_types(context, dtype):
     return width, vec, ir.VectorType(ir.IntType(1), width), 4 if dtype == types.float32 else 8, suffix
 
 
-def _run_codegen(clamp: bool):
-    """LLVM IR of copy_run (clamp False) or clamp_run: whole vectors, then one masked load and a partial
-    store (store_first)."""
+def _run_codegen(kind: str):
+    """LLVM IR of copy_run ("copy"), clamp_run ("clamp") or affine_run ("affine"): whole vectors, then one
+    masked load and a partial store (store_first)."""
     def codegen(context, builder, signature, args):
         dst_, d_, src_, s_, n_ = args[:5]
         d_, s_, n_ = (context.cast(builder, v, signature.args[i], types.int64) for v, i in ((d_, 1), (s_, 3), (n_, 4)))
@@ -402,21 +402,30 @@ def _run_codegen(clamp: bool):
             lane0 = builder.insert_element(ir.Constant(vec, ir.Undefined), value, ir.Constant(i32, 0))
             return builder.shuffle_vector(lane0, ir.Constant(vec, ir.Undefined), ir.Constant(ir.VectorType(i32, width),
                                                                                               [0] * width))
-        if clamp:
+        if kind == "clamp":
             bias, lo, hi = (splat(i) for i in (5, 6, 7))
-
-        def apply(v):  # compare and select, NaN kept (as numba's max(v, lo)): one vmaxps, one vminps
-            if not clamp:
-                return v
-            v = builder.fadd(v, bias)
-            v = builder.select(builder.fcmp_ordered("<", v, lo), lo, v)
-            return builder.select(builder.fcmp_ordered(">", v, hi), hi, v)
+        elif kind == "affine":
+            scale_ptr, shift_ptr = (cgutils.create_struct_proxy(signature.args[i])(context, builder, value=args[i]).data
+                                    for i in (5, 7))
+            c_ = context.cast(builder, args[6], signature.args[6], types.int64)
+            lo = splat(8)
 
         def at(ptr, start, k):
             return builder.bitcast(builder.gep(ptr, [builder.add(start, k)]), vec.as_pointer())
 
+        def apply(v, k, load=None):  # compare and select, NaN kept (as numba's max(v, lo)): one vmaxps, one vminps
+            if kind == "clamp":
+                v = builder.fadd(v, bias)
+                v = builder.select(builder.fcmp_ordered("<", v, lo), lo, v)
+                return builder.select(builder.fcmp_ordered(">", v, hi), hi, v)
+            if kind == "affine":  # scale and shift from lane c + k on (load: the masked tail's loader)
+                load = load or (lambda ptr: builder.load(at(ptr, c_, k), align=align))
+                v = builder.fadd(builder.fmul(v, load(scale_ptr)), load(shift_ptr))
+                return builder.select(builder.fcmp_ordered("<", v, lo), lo, v)
+            return v
+
         def copy(k, _):
-            builder.store(apply(builder.load(at(src_ptr, s_, k), align=align)), at(dst_ptr, d_, k), align=align)
+            builder.store(apply(builder.load(at(src_ptr, s_, k), align=align), k), at(dst_ptr, d_, k), align=align)
             return []
 
         whole = builder.mul(builder.sdiv(n_, ir.Constant(i64, width)), ir.Constant(i64, width))
@@ -430,9 +439,12 @@ def _run_codegen(clamp: bool):
         ptr_t = vec.as_pointer()
         load = cgutils.get_or_insert_function(builder.module, ir.FunctionType(vec, [ptr_t, i32, mask_t, vec]),
                                               f"llvm.masked.load.{suffix}.p0")
-        value = builder.call(load, [at(src_ptr, s_, whole), ir.Constant(i32, align), mask,
-                                    ir.Constant(vec, ir.Undefined)])
-        store_first(builder, apply(value), at(dst_ptr, d_, whole), left, align)
+        def masked_load(ptr, start):
+            return builder.call(load, [at(ptr, start, whole), ir.Constant(i32, align), mask,
+                                       ir.Constant(vec, ir.Undefined)])
+
+        value = apply(masked_load(src_ptr, s_), whole, lambda ptr: masked_load(ptr, c_))
+        store_first(builder, value, at(dst_ptr, d_, whole), left, align)
         builder.branch(done)
         builder.position_at_end(done)
         return context.get_dummy_value()
@@ -452,7 +464,7 @@ def copy_run(typingctx, dst, d, src, s, n):
     with d <= s (a compaction: each vector is loaded before anything at or past it is stored)."""
     if not _same_float_runs(dst, src):
         return None
-    return types.void(dst, d, src, s, n), _run_codegen(False)
+    return types.void(dst, d, src, s, n), _run_codegen("copy")
 
 
 @intrinsic
@@ -462,7 +474,18 @@ def clamp_run(typingctx, dst, d, src, s, n, bias, lo, hi):
     NaN, as torch's relu keeps it."""
     if not _same_float_runs(dst, src):
         return None
-    return types.void(dst, d, src, s, n, bias, lo, hi), _run_codegen(True)
+    return types.void(dst, d, src, s, n, bias, lo, hi), _run_codegen("clamp")
+
+
+@intrinsic
+def affine_run(typingctx, dst, d, src, s, n, scale, c, shift, lo):
+    """dst[d + i] = max(src[s + i] * scale[c + i] + shift[c + i], lo) for i < n, as copy_run: a per-channel
+    affine and ReLU (lo 0, or -inf for none) of one pixel's block of channels, a conv's BatchNorm-ReLU
+    prologue (numba's loop over a block's 16 lanes stayed scalar: LLVM vectorises 4 vectors at a time).
+    NaN stays NaN."""
+    if not (_same_float_runs(dst, src) and _same_float_runs(dst, scale) and _same_float_runs(dst, shift)):
+        return None
+    return types.void(dst, d, src, s, n, scale, c, shift, lo), _run_codegen("affine")
 
 
 @intrinsic

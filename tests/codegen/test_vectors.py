@@ -1,7 +1,7 @@
 """codegen/kernels/vectors.py: split_pairs against numpy's strided slices, for both float dtypes, any
 count (whole vectors and a masked last one) and any offsets, writing nothing past the pairs; copy_run and
 clamp_run against numpy's slices and clip, at every length around the vector width, writing
-nothing outside the run; run_max against numpy's max, NaN included, at every length around its
+nothing outside the run; affine_run against the same affine and ReLU in float64; run_max against numpy's max, NaN included, at every length around its
 unrolled step; transpose_out (a block of sums out through the one-pass epilogue) against the same
 arithmetic in float64, elementwise, with and without bias and residual."""
 
@@ -13,6 +13,7 @@ import pytest
 
 from codegen.kernels.vectors import (
     RUN_MAX_VECTORS,
+    affine_run,
     clamp_run,
     copy_run,
     run_max,
@@ -85,6 +86,33 @@ def test_copy_and_clamp_runs_of_every_length(dtype):
             np.testing.assert_array_equal(dst[d:d + n], expected)
             assert np.all(dst[:d] == -7.0) and np.all(dst[d + n:] == -7.0), (n, d, s)
 
+
+
+@numba.njit
+def _affine(dst, d, src, s, n, scale, c, shift, lo):
+    affine_run(dst, d, src, s, n, scale, c, shift, lo)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("lo", [0.0, -np.inf])
+def test_affine_run_of_every_length_reads_its_lanes_scale_and_shift(dtype, lo):
+    """dst = max(src * scale[c:] + shift[c:], lo) at every length around the vector width and at offsets of
+    dst, src and the lanes (a pixel's block of a BatchNorm-ReLU prologue), NaN kept, nothing written outside
+    the run, against float64 rounded once."""
+    width = numba.njit(lambda: vector_floats())()
+    rng = np.random.default_rng(1)
+    src = rng.standard_normal(5 * width).astype(dtype)
+    src[3] = np.nan
+    scale = rng.uniform(0.5, 2.0, 4 * width).astype(dtype)
+    shift = rng.standard_normal(4 * width).astype(dtype)
+    for n in range(3 * width + 2):
+        for d, s, c in ((0, 0, 0), (3, 5, 1), (1, 2, width - 1)):
+            dst = np.full(n + d + width, -7.0, dtype)
+            _affine(dst, d, src, s, n, scale, c, shift, dtype(lo))
+            exact = src[s:s + n].astype(np.float64) * scale[c:c + n] + shift[c:c + n]
+            expected = np.where(exact < lo, lo, exact)  # NaN stays NaN
+            np.testing.assert_allclose(dst[d:d + n], expected, rtol=1e-6 if dtype == np.float32 else 1e-15)
+            assert np.all(dst[:d] == -7.0) and np.all(dst[d + n:] == -7.0), (n, d, s, c)
 
 def test_copy_run_compacts_in_place():
     """conv2d_packed drops the columns past each output row by copying rows down within one array."""
