@@ -74,12 +74,13 @@ class BasicBlock(nn.Module):
 class Bottleneck(nn.Module):
     expansion = 4
 
-    def __init__(self, cin: int, planes: int, stride: int = 1, downsample=None):
+    def __init__(self, cin: int, planes: int, stride: int = 1, downsample=None, groups: int = 1,
+                 base_width: int = 64):
         super().__init__()
-        width = planes
+        width = planes * base_width // 64 * groups  # ResNeXt: groups of base_width * planes / 64 channels
         self.conv1 = nn.Conv2d(cin, width, 1, bias=False)
         self.bn1 = nn.BatchNorm2d(width)
-        self.conv2 = nn.Conv2d(width, width, 3, stride, 1, bias=False)
+        self.conv2 = nn.Conv2d(width, width, 3, stride, 1, groups=groups, bias=False)
         self.bn2 = nn.BatchNorm2d(width)
         self.conv3 = nn.Conv2d(width, planes * self.expansion, 1, bias=False)
         self.bn3 = nn.BatchNorm2d(planes * self.expansion)
@@ -95,9 +96,12 @@ class Bottleneck(nn.Module):
 
 
 class ResNet(nn.Module):
-    def __init__(self, block, layers: list[int], num_classes: int = 1000):
+    def __init__(self, block, layers: list[int], num_classes: int = 1000, groups: int = 1, width_per_group: int = 64):
         super().__init__()
         self.inplanes = 64
+        # a ResNeXt's grouped bottlenecks (torchvision's groups and width_per_group)
+        self.block_args = {} if (groups, width_per_group) == (1, 64) else {"groups": groups,
+                                                                           "base_width": width_per_group}
         self.conv1 = nn.Conv2d(3, 64, 7, 2, 3, bias=False)
         self.bn1 = nn.BatchNorm2d(64)
         self.relu = nn.ReLU(inplace=True)
@@ -119,9 +123,9 @@ class ResNet(nn.Module):
                 nn.Conv2d(self.inplanes, planes * block.expansion, 1, stride, bias=False),
                 nn.BatchNorm2d(planes * block.expansion),
             )
-        layers = [block(self.inplanes, planes, stride, downsample)]
+        layers = [block(self.inplanes, planes, stride, downsample, **self.block_args)]
         self.inplanes = planes * block.expansion
-        layers += [block(self.inplanes, planes) for _ in range(1, blocks)]
+        layers += [block(self.inplanes, planes, **self.block_args) for _ in range(1, blocks)]
         return nn.Sequential(*layers)
 
     def forward(self, x):
@@ -1528,6 +1532,9 @@ ZOO: dict[str, ZooEntry] = {
                "ResNet-18 (torchvision layout), 1000 classes"),
         _entry("resnet50", lambda: ResNet(Bottleneck, [3, 4, 6, 3]), (1, 3, 224, 224),
                "ResNet-50 v1.5 (torchvision layout), 1000 classes"),
+        _entry("resnext50_32x4d", lambda: ResNet(Bottleneck, [3, 4, 6, 3], groups=32, width_per_group=4),
+               (1, 3, 224, 224), "ResNeXt-50 32x4d (torchvision layout): bottlenecks with grouped 3x3 convs, "
+               "32 groups of 4/8/16/32 channels, 1000 classes"),
         _entry("mobilenet_v2", MobileNetV2, (1, 3, 224, 224),
                "MobileNetV2 1.0: inverted residuals, ReLU6, depthwise convs"),
         _entry("yolov5s", lambda: YOLOv5s(640), (1, 3, 640, 640),
