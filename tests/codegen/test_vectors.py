@@ -1,9 +1,9 @@
-"""codegen/kernels/vectors.py: split_pairs against numpy's strided slices, for both float dtypes, any
-count (whole vectors and a masked last one) and any offsets, writing nothing past the pairs; copy_run and
-clamp_run against numpy's slices and clip, at every length around the vector width, writing
-nothing outside the run; affine_run against the same affine and ReLU in float64; run_max against numpy's max, NaN included, at every length around its
-unrolled step; transpose_out (a block of sums out through the one-pass epilogue) against the same
-arithmetic in float64, elementwise, with and without bias and residual."""
+"""codegen/kernels/vectors.py: split_pairs against numpy's strided slices, for both float dtypes, any count
+(whole vectors and a masked last one) and any offsets, writing nothing past the pairs; copy_run and clamp_run
+against numpy's slices and clip, at every length around the vector width, writing nothing outside the run;
+affine_run against the same affine and ReLU in float64; run_max against numpy's max, NaN included, at every
+length around its unrolled step; transpose_out (a block of sums out through the one-pass epilogue) against the
+same arithmetic in float64, elementwise, with and without bias and residual."""
 
 from __future__ import annotations
 
