@@ -289,6 +289,8 @@ def _conv1x1_blocked(x, wt, bias, residual, out, stride, acts, params, prologue,
     pixels it reads into a compact array (_subsampled) and runs at stride 1 on that (a prologue already
     copies each chunk's pixels into scratch)."""
     sh, sw = stride
+    if (out.shape[2] - 1) * sh >= x.shape[2] or (out.shape[3] - 1) * sw >= x.shape[3]:
+        raise ValueError("conv1x1_blocked: an output larger than the strided input")
     if (sh != 1 or sw != 1) and prologue[0].size == 0 and wt.shape[1] >= STRIDED_COMPACT_MIN_K:
         _conv1x1_blocked_at(_subsampled(x, sh, sw, out.shape[2], out.shape[3]), wt, bias, residual, out, (1, 1),
                             acts, params, prologue, out_channels)
@@ -298,11 +300,9 @@ def _conv1x1_blocked(x, wt, bias, residual, out, stride, acts, params, prologue,
 
 @numba.njit(**SEQ)
 def _subsampled(x, sh, sw, oh, ow):
-    """The pixels (oy * sh, ox * sw) of x (N, CB, H, W, B) for oy < oh, ox < ow: (N, CB, oh, ow, B), a
-    task a plane of blocks."""
+    """The pixels (oy * sh, ox * sw) of x (N, CB, H, W, B) for oy < oh, ox < ow (inside x: checked by the
+    caller): (N, CB, oh, ow, B), a task a plane of blocks."""
     n_n, cb_n, h, w, b = x.shape
-    if (oh - 1) * sh >= h or (ow - 1) * sw >= w:
-        raise ValueError("conv1x1_blocked: an output larger than the strided input")
     out = np.empty((n_n, cb_n, oh, ow, b), np.float32)
     serial = out.size < PARALLEL_MIN_ELEMENTS
     run_tasks(_subsample_task, n_n * cb_n, (x.reshape(-1), out.reshape(-1), (h, w, b, sh, sw, oh, ow)), serial)
@@ -320,7 +320,7 @@ def _subsample_task(t, xf, of, dims):
 
 @numba.njit(**SEQ)
 def _conv1x1_blocked_at(x, wt, bias, residual, out, stride, acts, params, prologue, out_channels):
-    """_conv1x1_blocked on x as it lies, at any stride."""
+    """_conv1x1_blocked on x as it lies, at any stride (the output's size checked against it by the caller)."""
     sh, sw = stride
     n_n, cb_n, h, w, b = x.shape
     ob_n, oh, ow = out.shape[1], out.shape[2], out.shape[3]
@@ -329,8 +329,6 @@ def _conv1x1_blocked_at(x, wt, bias, residual, out, stride, acts, params, prolog
     if (b != taps_width() or wt.shape[0] != ob_n or wt.shape[2] != b or not _reads_lanes(k, cb_n, b)
             or out.shape[0] != n_n or out.shape[4] != b):
         raise ValueError("conv1x1_blocked: blocks of another width, or operands of mismatched shapes")
-    if (oh - 1) * sh >= h or (ow - 1) * sw >= w:
-        raise ValueError("conv1x1_blocked: an output larger than the strided input")
     half_q = _half_block(out_channels, ob_n, b)
     chunks, cg = _pixel_chunks(hw, k)
     serial = n_n * hw * ob_n * b * k < PARALLEL_MIN_MACS
