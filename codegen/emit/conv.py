@@ -20,7 +20,7 @@ from codegen.kernels.blocked import (
     expand_depthwise_blocked,
     from_blocked,
     global_avg_pool_blocked,
-    grouped_blocks,
+    group_lanes,
     pack_depthwise_blocked,
     pack_grouped_blocked,
     pack_transpose_blocked,
@@ -412,10 +412,10 @@ def _emit_blocked_conv2d(e: Emit) -> list[str]:
     if a["groups"] > 1:  # grouped (ir/ops/layout.py's blocked_groups_fit): each output block from its group's blocks
         groups = a["groups"]
         wt = e.prepack(1, f"grouped{groups}_blocked{block}", lambda w: pack_grouped_blocked(w, groups, block))
-        group_blocks = grouped_blocks(groups, e.node.inputs[1].shape[0], block)
+        lanes = group_lanes(groups, e.node.inputs[1].shape[0], block)
         return [f"{e.call(conv2d_blocked)}({e.args[0]}, {wt}, {bias}, {residual}, {e.outs[0]}, "
                 f"{const_args(kernel, stride, padding, a['dilation'])}, {epilogue_args(a)}, {out_channels}, "
-                f"{const(group_blocks)})"]
+                f"{const(lanes)})"]
     tile = blocked_winograd_tile(e.node)
     if tile:
         up = e.prepack(1, f"winograd{tile}_blocked{tag}",

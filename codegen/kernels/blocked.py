@@ -394,25 +394,18 @@ def _blocked_out(a, a0, pix, pix0, p0, p1, rows, k, wf, bias, rf, of, ob0, hw, b
     not given, numba prunes that branch and the kernels calling without it never compile the half path."""
     act, post = acts
     alpha, beta, post_alpha, post_beta = params
-    one_pass = act <= ONE_PASS and post <= 1
-    bounds = one_pass_bounds(act, alpha, beta, post) if one_pass else (-np.inf, np.inf, -np.inf)
-    lo, hi, top = np.float32(bounds[0]), np.float32(bounds[1]), np.float32(bounds[2])
-    res = rf if one_pass else rf[:0]  # a residual after an activation of more than one pass: epilogue_run's
-    chunked = k > PACKED_K_CHUNK
-    kc = -(-k // -(-k // PACKED_K_CHUNK))  # chunks of equal length
-    last = (-(-k // kc) - 1) * kc  # the last chunk's first step
-    whole = p0 + (p1 - p0) // MR * MR  # the groups stored from the registers end here
-    few = p1 - whole <= FEW_PIXELS  # the last pixels one at a time (micro_gemm_taps_pixel), else as a group
-    # the pixels summed chunk by chunk into acc (all but a few last ones, if chunked), or the last group's
-    n_acc = (whole - p0 if few else -(-(p1 - p0) // MR) * MR) if chunked else (0 if few else MR)
-    acc = np.empty(max(n_acc, 1 if whole < p1 else 0) * b, np.float32)  # a few last pixels' sums: acc[:b]
+    one_pass, (lo, hi, top), res = _one_pass(acts, params, rf)
+    plan, acc = _out_plan(k, p0, p1, b)
+    chunked, kc, last, whole, n_acc, few = plan
     for q in range(q0, q1):
         w0 = q * k * b
         o0 = (ob0 + q) * hw * b
         if half_q is not None:
             if q == half_q:
-                _half_block_out(a, a0, pix, pix0, p0, p1, rows, k, wf, bias, res, of, o0, w0, q, b, (lo, hi, top),
-                                acc, (chunked, kc, last, whole, n_acc, few))
+                _half_block_out(a, a0, pix, pix0, p0, p1, rows, k, wf, bias, res, of, o0, w0, q * b, b, (lo, hi, top),
+                                acc, plan)
+                for p in range(p0, p1):  # the padding lanes
+                    of[o0 + p * b + b // 2:o0 + p * b + b] = 0.0
                 if not one_pass:
                     epilogue_run(of, o0 + p0 * b, (p1 - p0) * b, of, o0 + p0 * b, 0.0, rf, act, alpha, beta, post,
                                  post_alpha, post_beta)
@@ -443,11 +436,66 @@ def _blocked_out(a, a0, pix, pix0, p0, p1, rows, k, wf, bias, rf, of, ob0, hw, b
                          post_alpha, post_beta)
 
 
+@numba.njit(inline="always", **SEQ)
+def _one_pass(acts, params, rf):
+    """(whether the epilogue runs from the registers, its (lo, hi, top) bounds there, the residual it adds
+    there: empty where the activation takes more than one pass, and epilogue_run adds it after)."""
+    act, post = acts
+    alpha, beta, post_alpha, post_beta = params
+    one_pass = act <= ONE_PASS and post <= 1
+    bounds = one_pass_bounds(act, alpha, beta, post) if one_pass else (-np.inf, np.inf, -np.inf)
+    return (one_pass, (np.float32(bounds[0]), np.float32(bounds[1]), np.float32(bounds[2])),
+            rf if one_pass else rf[:0])
+
+
+@numba.njit(inline="always", **SEQ)
+def _out_plan(k, p0, p1, b):
+    """How _blocked_out runs pixels [p0, p1) over a reduction of k steps: (chunked, chunk length, the last
+    chunk's first step, the end of the groups stored from the registers, the pixels summed into scratch, whether
+    the last pixels run one at a time), and that scratch."""
+    chunked = k > PACKED_K_CHUNK
+    kc = -(-k // -(-k // PACKED_K_CHUNK))  # chunks of equal length
+    last = (-(-k // kc) - 1) * kc  # the last chunk's first step
+    whole = p0 + (p1 - p0) // MR * MR  # the groups stored from the registers end here
+    few = p1 - whole <= FEW_PIXELS  # the last pixels one at a time (micro_gemm_taps_pixel), else as a group
+    # the pixels summed chunk by chunk into acc (all but a few last ones, if chunked), or the last group's
+    n_acc = (whole - p0 if few else -(-(p1 - p0) // MR) * MR) if chunked else (0 if few else MR)
+    acc = np.empty(max(n_acc, 1 if whole < p1 else 0) * b, np.float32)  # a few last pixels' sums: acc[:b]
+    return (chunked, kc, last, whole, n_acc, few), acc
+
+
 @numba.njit(**SEQ)
-def _half_block_out(a, a0, pix, pix0, p0, p1, rows, k, wf, bias, res, of, o0, w0, q, b, bounds, acc, plan):
-    """_blocked_out's block q (output at o0, weights at w0) half wide: an output's last block whose real
-    channels fill half of it at most (24 = 16 + 8 on AVX2). Its first B / 2 channels as _blocked_out computes a
-    block's B (the _half kernels), its other lanes (padding) set to zero."""
+def _half_groups_out(a, a0, pix, p0, p1, rows, k, wf, bias, rf, of, ob0, hw, b, q, acts, params, half_q):
+    """Output block q of a conv in groups of B / 2 channels (RegNetY's 8 on AVX2), as _blocked_out computes a
+    block: each half of it over the same half of the input block at a[a0:] (pixel p's step r at
+    a[a0 + pix[p - p0] + rows[r]], rows over B / 2 lanes), the _half kernels on the half of each step's weights
+    at its lanes. Block half_q (-1: none), whose real channels are its first half only, computes that half and
+    zeros the other."""
+    act, post = acts
+    alpha, beta, post_alpha, post_beta = params
+    one_pass, bounds, res = _one_pass(acts, params, rf)
+    plan, acc = _out_plan(k, p0, p1, b)
+    w0 = q * k * b
+    o0 = (ob0 + q) * hw * b
+    half = b // 2
+    _half_block_out(a, a0, pix, 0, p0, p1, rows, k, wf, bias, res, of, o0, w0, q * b, b, bounds, acc, plan)
+    if q == half_q:
+        for p in range(p0, p1):
+            of[o0 + p * b + half:o0 + p * b + b] = 0.0
+    else:
+        _half_block_out(a, a0 + half, pix, 0, p0, p1, rows, k, wf, bias, res, of, o0 + half, w0 + half, q * b + half,
+                        b, bounds, acc, plan)
+    if not one_pass:
+        epilogue_run(of, o0 + p0 * b, (p1 - p0) * b, of, o0 + p0 * b, 0.0, rf, act, alpha, beta, post, post_alpha,
+                     post_beta)
+
+
+@numba.njit(**SEQ)
+def _half_block_out(a, a0, pix, pix0, p0, p1, rows, k, wf, bias, res, of, o0, w0, bias0, b, bounds, acc, plan):
+    """The first B / 2 channels of _blocked_out's block (output at o0, weights at w0, bias at bias0), as
+    _blocked_out computes a block's B (the _half kernels): an output's last block whose real channels fill
+    half of it at most (24 = 16 + 8 on AVX2; its caller zeros the other lanes), or either half of a block of
+    a conv in groups of B / 2 channels (_half_groups_out: input, output and weights offset by the half)."""
     lo, hi, top = bounds
     chunked, kc, last, whole, n_acc, few = plan
     if chunked:
@@ -457,22 +505,20 @@ def _half_block_out(a, a0, pix, pix0, p0, p1, rows, k, wf, bias, res, of, o0, w0
     for p in range(p0, whole, MR):
         if chunked:
             micro_gemm_taps_seeded_half(k - last, a, a0, pix, pix0 + p - p0, rows, last, wf, w0 + last * b, b, of,
-                                        o0 + p * b, b, bias, q * b, lo, hi, top, res, acc, (p - p0) * b)
+                                        o0 + p * b, b, bias, bias0, lo, hi, top, res, acc, (p - p0) * b)
         else:
             micro_gemm_taps_out_half(k, a, a0, pix, pix0 + p - p0, rows, 0, wf, w0, b, of, o0 + p * b, b, bias,
-                                     q * b, lo, hi, top, res)
+                                     bias0, lo, hi, top, res)
     if few:
         for p in range(whole, p1):
             micro_gemm_taps_pixel_half(k, a, a0, pix, pix0 + p - p0, rows, 0, wf, w0, b, acc, 0)
-            _pixel_out_half(acc, 0, of, o0 + p * b, bias, q * b, lo, hi, top, res)
+            _pixel_out_half(acc, 0, of, o0 + p * b, bias, bias0, lo, hi, top, res)
     else:
         g = whole - p0 if chunked else 0
         micro_gemm_taps_half(k - last if chunked else k, a, a0, pix, pix0 + whole - p0, rows, last if chunked else 0,
                              wf, w0 + (last * b if chunked else 0), b, acc, g * b, b, chunked and last > 0)
         for i in range(p1 - whole):
-            _pixel_out_half(acc, (g + i) * b, of, o0 + (whole + i) * b, bias, q * b, lo, hi, top, res)
-    for p in range(p0, p1):
-        of[o0 + p * b + b // 2:o0 + p * b + b] = 0.0
+            _pixel_out_half(acc, (g + i) * b, of, o0 + (whole + i) * b, bias, bias0, lo, hi, top, res)
 
 
 def _pixel_out_intrinsic(half: bool):
@@ -510,7 +556,7 @@ _pixel_out_half = _pixel_out_intrinsic(True)
 
 @numba.njit(**SEQ)
 def conv2d_blocked(x, wt, bias, residual, out, kernel, stride, padding, dilation,
-                   act, alpha, beta, post, post_alpha, post_beta, out_channels=0, group_blocks=0):
+                   act, alpha, beta, post, post_alpha, post_beta, out_channels=0, group_lanes=0):
     """out = post(act(conv2d(x, W) + bias) + residual) on the blocked layout, ungrouped: x (N, C / B, H,
     W, B), wt = pack_channel_panels(W, B) (O / B, C * KH * KW, B), out and residual (N, O / B, OH, OW,
     B); padding (top, left, bottom, right) zeros. Tasks: (image, band of MR-pixel groups, group of
@@ -519,20 +565,21 @@ def conv2d_blocked(x, wt, bias, residual, out, kernel, stride, padding, dilation
     (BAND_BYTES at most, or one output row's) into scratch, zeros outside the image. out_channels as
     conv1x1_blocked's.
 
-    group_blocks (0: ungrouped) for a grouped conv of as many input as output channels whose groups are whole
-    blocks (g channels each, a multiple of B: g / B blocks a group): output block q reads its group's input
-    blocks, from q - q % group_blocks on (wt = pack_grouped_blocked(W, groups, B): a group's g lanes)."""
+    group_lanes (0: ungrouped) for a grouped conv of as many input as output channels in groups of g channels,
+    whole blocks or half ones (wt = pack_grouped_blocked(W, groups, B): a group's g lanes). Whole blocks (g a
+    multiple of B): output block q reads its group's g / B input blocks, from q - q % (g / B) on. Half blocks
+    (g = B / 2: RegNetY's 8 on AVX2): each half of output block q reads the same half of input block q."""
     n_n, cb_n, h, w, b = x.shape
     k = wt.shape[1] // (kernel[0] * kernel[1])  # the reduction's lanes (pad_to_blocks, pack_grouped_blocked)
     ob_n = out.shape[1]
-    if group_blocks == 0:
+    if group_lanes == 0:
         fits = _reads_lanes(k, cb_n, b)
-    else:  # each output block over its group's input blocks: as many as the output's
-        fits = group_blocks > 0 and ob_n == cb_n and k == group_blocks * b
+    else:  # each output block over its group's input lanes: as many blocks as the output's
+        fits = (group_lanes % b == 0 or 2 * group_lanes == b) and ob_n == cb_n and k == group_lanes
     if b != out.shape[4] or not fits:
         raise ValueError("conv2d_blocked: blocks of another width, or operands of mismatched shapes")
     _conv2d_blocked(x.reshape(-1), n_n, cb_n, k, h, w, False, wt, bias, residual, out, kernel, stride, padding,
-                    dilation, act, alpha, beta, post, post_alpha, post_beta, out_channels, group_blocks)
+                    dilation, act, alpha, beta, post, post_alpha, post_beta, out_channels, group_lanes)
 
 
 @numba.njit(**SEQ)
@@ -549,7 +596,7 @@ def conv2d_blocked_nchw(x, wt, bias, residual, out, kernel, stride, padding, dil
 
 @numba.njit(**SEQ)
 def _conv2d_blocked(xf, n_n, cb_n, c_n, h, w, nchw, wt, bias, residual, out, kernel, stride, padding, dilation,
-                    act, alpha, beta, post, post_alpha, post_beta, out_channels, group_blocks):
+                    act, alpha, beta, post, post_alpha, post_beta, out_channels, group_lanes):
     """conv2d_blocked of an input at xf whose first c_n lanes (blocked, cb_n blocks) or c_n channels (NCHW,
     cb_n = the blocks they would fill) the reduction reads (grouped: c_n lanes from an output block's group's
     first input block)."""
@@ -599,7 +646,7 @@ def _conv2d_blocked(xf, n_n, cb_n, c_n, h, w, nchw, wt, bias, residual, out, ker
     scratch = np.empty(scratch_n * size, np.float32)
     held = np.full(scratch_n, -1, np.int64)  # the band (image * bands + band) each thread's scratch holds
     data = (xf, wt.reshape(-1), bias, residual_run(residual, out), out.reshape(-1), rows,
-            (n_n, cb_n, h, w, b, ob_n, oh, ow, k, c_n, nchw, direct, half_q, group_blocks),
+            (n_n, cb_n, h, w, b, ob_n, oh, ow, k, c_n, nchw, direct, half_q, group_lanes),
             (kh, dh, sh, sw, pt, pl, hin, wp, gpb, bands, n_g, per),
             (act, post), (alpha, beta, post_alpha, post_beta), scratch, held)
     run_tasks(_conv2d_task, tasks, data, serial)
@@ -610,7 +657,8 @@ def _conv2d_task(t, xf, wf, bias, rf, of, rows, dims, window, acts, params, scra
     """Task t of conv2d_blocked: the input rows its band's windows read into this thread's scratch
     (zeros outside the image; unless the conv is unpadded: direct, or the thread's last task gathered the same
     band: held), then its output blocks (_blocked_out)."""
-    n_n, cb_n, h, w, b, ob_n, oh, ow, k, c_n, nchw, direct, half_q, group_blocks = dims
+    n_n, cb_n, h, w, b, ob_n, oh, ow, k, c_n, nchw, direct, half_q, group_lanes = dims
+    group_blocks = -(-group_lanes // b)  # the input blocks a group reads (half blocks: one)
     kh, dh, sh, sw, pt, pl, hin, wp, gpb, bands, n_g, per = window
     gi, bi, n = t % n_g, (t // n_g) % bands, t // (n_g * bands)
     ps = 1 if nchw else b  # a pixel's stride in the scratch: an NCHW input's channels gathered as planes
@@ -631,7 +679,7 @@ def _conv2d_task(t, xf, wf, bias, rf, of, rows, dims, window, acts, params, scra
     q0, q1 = gi * per, min(ob_n, (gi + 1) * per)
     if direct:  # (two calls, not one of either array: a read-only input would not unify with scratch)
         a0 = (n * (c_n if nchw else cb_n) * h + iy0) * w * ps
-        _window_out(xf, a0, h * w * b, group_blocks, pix, p0, p1, rows, k, wf, bias, rf, of, n * ob_n, oh * ow, b, q0,
+        _window_out(xf, a0, h * w * b, group_lanes, pix, p0, p1, rows, k, wf, bias, rf, of, n * ob_n, oh * ow, b, q0,
                     q1, acts, params, half_q)
         return
     size = (c_n if nchw else cb_n * b) * hin * wp
@@ -651,19 +699,24 @@ def _conv2d_task(t, xf, wf, bias, rf, of, rows, dims, window, acts, params, scra
         else:
             for cb in range(c0, c1):
                 _gather_rows(src, cb * hin * wp * b, xf, (n * cb_n + cb) * h * w * b, iy0, n_rows, h, w, wp, pl, b)
-    _window_out(src, 0, hin * wp * b, group_blocks, pix, p0, p1, rows, k, wf, bias, rf, of, n * ob_n, oh * ow, b, q0,
+    _window_out(src, 0, hin * wp * b, group_lanes, pix, p0, p1, rows, k, wf, bias, rf, of, n * ob_n, oh * ow, b, q0,
                 q1, acts, params, half_q)
 
 
 @numba.njit(inline="always", **SEQ)
-def _window_out(a, a0, block_size, group_blocks, pix, p0, p1, rows, k, wf, bias, rf, of, ob0, hw, b, q0, q1, acts,
+def _window_out(a, a0, block_size, group_lanes, pix, p0, p1, rows, k, wf, bias, rf, of, ob0, hw, b, q0, q1, acts,
                 params, half_q):
     """_conv2d_task's output blocks [q0, q1) from its windows at a[a0:] (an input block every block_size
-    elements): in one _blocked_out call, or (grouped: group_blocks) each block from its group's first input
-    block on."""
-    if group_blocks == 0:
+    elements): in one _blocked_out call, or (grouped: group_lanes) each block from its group's first input
+    block on, or (groups of half blocks) each block's halves from the same halves of its input block."""
+    if group_lanes == 0:
         _blocked_out(a, a0, pix, 0, p0, p1, rows, k, wf, bias, rf, of, ob0, hw, b, q0, q1, acts, params, half_q)
+    elif group_lanes < b:
+        for q in range(q0, q1):
+            _half_groups_out(a, a0 + q * block_size, pix, p0, p1, rows, k, wf, bias, rf, of, ob0, hw, b, q, acts,
+                             params, half_q)
     else:
+        group_blocks = group_lanes // b
         for q in range(q0, q1):
             _blocked_out(a, a0 + (q - q % group_blocks) * block_size, pix, 0, p0, p1, rows, k, wf, bias, rf, of, ob0,
                          hw, b, q, q + 1, acts, params, half_q)
@@ -841,19 +894,21 @@ def pad_to_blocks(weight: np.ndarray, block: int, depthwise: bool = False, segme
     return padded
 
 
-def grouped_blocks(groups: int, channels: int, block: int) -> int:
-    """conv2d_blocked's group_blocks for a conv of `groups` groups of `channels` input and output channels in
-    all: a group's blocks, or 0 where its channels are not whole blocks."""
+def group_lanes(groups: int, channels: int, block: int) -> int:
+    """conv2d_blocked's group_lanes for a conv of `groups` groups of `channels` input and output channels in
+    all: a group's channels, or 0 where they are neither whole blocks nor half ones."""
     g = channels // groups
-    return g // block if g % block == 0 and g * groups == channels else 0
+    return g if g * groups == channels and (g % block == 0 or 2 * g == block) else 0
 
 
 def pack_grouped_blocked(weight: np.ndarray, groups: int, block: int) -> np.ndarray:
     """A grouped conv's (O, O / groups, KH, KW) weight (as many input channels as output, groups of whole
-    blocks) for conv2d_blocked's group_blocks: (O / B, O / groups * KH * KW, B), each output block's panel over
-    its group's input channels, as pack_channel_panels packs an ungrouped conv's."""
-    if grouped_blocks(groups, weight.shape[0], block) == 0:
-        raise ValueError(f"pack_grouped_blocked: groups of {weight.shape[1]} channels are not whole blocks of {block}")
+    blocks or half ones) for conv2d_blocked's group_lanes: (O / B, O / groups * KH * KW, B), each output block's
+    panel over its groups' input lanes (a block in groups of half blocks: each lane over its own group's), as
+    pack_channel_panels packs an ungrouped conv's, the last block padded with zero channels."""
+    if group_lanes(groups, weight.shape[0], block) == 0:
+        raise ValueError(f"pack_grouped_blocked: groups of {weight.shape[1]} channels are neither whole blocks of "
+                         f"{block} nor half ones")
     return pack_channel_panels(weight, block)
 
 

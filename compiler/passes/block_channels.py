@@ -10,7 +10,10 @@ residual included, as one contiguous run from the registers (codegen/kernels/blo
 Blocked: conv2d and fused_conv2d nodes on float32 with constant weights and biases (a conv2d without one gets
 zeros), ungrouped, depthwise (groups == input channels == output channels) or grouped in whole blocks
 (RegNetY-800MF's groups of 16 channels on AVX2: the whole forward 0.88-0.90 of its time with them on NCHW and
-reorders around each; groups of 8, each block's reduction over both groups' lanes, took 1.0-1.08), zero-padded,
+reorders around each) or half ones (RegNetY-400MF's and ResNeXt-50's groups of 8 on AVX2, each half of a block
+over the same half of its input block: in-process A/B of the whole forward against them on NCHW, RegNetY-400MF
+0.85-0.86 at batch 1 and 0.76-0.86 at batch 8, ResNeXt-50 32x4d 0.94-0.95 at batch 1; an earlier kernel that
+reduced each block over both groups' lanes took 1.0-1.08), zero-padded,
 whose multiply-adds
 with its output channels padded to whole blocks (a depthwise conv's channels; a reduction stops at the input's
 last real lane) are at most MAX_PADDING more (ir/ops/layout.py: the padding channels are zero in the weights);

@@ -114,7 +114,7 @@ def _blocked_conv_type(types: list[TensorType], attrs: dict) -> TensorType:
     if groups != 1 and not depthwise and not blocked_groups_fit(groups, sum(segments), out.shape[1], len(segments),
                                                                  block):
         raise ValueError("blocked_conv2d: a grouped conv is blocked only with as many input as output channels in "
-                         "one segment, in groups of whole blocks")
+                         "one segment, in groups of whole blocks or half ones")
     blocked = TensorType(blocked_shape(out.shape, block, segments if depthwise else None), out.dtype)
     return _check_epilogue(types, attrs, blocked, 3)
 
@@ -127,9 +127,11 @@ def is_depthwise_weight(groups: int, weight_shape: tuple[int, ...]) -> bool:
 
 def blocked_groups_fit(groups: int, in_channels: int, out_channels: int, segments: int, block: int) -> bool:
     """Whether a grouped conv (not depthwise) runs on the layout: as many input as output channels, one segment,
-    each group's channels whole blocks (codegen/kernels/blocked.py: each output block reads its group's input
-    blocks, from the same index)."""
-    return in_channels == out_channels and segments == 1 and (in_channels // groups) % block == 0
+    each group's channels whole blocks or half ones (codegen/kernels/blocked.py: each output block reads its
+    group's input blocks, from the same index; each half of a block in groups of half blocks, the same half of
+    the input block)."""
+    g = in_channels // groups
+    return in_channels == out_channels and segments == 1 and (g % block == 0 or 2 * g == block)
 
 
 _BLOCKED_CONV_ATTRS = {**_CONV_ATTRS, **_EPILOGUE_ATTRS, "block": INT(), "in_segments": INTS(None, optional=True)}

@@ -27,7 +27,7 @@ from codegen.kernels.blocked import (
     expand_depthwise_blocked,
     from_blocked,
     global_avg_pool_blocked,
-    grouped_blocks,
+    group_lanes,
     pack_depthwise_blocked,
     pack_grouped_blocked,
     pack_transpose_blocked,
@@ -49,7 +49,8 @@ from tests.codegen.rules import read_only, zero_bias
 
 B = numba.njit(lambda: taps_width())()
 ACTS = {"none": lambda v: v, "relu": lambda v: np.maximum(v, 0),
-        "clamp": lambda v: np.clip(v, -0.5, 0.75), "silu": lambda v: v / (1 + np.exp(-v))}
+        "clamp": lambda v: np.clip(v, -0.5, 0.75), "silu": lambda v: v / (1 + np.exp(-v)),
+        "hardswish": lambda v: v * np.clip(v + 3, 0, 6) / 6}
 
 
 def blocks(channels: int) -> int:
@@ -280,17 +281,18 @@ def test_a_conv_of_large_weights_splits_its_output_blocks_over_tasks_that_share_
     np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-4)
 
 
-@pytest.mark.parametrize("group_blocks, groups", [(1, 3), (2, 2), (1, 1)])
+@pytest.mark.parametrize("g, groups", [(B, 3), (2 * B, 2), (B, 1), (B // 2, 4), (B // 2, 5), (B // 2, 1)])
 @pytest.mark.parametrize("kernel, stride, padding, n", [
     ((3, 3), (1, 1), (1, 1, 1, 1), 2), ((3, 3), (2, 2), (1, 1, 1, 1), 1), ((3, 3), (1, 1), (0, 0, 0, 0), 1),
     ((1, 1), (1, 1), (0, 0, 0, 0), 2)])
-def test_a_grouped_blocked_conv_reads_each_groups_own_blocks(group_blocks, groups, kernel, stride, padding, n):
-    """conv2d_blocked's group_blocks: each output block reduces over its group's input blocks only (groups of one
-    and two blocks; gathered into scratch and read where they lie), with bias, ReLU and a residual, against
-    float64 group by group. It fails if a block reads another group's input or weights."""
-    g = group_blocks * B
+def test_a_grouped_blocked_conv_reads_each_groups_own_lanes(g, groups, kernel, stride, padding, n):
+    """conv2d_blocked's group_lanes: each output block reduces over its group's input blocks only (groups of one
+    and two blocks), or each half of it over the same half of its input block (groups of half a block; an odd
+    number of them leaves the last block's second half padding, zero), gathered into scratch and read where they
+    lie, with bias, ReLU and a residual, against float64 group by group. It fails if a lane reads another
+    group's input or weights."""
     c = g * groups
-    rng = np.random.default_rng(group_blocks * 10 + groups)
+    rng = np.random.default_rng(g * 10 + groups)
     x = rng.standard_normal((n, c, 11, 11)).astype(np.float32)
     w = (rng.standard_normal((c, g, *kernel)) / np.sqrt(g * kernel[0] * kernel[1])).astype(np.float32)
     bias = rng.standard_normal(c).astype(np.float32)
@@ -299,27 +301,50 @@ def test_a_grouped_blocked_conv_reads_each_groups_own_blocks(group_blocks, group
     expected = np.concatenate([reference(x[:, i * g:(i + 1) * g], w[i * g:(i + 1) * g], bias[i * g:(i + 1) * g],
                                          residual[:, i * g:(i + 1) * g], "relu", "none", stride, padding)
                                for i in range(groups)], axis=1)
-    assert grouped_blocks(groups, c, B) == group_blocks
+    assert group_lanes(groups, c, B) == g
     wt = read_only(pack_grouped_blocked(w, groups, B))
     out = np.full((n, blocks(c), *out_hw, B), np.nan, np.float32)
     conv2d_blocked(blocked(x), wt, block_bias(bias, c), blocked(residual), out, kernel, stride, padding, (1, 1),
-                   ACTIVATION_CODES["relu"], 0.0, 0.0, 0, 0.0, 0.0, c, group_blocks)
+                   ACTIVATION_CODES["relu"], 0.0, 0.0, 0, 0.0, 0.0, c, g)
+    np.testing.assert_allclose(unblocked(out, c), expected, rtol=1e-5, atol=1e-5)
+    if c % B:  # the last block's padding lanes
+        assert np.all(out[:, -1, ..., c % B:] == 0)
+
+
+@pytest.mark.parametrize("act", ["silu", "hardswish"])
+def test_a_conv_in_groups_of_half_blocks_runs_an_activation_of_more_passes_over_both_halves(act):
+    """The epilogue of an activation that does not run from the registers (epilogue_run, after both halves of
+    a block in groups of half blocks), with a residual after it, against float64."""
+    g, groups, n = B // 2, 6, 2
+    c = g * groups
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((n, c, 9, 9)).astype(np.float32)
+    w = (rng.standard_normal((c, g, 3, 3)) / np.sqrt(g * 9)).astype(np.float32)
+    bias = rng.standard_normal(c).astype(np.float32)
+    residual = rng.standard_normal((n, c, 9, 9)).astype(np.float32)
+    expected = np.concatenate([reference(x[:, i * g:(i + 1) * g], w[i * g:(i + 1) * g], bias[i * g:(i + 1) * g],
+                                         residual[:, i * g:(i + 1) * g], act, "none", (1, 1), (1, 1, 1, 1))
+                               for i in range(groups)], axis=1)
+    out = np.full((n, blocks(c), 9, 9, B), np.nan, np.float32)
+    conv2d_blocked(blocked(x), pack_grouped_blocked(w, groups, B), block_bias(bias, c), blocked(residual), out,
+                   (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), ACTIVATION_CODES[act], 0.0, 0.0, 0, 0.0, 0.0, c, g)
     np.testing.assert_allclose(unblocked(out, c), expected, rtol=1e-5, atol=1e-5)
 
 
-def test_grouped_blocked_convs_refuse_groups_that_are_not_whole_blocks():
-    """pack_grouped_blocked and grouped_blocks take groups of whole blocks only; conv2d_blocked refuses a
-    group_blocks that does not match its weight's reduction, or an output of other blocks than its input's."""
-    assert grouped_blocks(4, 2 * B, B) == 0 and grouped_blocks(2, 2 * B, B) == 1
-    with pytest.raises(ValueError, match="whole blocks"):
-        pack_grouped_blocked(np.zeros((2 * B, B // 2, 3, 3), np.float32), 4, B)
+def test_grouped_blocked_convs_refuse_groups_that_are_neither_whole_blocks_nor_half_ones():
+    """pack_grouped_blocked and group_lanes take groups of whole blocks or half ones only; conv2d_blocked refuses
+    a group_lanes that does not match its weight's reduction, or an output of other blocks than its input's."""
+    assert group_lanes(4, 2 * B, B) == B // 2 and group_lanes(2, 2 * B, B) == B and group_lanes(8, 2 * B, B) == 0
+    assert group_lanes(3, 2 * B, B) == 0
+    with pytest.raises(ValueError, match="nor half ones"):
+        pack_grouped_blocked(np.zeros((2 * B, B // 4, 3, 3), np.float32), 8, B)
     x = blocked(np.zeros((1, 2 * B, 5, 5), np.float32))
     wt = pack_grouped_blocked(np.zeros((2 * B, B, 3, 3), np.float32), 2, B)
-    for group_blocks, o in [(2, 2 * B), (1, 3 * B)]:
+    for lanes, o in [(2 * B, 2 * B), (B, 3 * B), (B // 2, 2 * B), (B // 4, 2 * B)]:
         out = np.zeros((1, blocks(o), 5, 5, B), np.float32)
         with pytest.raises(ValueError, match="mismatched"):
             conv2d_blocked(x, wt, zero_bias(blocks(o) * B), out[:0], out, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1),
-                           0, 0.0, 0.0, 0, 0.0, 0.0, 0, group_blocks)
+                           0, 0.0, 0.0, 0, 0.0, 0.0, 0, lanes)
 
 
 @pytest.mark.parametrize("kernel", [(1, 1), (3, 3)])

@@ -169,16 +169,16 @@ def inverted_residual(c: int, m: int, s: int = 7) -> tuple[str, dict[str, np.nda
 
 def test_a_chain_with_a_depthwise_conv_runs_blocked_whatever_its_planes():
     """A MobileNet block on 7 x 7 runs blocked; with a grouped conv (not depthwise) in the depthwise conv's place,
-    whose groups of half a block stay on NCHW, each 1x1 conv would be a lone one and stays there too."""
+    whose groups of a quarter block stay on NCHW, each 1x1 conv would be a lone one and stays there too."""
     text, w = inverted_residual(2 * B, 4 * B)
     after = blocked(text, w)
     assert ops(after) == ["to_blocked", "blocked_conv2d", "blocked_conv2d", "blocked_conv2d", "from_blocked", "sin"]
     assert after.nodes[2].attrs["groups"] == 4 * B and after.nodes[2].attrs["activation"] == "clamp"
     x = RNG.normal(size=(1, 2 * B, 7, 7)).astype(np.float32)
     np.testing.assert_allclose(Interpreter(after)(x), Interpreter(parse_graph(text, w))(x), rtol=1e-4, atol=1e-5)
-    plain = text.replace("{padding=[1, 1, 1, 1], groups=64}", "{padding=[1, 1, 1, 1], groups=8}").replace(
-        "const %w2: f32[64,1,3,3]", "const %w2: f32[64,8,3,3]")
-    w2 = {**w, "w2": RNG.normal(size=(64, 8, 3, 3)).astype(np.float32)}
+    plain = text.replace("{padding=[1, 1, 1, 1], groups=64}", "{padding=[1, 1, 1, 1], groups=16}").replace(
+        "const %w2: f32[64,1,3,3]", "const %w2: f32[64,4,3,3]")
+    w2 = {**w, "w2": RNG.normal(size=(64, 4, 3, 3)).astype(np.float32)}
     assert "blocked_conv2d" not in ops(blocked(plain, w2)), "lone 1x1 convs about a grouped conv on NCHW"
 
 
@@ -570,13 +570,15 @@ def grouped_bottleneck(c: int, m: int, groups: int, strided_groups: int = 1, s: 
     return text, w
 
 
-def test_grouped_convs_of_whole_blocks_run_blocked_and_smaller_groups_stay_on_nchw():
+def test_grouped_convs_of_whole_or_half_blocks_run_blocked_and_smaller_groups_stay_on_nchw():
     """A grouped conv runs on the layout where its groups are whole blocks (each output block reads its group's
-    input blocks); groups of half a block, which would reduce over both groups' lanes, stay on NCHW; and the
-    blocked graph computes what the NCHW one does (the interpreter runs both)."""
+    input blocks) or half ones (each half of a block reads the same half of its input block); groups of a
+    quarter block stay on NCHW; and the blocked graph computes what the NCHW one does (the interpreter runs
+    both)."""
     x = RNG.normal(size=(1, 2 * B, S, S)).astype(np.float32)
-    for groups, strided_groups, blocked_grouped in [(2, 2, {"conv2", "conv4"}), (4, 1, {"conv2"}), (8, 1, set()),
-                                                    (2, 4, {"conv2"})]:
+    for groups, strided_groups, blocked_grouped in [(2, 2, {"conv2", "conv4"}), (4, 1, {"conv2"}),
+                                                    (8, 1, {"conv2"}), (16, 1, set()), (2, 4, {"conv2", "conv4"}),
+                                                    (2, 8, {"conv2"})]:
         text, w = grouped_bottleneck(2 * B, 4 * B, groups, strided_groups)
         after = blocked(text, w)
         grouped = {n.name[:5]: n.op for n in after.nodes if n.op in ("blocked_conv2d", "fused_conv2d", "conv2d")
@@ -620,17 +622,19 @@ def test_the_compiled_forward_on_the_blocked_layout_matches_the_interpreter(tmp_
 
 
 @pytest.mark.parametrize("batch", [1, 2])
-@pytest.mark.parametrize("group_blocks", [1, 2])
-def test_a_compiled_chain_with_grouped_convs_matches_the_interpreter(tmp_path, group_blocks, batch):
-    """conv2d_blocked's grouped path in a forward, at this CPU's block: the bottleneck's 3x3 conv in groups of
-    one or two blocks, its strided 3x3 conv in groups of one block, each output block from its own group."""
+@pytest.mark.parametrize("group_halves, strided_groups", [(2, 2), (4, 2), (1, 2), (2, 4)])
+def test_a_compiled_chain_with_grouped_convs_matches_the_interpreter(tmp_path, group_halves, strided_groups, batch):
+    """conv2d_blocked's grouped paths in a forward, at this CPU's block: the bottleneck's 3x3 conv in groups of
+    half a block, one block or two, its strided 3x3 conv in groups of one block or half a block, each output
+    block (or half of one) from its own group."""
     block = cpu_block()
     c, m = 2 * block, 4 * block
-    text, w = grouped_bottleneck(c, m, m // (group_blocks * block), 2, s=13)
+    groups = 2 * m // (group_halves * block)
+    text, w = grouped_bottleneck(c, m, groups, strided_groups, s=13)
     text = text.replace("f32[1,", f"f32[{batch},")
     graph = block_channels(optimize(parse_graph(text, w)), block)
     assert sorted(n.attrs["groups"] for n in graph.nodes if n.op == "blocked_conv2d") == sorted(
-        [1, 1, m // (group_blocks * block), 2])
+        [1, 1, groups, strided_groups])
     x = RNG.normal(size=(batch, c, 13, 13)).astype(np.float32)
     for got, want in zip(NumbaModel.build(graph, tmp_path)(x), Interpreter(parse_graph(text, w))(x)):
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
