@@ -49,6 +49,12 @@ MR = 6  # output channels per microkernel call: rows of the accumulator block
 # 48 rows ahead no better than 16)
 WEIGHT_PREFETCH_FLOATS = 256
 B_PREFETCH_ROWS = 16
+# micro_gemm_taps prefetches on vectors of this many floats and more only (AVX-512's 4-line steps, where it
+# was measured). On AVX2 (2 lines a step) it cost: blocked 1x1 convs in chains of 8 with distinct weights
+# (cold at batch 1, as in a model) 0.90-0.97 of the time without it (440 -> 440 on 7 x 7 at batch 8,
+# ResNet-50's 256 -> 64 to 2048 -> 512, RegNetY's 208 -> 440 at batch 8), blocked 3x3 convs with cold weights
+# 0.93-0.99 (stride 2 at batch 1 and 8), conv2d_by_channels 0.94-1.02 (in-process A/B, 2 threads, Zen 3)
+TAPS_PREFETCH_MIN_FLOATS = 16
 VECTORS_PER_ROW = 2  # NR = 2 vectors: 2 * MR accumulators + 2 loads + 1 broadcast fit in 16 registers
 
 
@@ -137,7 +143,7 @@ def _micro_gemm_codegen(vectors, indirect: bool = False, a_rows: bool = False, p
             b_row = builder.gep(b_ptr, [builder.load(builder.gep(rows_ptr, [p])) if indirect
                                         else builder.mul(p, ldb_)])
             b_vecs = [builder.load(vector_at(b_row, ir.Constant(i64, j * width)), align=4) for j in range(nv)]
-            if (a_rows or a_taps) and B_PREFETCH_ROWS:  # b: a transposed weight's rows, ldb apart
+            if (a_rows or a_taps and width >= TAPS_PREFETCH_MIN_FLOATS) and B_PREFETCH_ROWS:  # b: a weight's rows
                 ahead = builder.gep(b_row, [builder.mul(ldb_, ir.Constant(i64, B_PREFETCH_ROWS))])
                 for j in range(nv * width // 16):  # each 64-byte line of the row
                     prefetch_ahead(ahead, ir.Constant(i64, 16 * j))
