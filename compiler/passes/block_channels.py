@@ -38,8 +38,11 @@ Each value enters the layout once (one to_blocked however many blocked convs rea
 once, just after its producer, if anything else reads it or it is a graph output; the NCHW value keeps
 its name.
 
-The block is the channels of one microkernel call (taps_width: 16 on AVX2). On AVX-512 (64) the
-pipeline does not run the pass: its kernels there have not been measured against the NCHW ones.
+The block is the channels of one microkernel call (taps_width: 16 on AVX2, 64 on AVX-512). On AVX-512's 64
+lanes three more rules hold (NARROW_BLOCK): depthwise convs stay on NCHW, 1x1 convs count a quarter in the
+reorder rule, and only stems of stride 1 or 2 read NCHW. In-process A/B of the whole forward there (Intel
+Xeon, 2 threads), blocked / NCHW at batch 1 and 8: ResNet-18 0.70 and 0.54, ResNet-50 0.82; MobileNets,
+EfficientNet-B0, RegNetY-400MF and AlexNet level (they were 1.05-1.21 before those rules).
 
 Pre: the fusion passes have run. Post: no conv of a blocked chain reads or writes NCHW.
 """
@@ -73,15 +76,29 @@ MAX_PADDING = 1 / 3
 # input channels a windowed conv may read on NCHW, into the layout (conv2d_blocked_nchw): an image's; blocked,
 # 3 channels would take 16 lanes a pixel. MobileNetV2's stem 3 -> 32 on 224 x 224 then needs no to_blocked
 STEM_CHANNELS = 4
+# Blocks wider than this (AVX-512's 64 lanes: 4 vectors of 16) follow three more rules, each measured there
+# (whole forward at batch 1, blocked / NCHW, in-process A/B, 2 threads, Intel Xeon), where a blocked 3x3 conv
+# took 0.37-0.6 of the NCHW one's time and a 1x1 conv on 14 x 14 or 7 x 7 0.7-1.05:
+# - depthwise convs stay on NCHW: each MobileNet block's expansion and depthwise conv sat alone between 24- or
+#   40-channel projections that 64 lanes do not pad, reordered on both sides (MobileNetV2 1.13-1.15,
+#   EfficientNet-B0 1.10, MobileNetV3-Large 1.05 with them blocked);
+# - a 1x1 conv's multiply-add counts WIDE_POINTWISE_MAC_WEIGHT in the reorder rule: RegNetY-400MF's chain
+#   of 1x1 convs about its grouped ones, 269 multiply-adds a reordered element, took 1.21;
+# - a stem reads NCHW at strides up to WIDE_STEM_MAX_STRIDE only: AlexNet's 11 x 11 stride 4 took 1.5 of its
+#   NCHW time blocked (the forward 1.06), ResNet's 7 x 7 stride 2 0.84.
+NARROW_BLOCK = 16
+WIDE_POINTWISE_MAC_WEIGHT = 1 / 4
+WIDE_STEM_MAX_STRIDE = 2
 
 
 def channel_block() -> int | None:
-    """The block the pass uses on the CPU numba compiles for, or None where it does not run."""
+    """The block the pass uses on the CPU numba compiles for (taps_width: 16 on AVX2, 64 on AVX-512), or None
+    where it does not run (vectors of another width)."""
     from codegen.kernels.microkernel import taps_channels
     from codegen.kernels.vectors import target_vector_floats
 
     width = target_vector_floats()
-    return taps_channels(width) if width == 8 else None
+    return taps_channels(width) if width in (8, 16) else None
 
 
 def block_channels(graph: Graph, block: int | None = None) -> Graph:
@@ -96,7 +113,7 @@ def block_channels(graph: Graph, block: int | None = None) -> Graph:
         chosen -= _lone(chosen, users)
         chosen -= {n for n in chosen if n.op not in _CONVS and not _joins(n, chosen, users)}
         for chain in _chains(chosen):  # the chains too short to pay for their reorders
-            if _macs(chain) < MIN_MACS_PER_REORDERED * _reordered(chain, users, set(graph.outputs)):
+            if _macs(chain, block) < MIN_MACS_PER_REORDERED * _reordered(chain, users, set(graph.outputs)):
                 chosen -= chain
         chosen -= _misfits(chosen, _segments(chosen, graph), block)
         if chosen == before:
@@ -296,10 +313,16 @@ def _chains(chosen: set[Node]) -> list[set[Node]]:
     return list(chains.values())
 
 
-def _macs(chain: set[Node]) -> int:
-    """The chain's multiply-adds, a depthwise conv's counted DEPTHWISE_MAC_WEIGHT times."""
-    return sum(int(np.prod(n.outputs[0].shape)) * int(np.prod(conv_weight(n).shape[1:]))
-               * (DEPTHWISE_MAC_WEIGHT if _is_depthwise(n) else 1) for n in chain if n.op in _CONVS)
+def _macs(chain: set[Node], block: int) -> float:
+    """The chain's multiply-adds, a depthwise conv's counted DEPTHWISE_MAC_WEIGHT times, a 1x1 conv's on blocks
+    wider than NARROW_BLOCK WIDE_POINTWISE_MAC_WEIGHT times."""
+    def weight(n: Node) -> float:
+        if _is_depthwise(n):
+            return DEPTHWISE_MAC_WEIGHT
+        return WIDE_POINTWISE_MAC_WEIGHT if block > NARROW_BLOCK and conv_weight(n).shape[2:] == (1, 1) else 1
+
+    return sum(int(np.prod(n.outputs[0].shape)) * int(np.prod(conv_weight(n).shape[1:])) * weight(n)
+               for n in chain if n.op in _CONVS)
 
 
 def _reordered(chain: set[Node], users: dict[Value, list[Node]], outputs: set[Value]) -> int:
@@ -334,8 +357,9 @@ def _joinable(node: Node, block: int) -> bool:
 
 
 def _blockable(node: Node, block: int) -> bool:
-    """Whether a conv may run blocked: float32, constant weights and bias, zero-padded, ungrouped or depthwise,
-    padded at most MAX_PADDING; one after a per-channel affine (fused_affine_conv2d: a BatchNorm and ReLU before
+    """Whether a conv may run blocked: float32, constant weights and bias, zero-padded, ungrouped or depthwise
+    (on blocks of at most NARROW_BLOCK lanes), padded at most MAX_PADDING; on wider blocks a stem of stride at most
+    WIDE_STEM_MAX_STRIDE; one after a per-channel affine (fused_affine_conv2d: a BatchNorm and ReLU before
     it, DenseNet's) 1x1 unpadded, its scale and shift constant."""
     if node.op not in _CONVS:
         return False
@@ -344,6 +368,8 @@ def _blockable(node: Node, block: int) -> bool:
     if node.op == "fused_affine_conv2d" and (w.shape[2:] != (1, 1) or any(a["padding"]) or a["groups"] != 1):
         return False
     depthwise = _is_depthwise(node)
+    if block > NARROW_BLOCK and (depthwise or _reads_nchw(node) and max(a["stride"]) > WIDE_STEM_MAX_STRIDE):
+        return False
     if not (x.dtype == y.dtype == w.dtype == "float32" and all(v.is_constant for v in params) and len(x.shape) == 4
             and a["padding_mode"] == "zeros" and _pixels(node) > 1):  # (on one pixel a conv is a linear layer)
         return False

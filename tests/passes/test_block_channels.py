@@ -2,6 +2,8 @@
 into it per value and one out of it where anything else reads a value; the blocked graph computes
 what the NCHW one does (the interpreter runs both), and so does the compiled forward."""
 
+import sys
+
 import numpy as np
 import pytest
 
@@ -13,7 +15,10 @@ from compiler.numba_backend import NumbaModel
 from compiler.passes.block_channels import (
     MAX_PADDING,
     MIN_MACS_PER_REORDERED,
+    NARROW_BLOCK,
     STEM_CHANNELS,
+    WIDE_POINTWISE_MAC_WEIGHT,
+    WIDE_STEM_MAX_STRIDE,
     block_channels,
     channel_block,
 )
@@ -27,9 +32,17 @@ RNG = np.random.default_rng(5)
 
 
 def cpu_block() -> int:
-    """The block the pipeline uses on the CPU numba compiles for: 16 on AVX2, 64 on AVX-512 (where the pipeline
-    does not run block-channels, and the compiled-forward tests call it with this block themselves)."""
+    """The block the pipeline uses on the CPU numba compiles for: 16 on AVX2, 64 on AVX-512."""
     return taps_channels(target_vector_floats())
+
+
+@pytest.fixture
+def kernel_block(monkeypatch) -> int:
+    """This CPU's block, with the pass taking at it whatever it takes on 16-lane blocks (on wider ones it keeps
+    depthwise convs, short 1x1 chains and stems of stride 4 on NCHW: NARROW_BLOCK), so that a compiled-forward
+    test runs the blocked kernels of this CPU whatever its block."""
+    monkeypatch.setattr(sys.modules["compiler.passes.block_channels"], "NARROW_BLOCK", cpu_block())
+    return cpu_block()
 
 
 def w(*shape: int) -> np.ndarray:
@@ -606,11 +619,10 @@ def test_a_grouped_conv_with_more_outputs_than_inputs_stays_on_nchw():
     assert next(n for n in after.nodes if n.name.startswith("conv2")).op == "fused_conv2d"
 
 
-def test_the_compiled_forward_on_the_blocked_layout_matches_the_interpreter(tmp_path):
+def test_the_compiled_forward_on_the_blocked_layout_matches_the_interpreter(tmp_path, kernel_block):
     """Every blocked kernel in one forward: a 1x1 conv, a 3x3 one by Winograd F(4x4), a 1x1 one with its
-    residual, a strided 3x3 one (direct), the reorders; at the block this CPU's kernels take (64 on AVX-512, where the pipeline
-    itself does not run the pass)."""
-    block = cpu_block()
+    residual, a strided 3x3 one (direct), the reorders; at the block this CPU's kernels take (64 on AVX-512)."""
+    block = kernel_block
     c, m = 2 * block, 4 * block
     text, w = bottleneck(c, m), weights(c, m)
     graph = block_channels(optimize(parse_graph(text, w)), block)
@@ -623,11 +635,12 @@ def test_the_compiled_forward_on_the_blocked_layout_matches_the_interpreter(tmp_
 
 @pytest.mark.parametrize("batch", [1, 2])
 @pytest.mark.parametrize("group_halves, strided_groups", [(2, 2), (4, 2), (1, 2), (2, 4)])
-def test_a_compiled_chain_with_grouped_convs_matches_the_interpreter(tmp_path, group_halves, strided_groups, batch):
+def test_a_compiled_chain_with_grouped_convs_matches_the_interpreter(tmp_path, group_halves, strided_groups, batch,
+                                                                     kernel_block):
     """conv2d_blocked's grouped paths in a forward, at this CPU's block: the bottleneck's 3x3 conv in groups of
     half a block, one block or two, its strided 3x3 conv in groups of one block or half a block, each output
     block (or half of one) from its own group."""
-    block = cpu_block()
+    block = kernel_block
     c, m = 2 * block, 4 * block
     groups = 2 * m // (group_halves * block)
     text, w = grouped_bottleneck(c, m, groups, strided_groups, s=13)
@@ -640,9 +653,9 @@ def test_a_compiled_chain_with_grouped_convs_matches_the_interpreter(tmp_path, g
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
 
 
-def test_a_compiled_depthwise_chain_on_the_blocked_layout_matches_the_interpreter(tmp_path):
+def test_a_compiled_depthwise_chain_on_the_blocked_layout_matches_the_interpreter(tmp_path, kernel_block):
     """depthwise_blocked in a forward, between blocked 1x1 convs, at this CPU's block."""
-    block = cpu_block()
+    block = kernel_block
     text, w = inverted_residual(block, 2 * block, 9)
     graph = block_channels(optimize(parse_graph(text, w), stop_after="block-channels"), block)  # (unfused: the
     # depthwise kernel itself, not fuse-expand-depthwise's)
@@ -653,10 +666,10 @@ def test_a_compiled_depthwise_chain_on_the_blocked_layout_matches_the_interprete
 
 
 @pytest.mark.parametrize("batch", [1, 3])
-def test_a_compiled_chain_on_channels_that_pad_the_last_block_matches_the_interpreter(tmp_path, batch):
+def test_a_compiled_chain_on_channels_that_pad_the_last_block_matches_the_interpreter(tmp_path, batch, kernel_block):
     """The reorders, the padded weights and biases, and the kernels on padded blocks in a forward, at this
     CPU's block: an inverted residual on 1.5 blocks of channels, expanded to 6 times as many."""
-    block = cpu_block()
+    block = kernel_block
     c = block + block // 2
     text, w = inverted_residual(c, 6 * c, 9)
     text = text.replace("f32[1,", f"f32[{batch},")
@@ -668,10 +681,10 @@ def test_a_compiled_chain_on_channels_that_pad_the_last_block_matches_the_interp
 
 
 @pytest.mark.parametrize("channels, batch", [(1, 1), (1.75, 2)])
-def test_a_compiled_chain_with_window_pools_matches_the_interpreter(tmp_path, channels, batch):
+def test_a_compiled_chain_with_window_pools_matches_the_interpreter(tmp_path, channels, batch, kernel_block):
     """pool_blocked in a forward, max and average, at this CPU's block; 1.75 blocks: padded channels (3x3 convs
     on 1.5 would grow by more than MAX_PADDING)."""
-    block = cpu_block()
+    block = kernel_block
     c = int(block * channels)
     text, weights = pooled_chain(c, 2 * S, batch)
     graph = block_channels(optimize(parse_graph(text, weights)), block)
@@ -681,8 +694,8 @@ def test_a_compiled_chain_with_window_pools_matches_the_interpreter(tmp_path, ch
                                rtol=1e-4, atol=1e-4)
 
 
-def test_a_compiled_stem_on_nchw_matches_the_interpreter(tmp_path):
-    block = cpu_block()
+def test_a_compiled_stem_on_nchw_matches_the_interpreter(tmp_path, kernel_block):
+    block = kernel_block
     text, weights = stem(b=block)
     graph = block_channels(optimize(parse_graph(text, weights)), block)
     assert graph.nodes[0].op == "blocked_conv2d" and len(graph.nodes[0].inputs[0].shape) == 4
@@ -691,10 +704,10 @@ def test_a_compiled_stem_on_nchw_matches_the_interpreter(tmp_path):
                                rtol=1e-4, atol=1e-4)
 
 
-def test_a_compiled_segmented_concat_matches_the_interpreter(tmp_path):
+def test_a_compiled_segmented_concat_matches_the_interpreter(tmp_path, kernel_block):
     """Segments in a forward at this CPU's block: the weights packed into their lanes, from_blocked gathering
     them."""
-    block = cpu_block()
+    block = kernel_block
     text, weights = segmented_concat(block, 9)
     graph = block_channels(optimize(parse_graph(text, weights)), block)
     assert any(n.attrs.get("in_segments") for n in graph.nodes if n.op.startswith("blocked_"))
@@ -704,10 +717,10 @@ def test_a_compiled_segmented_concat_matches_the_interpreter(tmp_path):
 
 
 @pytest.mark.parametrize("side, padded", [(7, False), (23, False), (7, True), (23, True)])
-def test_a_compiled_squeeze_excitation_chain_matches_the_interpreter(tmp_path, side, padded):
+def test_a_compiled_squeeze_excitation_chain_matches_the_interpreter(tmp_path, side, padded, kernel_block):
     """global_avg_pool_blocked and channel_scale_blocked in a forward (7 x 7: in the calling thread; 23 x 23:
     in tasks), at this CPU's block, on whole blocks and on channels that pad their last block."""
-    block = cpu_block()
+    block = kernel_block
     text, w = squeeze_excitation(4 * block, 6 * block + block // 2 if padded else 8 * block, side)
     graph = block_channels(optimize(parse_graph(text, w)), block)
     assert {"blocked_global_avg_pool", "blocked_channel_scale"} <= set(ops(graph))
@@ -717,10 +730,10 @@ def test_a_compiled_squeeze_excitation_chain_matches_the_interpreter(tmp_path, s
 
 
 @pytest.mark.parametrize("batch", [1, 2])
-def test_a_compiled_blocked_concat_matches_the_interpreter(tmp_path, batch):
+def test_a_compiled_blocked_concat_matches_the_interpreter(tmp_path, batch, kernel_block):
     """A concat of blocked values in a forward: written in place by its parts' convs at batch 1, copied
     at batch 2 (its parts are not end to end there)."""
-    block = cpu_block()
+    block = kernel_block
     text, w = concat_block(2 * block, "conv")
     text = text.replace("%x: f32[1,", f"%x: f32[{batch},").replace(": f32[1,", f": f32[{batch},")
     graph = block_channels(optimize(parse_graph(text, w)), block)
@@ -731,10 +744,10 @@ def test_a_compiled_blocked_concat_matches_the_interpreter(tmp_path, batch):
 
 
 @pytest.mark.parametrize("growth, batch", [(2, 1), (1.5, 2)])
-def test_a_compiled_dense_block_matches_the_interpreter(tmp_path, growth, batch):
+def test_a_compiled_dense_block_matches_the_interpreter(tmp_path, growth, batch, kernel_block):
     """conv1x1_blocked_prologue in a forward at this CPU's block: whole blocks at batch 1, a growth that pads its
     blocks (segments, the scale and shift packed into their lanes) at batch 2."""
-    block = cpu_block()
+    block = kernel_block
     text, w = dense_block(2 * block, int(growth * block), batch)
     graph = block_channels(optimize(parse_graph(text, w)), block)
     assert ops(graph).count("blocked_affine_conv2d") == 2
@@ -744,10 +757,11 @@ def test_a_compiled_dense_block_matches_the_interpreter(tmp_path, growth, batch)
 
 
 @pytest.mark.parametrize("batch", [1, 2])
-def test_a_compiled_unet_level_with_its_upsampling_blocked_matches_the_interpreter(tmp_path, batch):
+def test_a_compiled_unet_level_with_its_upsampling_blocked_matches_the_interpreter(tmp_path, batch,
+                                                                                 kernel_block):
     """conv_transpose_blocked in a forward at this CPU's block, its output in a concat with the skip: at batch 1
     into channels that pad its last block, without a bias (a segment of its own), at batch 2 whole blocks."""
-    block = cpu_block()
+    block = kernel_block
     up, bias = (block + block // 2 + block // 4, False) if batch == 1 else (2 * block, True)
     text, w = unet_level(2 * block, batch, up, bias)
     graph = block_channels(optimize(parse_graph(text, w)), block)
@@ -769,10 +783,86 @@ def test_blocked_3x3_convs_take_f4x4_winograd_where_it_pays():
     assert 4 * B * 4 * B >= F4_MIN_CHANNEL_PAIRS and (S // 4) ** 2 >= F4_MIN_TILES
 
 
-def test_the_pipeline_blocks_only_where_the_kernels_were_measured():
-    from codegen.kernels.vectors import target_vector_floats
+def test_the_pipeline_blocks_at_one_microkernel_calls_channels():
+    assert channel_block() == {8: 16, 16: 64}[target_vector_floats()] == cpu_block()
 
-    assert channel_block() == (16 if target_vector_floats() == 8 else None)
+
+def test_wide_blocks_keep_depthwise_convs_on_nchw():
+    """On 64-lane blocks a MobileNet block's depthwise conv stays on NCHW, and the 1x1 convs about it, lone, too;
+    on 16-lane blocks the same block, its channels scaled, runs blocked whole."""
+    assert NARROW_BLOCK < 64
+    text, w = inverted_residual(64, 256)
+    assert "blocked_conv2d" not in ops(blocked(text, w, 64))
+    text, w = inverted_residual(16, 64)
+    assert ops(blocked(text, w, 16)).count("blocked_conv2d") == 3
+
+
+def pointwise_pair(c: int, k: int = 1) -> tuple[str, dict[str, np.ndarray]]:
+    """Two k x k convs of c channels between ops that are not blocked: 2 c^2 k^2 multiply-adds a pixel against
+    2 c elements reordered."""
+    p = k // 2
+    text = f"""
+    graph g(%x: f32[1,{c},14,14]) {{
+      const %w1: f32[{c},{c},{k},{k}]
+      const %b1: f32[{c}]
+      const %w2: f32[{c},{c},{k},{k}]
+      const %b2: f32[{c}]
+      %s: f32[1,{c},14,14] = sigmoid(%x) @sig
+      %c1: f32[1,{c},14,14] = conv2d(%s, %w1, %b1) {{padding=[{p}, {p}, {p}, {p}]}} @conv1
+      %c2: f32[1,{c},14,14] = conv2d(%c1, %w2, %b2) {{padding=[{p}, {p}, {p}, {p}]}} @conv2
+      %out0: f32[1,{c},14,14] = sin(%c2) @sin
+      return %out0
+    }}"""
+    return text, {"w1": w(c, c, k, k), "b1": w(c), "w2": w(c, c, k, k), "b2": w(c)}
+
+
+def test_wide_blocks_count_a_1x1_convs_multiply_adds_a_quarter_against_its_reorders():
+    """Two 1x1 convs of 256 channels: 256 multiply-adds an element reordered, enough on 16-lane blocks, a quarter
+    of it (WIDE_POINTWISE_MAC_WEIGHT) too few on 64-lane ones; two 3x3 convs of 64 channels (576) run blocked on
+    either."""
+    assert MIN_MACS_PER_REORDERED <= 256 and 256 * WIDE_POINTWISE_MAC_WEIGHT < MIN_MACS_PER_REORDERED
+    assert ops(blocked(*pointwise_pair(256), 16)).count("blocked_conv2d") == 2
+    assert "blocked_conv2d" not in ops(blocked(*pointwise_pair(256), 64))
+    assert ops(blocked(*pointwise_pair(64, 3), 64)).count("blocked_conv2d") == 2
+
+
+def strided_stem(stride: int) -> tuple[str, dict[str, np.ndarray]]:
+    """A stem conv of 3 channels into 64 at `stride` (kernel 2 * stride + 1), ReLU, then two 3x3 convs of 64."""
+    s, k = 8 * stride * 4, 2 * stride + 1
+    h = (s + 2 * stride - k) // stride + 1
+    text = f"""
+    graph g(%x: f32[1,3,{s},{s}]) {{
+      const %w0: f32[64,3,{k},{k}]
+      const %b0: f32[64]
+      const %w1: f32[64,64,3,3]
+      const %b1: f32[64]
+      const %w2: f32[64,64,3,3]
+      const %b2: f32[64]
+      %c0: f32[1,64,{h},{h}] = conv2d(%x, %w0, %b0) {{stride=[{stride}, {stride}], padding=[{stride}, {stride}, {stride}, {stride}]}} @stem
+      %r0: f32[1,64,{h},{h}] = relu(%c0) @relu
+      %c1: f32[1,64,{h},{h}] = conv2d(%r0, %w1, %b1) {{padding=[1, 1, 1, 1]}} @conv1
+      %c2: f32[1,64,{h},{h}] = conv2d(%c1, %w2, %b2) {{padding=[1, 1, 1, 1]}} @conv2
+      %out0: f32[1,64,{h},{h}] = sin(%c2) @sin
+      return %out0
+    }}"""
+    return text, {"w0": w(64, 3, k, k), "b0": w(64), "w1": w(64, 64, 3, 3), "b1": w(64), "w2": w(64, 64, 3, 3),
+                  "b2": w(64)}
+
+
+@pytest.mark.parametrize("stride", [2, 4])
+def test_wide_blocks_read_a_stem_on_nchw_at_strides_up_to_2(stride):
+    """A ResNet's stride-2 stem reads the image on NCHW into 64-lane blocks; AlexNet's stride-4 one stays on NCHW
+    there, its output entering the layout for the convs after it (on 16-lane blocks both read NCHW)."""
+    text, weights = strided_stem(stride)
+    wide, narrow = blocked(text, weights, 64), blocked(text, weights, 16)
+    assert ops(narrow)[0] == "blocked_conv2d"
+    if stride <= WIDE_STEM_MAX_STRIDE:
+        assert ops(wide) == ["blocked_conv2d"] * 3 + ["from_blocked", "sin"]
+    else:
+        assert ops(wide) == ["fused_conv2d", "to_blocked", "blocked_conv2d", "blocked_conv2d", "from_blocked", "sin"]
+    x = RNG.normal(size=(1, 3, 32 * stride, 32 * stride)).astype(np.float32)
+    np.testing.assert_allclose(Interpreter(wide)(x), Interpreter(parse_graph(text, weights))(x), rtol=1e-4,
+                               atol=1e-4)
 
 
 def test_a_chain_too_short_for_its_reorders_stays_on_nchw():

@@ -90,13 +90,17 @@ def test_the_executor_costs_the_fused_node_as_both_convs():
 
 
 @pytest.mark.parametrize("channels, batch, stride", [(1, 1, 1), (1.5, 2, 2)])
-def test_the_compiled_fused_forward_matches_the_interpreter(tmp_path, channels, batch, stride):
-    """expand_depthwise_blocked in a forward at this CPU's block; 1.5 blocks: padded channels."""
+def test_the_compiled_fused_forward_matches_the_interpreter(tmp_path, monkeypatch, channels, batch, stride):
+    """expand_depthwise_blocked in a forward at this CPU's block (on AVX-512's 64 lanes, where the pipeline keeps
+    depthwise convs on NCHW, with the pass told to take them: NARROW_BLOCK); 1.5 blocks: padded channels."""
+    import sys
+
     from codegen.kernels.microkernel import taps_channels
     from codegen.kernels.vectors import target_vector_floats
     from compiler.api import optimize
 
     block = taps_channels(target_vector_floats())
+    monkeypatch.setattr(sys.modules["compiler.passes.block_channels"], "NARROW_BLOCK", block)
     c = int(block * channels)
     text, weights = inverted_residual(c, 6 * c, 9, stride, batch)
     graph = fuse_expand_depthwise(block_channels(optimize(parse_graph(text, weights)), block))
