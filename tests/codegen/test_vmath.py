@@ -49,8 +49,9 @@ def test_float32_matches_float64_to_a_few_ulps(name):
     with np.errstate(over="ignore"):
         ref = REFERENCES[name](GRID.astype(np.float64))
     keep = np.isfinite(ref) & (np.abs(ref) < 3e38) & (np.abs(ref) > 1e-37)  # float32's normal range
-    # GELU's left tail, x * (1 + erf(x)) with erf(x) -> -1, is tiny and cancels in any float32 formula
-    floor = 1.0 if name.startswith("gelu") else 1e-30
+    # GELU's left tail, x * (1 + erf(x)) with erf(x) -> -1, is tiny and cancels in any float32 formula; SiLU is 0
+    # below -80 (silu(-80) = -1.4e-33: an absolute error under 1e-32)
+    floor = 1.0 if name.startswith("gelu") else 1e-26 if name == "silu" else 1e-30
     error = np.abs(got[keep] - ref[keep]) / np.maximum(np.abs(ref[keep]), floor)
     assert error.max() < 1e-6, f"{name}: max relative error {error.max():.2e} at x={GRID[keep][error.argmax()]}"
 
@@ -63,13 +64,14 @@ def test_nan_and_infinities(name, at_inf, at_minus_inf):
     assert np.isnan(got[0]) and got[1] == at_inf and got[2] == at_minus_inf
 
 
-def test_silu_keeps_nan_and_saturates():
-    """silu(+inf) = inf; below -88, where silu is within float32's denormals of -0, it gives -5.3e-37
-    (the exponential without its overflow step)."""
-    got = _apply("silu", np.array([np.nan, np.inf, -np.inf, -1e30, -88.0, -87.0], np.float32)).astype(np.float64)
+def test_silu_keeps_nan_saturates_and_is_zero_where_its_products_would_be_denormal():
+    """silu(+inf) = inf; below -80 silu is 0, not the floor -88 / (1 + e^88) = -5.3e-37 of the exponential without
+    its overflow step, whose products with weights an Intel core computes by microcode assists."""
+    got = _apply("silu", np.array([np.nan, np.inf, -np.inf, -1e30, -88.0, -80.5, -79.5], np.float32)).astype(
+        np.float64)
     assert np.isnan(got[0]) and got[1] == np.inf
-    assert np.all(got[2:5] <= 0) and np.all(got[2:5] > -1e-36)
-    np.testing.assert_allclose(got[5], -87.0 / (1 + np.exp(87.0)), rtol=1e-6)
+    assert np.all(got[2:6] == 0)
+    np.testing.assert_allclose(got[6], -79.5 / (1 + np.exp(79.5)), rtol=1e-6)
 
 
 def test_float64_arguments_take_the_exact_libm_path():
