@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from numba.np.ufunc.parallel import _iget_thread_id
 
-from codegen.kernels.tasks import run_tasks
+from codegen.kernels.tasks import FLUSH_DENORMALS, run_tasks
 
 
 @numba.njit(nogil=True)
@@ -108,3 +108,38 @@ def test_arguments_of_every_kind_reach_the_body_and_arrays_keep_their_reference_
     _scale_rows(x, out, np.float32(0.5), bias)
     np.testing.assert_array_equal(out, x * 0.5 + bias)
     assert (sys.getrefcount(x), sys.getrefcount(out)) == before
+
+
+@numba.njit(nogil=True)
+def _products(t, a, b, out):
+    out[t] = a[t] * b[t]
+
+
+@numba.njit(nogil=True)
+def _all_products(a, b, serial):
+    out = np.full(a.size, -1.0, np.float32)
+    run_tasks(_products, a.size, (a, b, out), serial)
+    return out
+
+
+@pytest.mark.skipif(not FLUSH_DENORMALS, reason="x86-64's MXCSR")
+@pytest.mark.parametrize("serial", [True, False])
+def test_tasks_flush_denormals_and_the_calling_thread_keeps_its_own_mode(serial):
+    """A denormal product comes out 0 (FTZ), a denormal input counts as 0 (DAZ), a normal one is kept; after the
+    run the calling thread computes denormals again (its MXCSR restored)."""
+    if not serial and numba.config.NUMBA_NUM_THREADS < 2:
+        pytest.skip("needs two threads")
+    tiny = np.float32(1e-40)  # a denormal float32
+    a = np.array([1e-20, tiny, 1e-19, 3.0] * 16, np.float32)
+    b = np.array([1e-20, 1.0, 1e-18, 0.5] * 16, np.float32)
+    assert (a[0] * b[0]) != 0 and a[1] * b[1] == tiny  # numpy on this thread: denormals as they are
+    numba.set_num_threads(1 if serial else 2)
+    try:
+        out = _all_products(a, b, serial)
+    finally:
+        numba.set_num_threads(numba.config.NUMBA_NUM_THREADS)
+    expected = a * b  # the same products, the denormal ones 0
+    expected[0::4] = expected[1::4] = 0
+    np.testing.assert_array_equal(out, expected)
+    assert expected[2] > 0 and expected[3] == 1.5
+    assert (a[0] * b[0]) != 0 and a[1] * b[1] == tiny
