@@ -108,6 +108,12 @@ WINOGRAD_MIN_PRODUCT_MACS = 1 << 20
 # Zen 5 EPYC, 2 threads; alone, warm, Winograd was 10% faster). 64 -> 64 and 128 -> 32 gain (64 -> 64
 # on 80 x 80 0.66 against 1.0 ms; DenseNet's 128 -> 32 on 56 x 56 0.43 against 0.59)
 WINOGRAD_MIN_CHANNEL_MACS = 4096
+# ... and at least this many output channels, where numba targets AVX-512: DenseNet-121's 128 -> 32 convs on
+# 56 x 56 at batch 8 took 9.6-11.2 ms a conv on Winograd against onnxruntime's 4.5 direct, and the whole
+# forward on the direct kernels 0.905 of its time at batch 1 and at batch 8 (in-process A/B, 2 threads, Intel
+# Xeon; with 64-lane blocks the convs of 64 channels and more run blocked, so this is what it changes). On a
+# Zen 5 EPYC, against the direct kernels of then, that conv alone had run 0.43 ms on Winograd against 0.59
+WINOGRAD_MIN_OUT_CHANNELS = 64
 # Where vectors hold 8 floats (AVX2), whose direct kernels reach half AVX-512's FLOP/s, Winograd gains from
 # products 4x smaller, with channels enough: in-process A/B, one conv + ReLU, Zen 3 EPYC, 2 threads, Winograd
 # / direct (medians of 7 rounds; each shape in 2-7 processes, which differ by up to 1.8x on this VM): 128 -> 64
@@ -135,7 +141,7 @@ WINOGRAD_AVX2_FEW_TILES_MIN_FILL = 0.75
 def uses_winograd(node: Node) -> bool:
     """Whether conv node runs Winograd F(2x2, 3x3): 3x3, stride 1, no dilation or groups, zero
     padding, float32 weights known at compile time, and enough tiles and channels to gain (fewer on
-    AVX2: WINOGRAD_AVX2_MIN_PRODUCT_MACS, WINOGRAD_AVX2_MIN_TILES)."""
+    AVX2: WINOGRAD_AVX2_MIN_PRODUCT_MACS, WINOGRAD_AVX2_MIN_TILES; on AVX-512 WINOGRAD_MIN_OUT_CHANNELS)."""
     a, x, w, y = node.attrs, node.inputs[0], node.inputs[1], node.outputs[0]
     image_tiles = -(-y.shape[2] // 2) * -(-y.shape[3] // 2)
     tiles = y.shape[0] * image_tiles  # the batch's
@@ -144,6 +150,7 @@ def uses_winograd(node: Node) -> bool:
     avx512 = target_vector_floats() == 16
     min_product = WINOGRAD_MIN_PRODUCT_MACS if avx512 else WINOGRAD_AVX2_MIN_PRODUCT_MACS
     min_channels = WINOGRAD_MIN_CHANNEL_MACS if avx512 else WINOGRAD_AVX2_MIN_CHANNEL_MACS
+    min_out = WINOGRAD_MIN_OUT_CHANNELS if avx512 else 1
     if avx512:  # below WINOGRAD_MIN_FILLED_TILES, full enough tiles
         full = pixels >= WINOGRAD_MIN_TILE_FILL * tile_pixels
         min_tiles = WINOGRAD_MIN_TILES if full else max(WINOGRAD_MIN_TILES, WINOGRAD_MIN_FILLED_TILES)
@@ -154,7 +161,7 @@ def uses_winograd(node: Node) -> bool:
     return (w.is_constant and w.dtype == x.dtype == "float32" and w.shape[2:] == (3, 3)
             and tuple(a["stride"]) == (1, 1) and tuple(a["dilation"]) == (1, 1) and a["groups"] == 1
             and a["padding_mode"] == "zeros" and tiles >= min_tiles
-            and product >= min_product and w.shape[0] * w.shape[1] >= min_channels)
+            and product >= min_product and w.shape[0] * w.shape[1] >= min_channels and w.shape[0] >= min_out)
 
 
 def is_linear_on_pixels(node: Node) -> bool:

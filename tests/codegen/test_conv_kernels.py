@@ -168,6 +168,7 @@ def any_winograd(monkeypatch):
     monkeypatch.setattr(emit_conv, "WINOGRAD_MIN_FILLED_TILES", 0)
     monkeypatch.setattr(emit_conv, "WINOGRAD_MIN_PRODUCT_MACS", 0)
     monkeypatch.setattr(emit_conv, "WINOGRAD_MIN_CHANNEL_MACS", 0)
+    monkeypatch.setattr(emit_conv, "WINOGRAD_MIN_OUT_CHANNELS", 0)
     monkeypatch.setattr(emit_conv, "WINOGRAD_AVX2_MIN_PRODUCT_MACS", 0)
     monkeypatch.setattr(emit_conv, "WINOGRAD_AVX2_MIN_CHANNEL_MACS", 0)
 
@@ -290,7 +291,7 @@ def test_convs_too_small_for_winograd_run_direct(shape, o):
 @pytest.mark.parametrize("shape, o", [
     ((1, 64, 32, 32), 64),  # 256 tiles: products of 64 x 64 x 256 multiply-adds (WINOGRAD_MIN_PRODUCT_MACS)
     ((2, 256, 8, 8), 256),  # two 8 x 8 images: 32 tiles (WINOGRAD_MIN_TILES)
-    ((1, 128, 64, 64), 32),  # 128 x 32 channels (WINOGRAD_MIN_CHANNEL_MACS), 1024 tiles
+    ((1, 128, 64, 64), 64),  # 128 x 64 channels (WINOGRAD_MIN_CHANNEL_MACS), 1024 tiles
 ])
 def test_winograd_takes_convs_large_enough_to_gain(shape, o):
     lines = check("conv2d", conv_arrays(*shape, o, (3, 3), 1), conv_attrs((3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 1),
@@ -333,6 +334,10 @@ def _conv3x3_node(n, c, o, side):
     (8, 1, 32, 32, 32, False),  # 32 x 32 channels: too few pairs on AVX2 (WINOGRAD_AVX2_MIN_CHANNEL_MACS)
     (8, 1, 64, 32, 32, True),  # 64 x 32 channels
     (16, 1, 64, 32, 32, False),  # (WINOGRAD_MIN_CHANNEL_MACS)
+    (16, 1, 128, 32, 56, False),  # 32 output channels: direct on AVX-512 (WINOGRAD_MIN_OUT_CHANNELS)
+    (16, 8, 128, 32, 56, False),
+    (8, 1, 128, 32, 56, True),  # on AVX2 Winograd
+    (16, 1, 128, 64, 56, True),  # 64 output channels
     (8, 1, 256, 256, 7, True),  # 16 tiles: enough on AVX2 for products of 1M multiply-adds (WINOGRAD_AVX2_MIN_TILES)
     (8, 1, 256, 128, 7, False),  # 256 x 128 x 16: too small a product for so few tiles
     (8, 1, 512, 512, 5, False),  # 9 tiles: too few
