@@ -55,6 +55,15 @@ B_PREFETCH_ROWS = 16
 # ResNet-50's 256 -> 64 to 2048 -> 512, RegNetY's 208 -> 440 at batch 8), blocked 3x3 convs with cold weights
 # 0.93-0.99 (stride 2 at batch 1 and 8), conv2d_by_channels 0.94-1.02 (in-process A/B, 2 threads, Zen 3)
 TAPS_PREFETCH_MIN_FLOATS = 16
+# micro_gemm_out's pixel rows (b: a 1x1 conv's input read where it lies, each reduction step a channel's
+# plane, ldb a plane apart): each step prefetches its row PIXEL_PREFETCH_FLOATS on (the next call's panel),
+# on vectors of PIXEL_PREFETCH_MIN_FLOATS and more (AVX-512, where it was measured). Tens of rows a plane
+# apart are more streams than the hardware prefetchers follow: conv1x1_packed alone, inputs cycled through
+# 8 copies, 2 threads, Intel Xeon: 32 -> 16 channels on 112 x 112 at batch 8 1936 -> 916-1019 us, 144 -> 24
+# on 56 x 56 2307 -> 1458, 192 -> 32 on 28 x 28 811 -> 355, 256 -> 256 on 56 x 56 at batch 1 1798 -> 1337-1451,
+# 64 -> 256 441 -> 364
+PIXEL_PREFETCH_FLOATS = 64
+PIXEL_PREFETCH_MIN_FLOATS = 16
 VECTORS_PER_ROW = 2  # NR = 2 vectors: 2 * MR accumulators + 2 loads + 1 broadcast fit in 16 registers
 
 
@@ -143,6 +152,9 @@ def _micro_gemm_codegen(vectors, indirect: bool = False, a_rows: bool = False, p
             b_row = builder.gep(b_ptr, [builder.load(builder.gep(rows_ptr, [p])) if indirect
                                         else builder.mul(p, ldb_)])
             b_vecs = [builder.load(vector_at(b_row, ir.Constant(i64, j * width)), align=4) for j in range(nv)]
+            if epilogue and not (indirect or a_rows or a_taps) and width >= PIXEL_PREFETCH_MIN_FLOATS:  # b: pixels
+                for j in range(nv * width // 16):  # the next panel's lines of this row
+                    prefetch_ahead(b_row, ir.Constant(i64, PIXEL_PREFETCH_FLOATS + 16 * j))
             if (a_rows or a_taps and width >= TAPS_PREFETCH_MIN_FLOATS) and B_PREFETCH_ROWS:  # b: a weight's rows
                 ahead = builder.gep(b_row, [builder.mul(ldb_, ir.Constant(i64, B_PREFETCH_ROWS))])
                 for j in range(nv * width // 16):  # each 64-byte line of the row
