@@ -143,20 +143,17 @@ def _worker(context, module, data_t, fndesc, body_sig, args_type) -> ir.Function
         builder.store(count, field(0))  # no more tasks for anyone
     builder.branch(loop)
     builder.position_at_end(done)
-    if saved is not None:
-        _set_mxcsr(builder, saved)
+    if saved is not None:  # the thread's own mode back
+        _mxcsr_call(builder, "ldmxcsr", saved)
     builder.ret_void()
     return fn
 
 
 def _mxcsr_call(builder, name: str, slot) -> None:
+    """LLVM IR of llvm.x86.sse.<name> (stmxcsr: store MXCSR into slot; ldmxcsr: load it from slot)."""
     fnty = ir.FunctionType(ir.VoidType(), [ir.IntType(8).as_pointer()])
     builder.call(cgutils.get_or_insert_function(builder.module, fnty, f"llvm.x86.sse.{name}"),
                  [builder.bitcast(slot, ir.IntType(8).as_pointer())])
-
-
-def _set_mxcsr(builder, saved) -> None:
-    _mxcsr_call(builder, "ldmxcsr", saved)
 
 
 def _flush_denormals(builder):
