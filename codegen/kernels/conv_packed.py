@@ -18,7 +18,8 @@ task of one parallel loop
      (many output channels) packs the tile's pixels into panels first, each of which then meets
      every channel panel in turn from L1 (BLIS's loop order: _panels_by_pixels);
   3. drops the columns past each row, and applies the epilogue (bias, activation, residual)
-     on the way from the block to the output (_block_out). A 1x1 conv of one reduction chunk
+     on the way from the block to the output (_block_out; a windowed conv's block a chunk of
+     CHUNK_COLUMNS columns at a time, from L1: _planes_out). A 1x1 conv of one reduction chunk
      with a one-pass epilogue (none, ReLU, clamp; a residual; a post ReLU) skips the block: the
      microkernel stores each whole panel of pixels into the output through it (_pointwise_out).
 """
@@ -86,6 +87,14 @@ LARGE_PLANES_MAX_TAPS = 3  # taps per phase plane, at most: KH * KW <= this * SH
 # a batch of images whose pixels fill their last half panel this badly or worse (the share of computed
 # columns wasted) runs its pixels as one row, tiles crossing from image to image (spans_images)
 SPAN_MIN_WASTE = 0.05
+# a windowed conv's block of sums (two panels' 2 MR rows) goes out through the epilogue every this many
+# columns of its phase planes (_planes_out), from L1, rather than once for the tile, from L2 (a tile of 28
+# rows of 113 columns: 152 KiB a pair of panels, written, compacted, read back). Kernel alone, in-process
+# A/B, 2 threads, Intel Xeon: MobileNetV2's stem 3 -> 32 3x3 stride 2 on 224 x 224 0.92 at batch 1, 0.85 at
+# batch 8; YOLOv5s's 6x6 stride 2 on 320 x 320 0.945, 32 -> 32 3x3 on 80 x 80 0.955; longer reductions level
+# (256 -> 256 3x3 on 14 x 14 1.01, 512 -> 512 on 7 x 7 0.97); 256 and 1024 columns no better. AVX2 code (the
+# haswell features on that Xeon) 0.94-0.99
+CHUNK_COLUMNS = 512
 SUB_BYTES = 1 << 17  # a chunk of packed pixel panels: K_CHUNK steps of this many bytes' columns
 # floats between a copied tile's input rows past their pixels (one cache line): rows a multiple of
 # 2 KiB apart (512 pixels) would fall into two sets of the L1 cache, which the microkernel reads
@@ -322,6 +331,11 @@ def _packed_task_for(pointwise: bool, name: str):
             mb = mb0
             while mb < mb1:
                 two = pairs == 2 and mb + 1 < mb1
+                if not pointwise:
+                    _planes_out(wf, a0 + (mb - mb0) * k * MR, k, two, src, rows, acc, pp, mb, of, rf, bias, dims, ow,
+                                wq, out, acts, params)
+                    mb += 2 if two else 1
+                    continue
                 if direct and (mb + (2 if two else 1)) * MR <= o_n // groups:  # no padding channels
                     _pointwise_out(wf, a0 + (mb - mb0) * k * MR, k, two, src, rows[0], ldb, acc, pp, mb, of, rf, bias,
                                    dims, out, acts, params)
@@ -329,14 +343,10 @@ def _packed_task_for(pointwise: bool, name: str):
                     continue
                 for kb in range(0, k, K_CHUNK):
                     kc, a = min(K_CHUNK, k - kb), a0 + ((mb - mb0) * k + kb) * MR
-                    if pointwise and two:  # rows ldb apart
+                    if two:  # rows ldb apart
                         gemm_panels2(kc, wf, a, k * MR, src, rows[kb], ldb, acc, 0, pp, pp, kb > 0)
-                    elif pointwise:
-                        gemm_panels(kc, wf, a, src, rows[kb], ldb, acc, 0, pp, pp, kb > 0)
-                    elif two:
-                        gemm_panels2_rows(kc, wf, a, k * MR, src, 0, rows, kb, acc, 0, pp, pp, kb > 0)
                     else:
-                        gemm_panels_rows(kc, wf, a, src, 0, rows, kb, acc, 0, pp, pp, kb > 0)
+                        gemm_panels(kc, wf, a, src, rows[kb], ldb, acc, 0, pp, pp, kb > 0)
                 for q in range(2 if two else 1):
                     _block_out(acc, q * MR * pp, mb + q, of, rf, bias, dims, ow, wq, pointwise, out, acts, params)
                 mb += 2 if two else 1
@@ -357,6 +367,40 @@ conv1x1_packed = _conv2d_packed_for(True, "conv1x1_packed")
 # its tile's input rows into its scratch, which the microkernel then reads. The separate pass wrote the
 # whole normalised input and the conv read it back: a DenseNet-121 at batch 8 spent 10 ms of 147 in it.
 conv1x1_packed_prologue = _conv2d_packed_for(True, "conv1x1_packed_prologue")
+
+
+@numba.njit(**SEQ)
+def _planes_out(wf, a, k, two, src, rows, acc, pp, mb, of, rf, bias, dims, ow, wq, out, acts, params):
+    """Channel panel mb (and mb + 1 if two) of a windowed conv over its tile's phase planes (pp columns, output
+    rows wq apart, reduction step r's at src[rows[r]:]), CHUNK_COLUMNS columns at a time: each chunk's block of
+    sums (acc, rows CHUNK_COLUMNS apart) goes out through the epilogue, the columns past each output row
+    dropped, before the next chunk is computed."""
+    o_n, groups = dims[3], dims[6]
+    n, g, p0, p, _ = out
+    act, alpha, beta = acts[0], params[0], params[1]
+    og, p_n = o_n // groups, dims[4] * dims[5]
+    blocked = act > ONE_PASS  # bias and activation over the chunk's block first (activate_block)
+    cc = min(pp, CHUNK_COLUMNS)
+    for c0 in range(0, pp, cc):
+        cn = min(cc, pp - c0)
+        for kb in range(0, k, K_CHUNK):
+            kc = min(K_CHUNK, k - kb)
+            if two:
+                gemm_panels2_rows(kc, wf, a + kb * MR, k * MR, src, c0, rows, kb, acc, 0, cc, cn, kb > 0)
+            else:
+                gemm_panels_rows(kc, wf, a + kb * MR, src, c0, rows, kb, acc, 0, cc, cn, kb > 0)
+        for q in range(2 if two else 1):
+            r0 = g * og + (mb + q) * MR  # the panel's first output channel
+            rows_n, blk = min(g * og + og, r0 + MR) - r0, q * MR * cc
+            if blocked:
+                activate_block(acc[blk:blk + MR * cc], rows_n, cc, bias, r0, act, alpha, beta)
+            y = c0 // wq
+            while y < p // ow and y * wq < c0 + cn:  # the pieces of output rows in these columns
+                s, e = max(c0, y * wq), min(c0 + cn, y * wq + ow)
+                if e > s:
+                    _rows_out(acc, blk + s - c0, cc, rows_n, of, (n * o_n + r0) * p_n + p0 + y * ow + s - y * wq, p_n,
+                              e - s, bias, r0, blocked, rf, acts, params)
+                y += 1
 
 
 @numba.njit(**SEQ)
