@@ -46,7 +46,7 @@ from codegen.kernels.microkernel import (
     panel_width,
     panels_per_call,
 )
-from codegen.kernels.planes import gather_planes, plane_pitch, tap_table
+from codegen.kernels.planes import gather_planes, plane_pitch, tap_table, zero_margins
 from codegen.kernels.tasks import run_tasks
 from codegen.kernels.vectors import copy_run
 
@@ -306,11 +306,13 @@ def _packed_task_for(pointwise: bool, name: str):
         else:  # the phase planes: pixel y * wq + x; the wq - ow columns past each output row are dropped
             pp = half_panels(p // ow * wq)
             size = sh * sw * hq * wq
-            # zeros: the padding is never written; past the last plane, what the last panel reads
+            # zeros: the padding columns, which the gather does not write; past the last plane, what the last
+            # panel reads (only columns past the tile's output rows)
             src = scratch[own:own + cg * size + pp + wq]
-            src[:] = 0
             for c in range(cg):
+                zero_margins(src, c * size, hq, wq, w, sh, sw, pl)
                 gather_planes(xf, x0 + c * h * w, h, w, p0 // ow * sh - pt, sh, sw, pl, src, c * size, hq, wq)
+            src[cg * size:] = 0
             rows, ldb = taps, 0
         a0 = (g * n_mb + mb0) * k * MR  # the block's first weight panel
         out = (n, g, p0, p, pp)

@@ -42,6 +42,25 @@ def gather_planes(xf, x0, h, w, iy0, sh, sw, pl, p, p0, hq, wq):
 
 
 @numba.njit(**SEQ)
+def zero_margins(p, p0, hq, wq, w, sh, sw, pl):
+    """Zero what gather_planes leaves unwritten in the phase planes of one channel (sh * sw planes of hq rows
+    of pitch wq from p[p0], of an input w columns wide, pl padding columns on its left): each row's columns
+    left and right of the image's. A caller that zeroes these and gathers need not zero the planes whole."""
+    plane = hq * wq
+    for a in range(sh):
+        for b in range(sw):
+            c0 = (b - pl) % sw  # phase b's first input column (as _gather_any), at column lo of its rows
+            lo = min((c0 + pl) // sw, wq)
+            hi = max(lo, min(wq, lo + (w - c0 + sw - 1) // sw))
+            d = p0 + (a * sw + b) * plane
+            for r in range(hq):
+                for c in range(lo):
+                    p[u(d + r * wq + c)] = 0
+                for c in range(hi, wq):
+                    p[u(d + r * wq + c)] = 0
+
+
+@numba.njit(**SEQ)
 def _gather_rows(xf, x0, h, w, iy0, pl, p, p0, hq, wq):
     """gather_planes for stride 1: one plane, the padded input itself."""
     for r in range(hq):
