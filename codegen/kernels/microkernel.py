@@ -55,13 +55,17 @@ B_PREFETCH_ROWS = 16
 # ResNet-50's 256 -> 64 to 2048 -> 512, RegNetY's 208 -> 440 at batch 8), blocked 3x3 convs with cold weights
 # 0.93-0.99 (stride 2 at batch 1 and 8), conv2d_by_channels 0.94-1.02 (in-process A/B, 2 threads, Zen 3)
 TAPS_PREFETCH_MIN_FLOATS = 16
-# micro_gemm_out's pixel rows (b: a 1x1 conv's input read where it lies, each reduction step a channel's
-# plane, ldb a plane apart): each step prefetches its row PIXEL_PREFETCH_FLOATS on (the next call's panel),
-# on vectors of PIXEL_PREFETCH_MIN_FLOATS and more (AVX-512, where it was measured). Tens of rows a plane
-# apart are more streams than the hardware prefetchers follow: conv1x1_packed alone, inputs cycled through
-# 8 copies, 2 threads, Intel Xeon: 32 -> 16 channels on 112 x 112 at batch 8 1936 -> 916-1019 us, 144 -> 24
-# on 56 x 56 2307 -> 1458, 192 -> 32 on 28 x 28 811 -> 355, 256 -> 256 on 56 x 56 at batch 1 1798 -> 1337-1451,
-# 64 -> 256 441 -> 364
+# The pixel rows of micro_gemm, micro_gemm2 and their _out kinds (b: a 1x1 conv's input read where it lies,
+# each reduction step a channel's plane, ldb a plane apart): each step prefetches its row PIXEL_PREFETCH_FLOATS
+# on (the next call's panel), on vectors of PIXEL_PREFETCH_MIN_FLOATS and more (AVX-512, where it was
+# measured). Tens of rows a plane apart are more streams than the hardware prefetchers follow. micro_gemm_out
+# alone (conv1x1_packed straight into its output), inputs cycled through 8 copies, 2 threads, Intel Xeon:
+# 32 -> 16 channels on 112 x 112 at batch 8 1936 -> 916-1019 us, 144 -> 24 on 56 x 56 2307 -> 1458, 192 -> 32
+# on 28 x 28 811 -> 355, 256 -> 256 on 56 x 56 at batch 1 1798 -> 1337-1451, 64 -> 256 441 -> 364. micro_gemm
+# and micro_gemm2 too (a 1x1 conv whose epilogue takes more than one pass, SiLU say, or whose reduction is
+# longer than a chunk; NCHW Winograd's products), in-process A/B, with SiLU: 64 -> 32 channels on 80 x 80
+# 0.79 at batch 1, 0.81 at batch 8, 64 -> 64 0.91, 144 -> 24 on 56 x 56 at batch 8 0.68, 40 -> 240 on 28 x 28
+# 0.97; reductions of several chunks level (1024 -> 256 on 14 x 14, 2048 -> 512 on 7 x 7: 0.98-1.02)
 PIXEL_PREFETCH_FLOATS = 64
 PIXEL_PREFETCH_MIN_FLOATS = 16
 VECTORS_PER_ROW = 2  # NR = 2 vectors: 2 * MR accumulators + 2 loads + 1 broadcast fit in 16 registers
@@ -152,7 +156,7 @@ def _micro_gemm_codegen(vectors, indirect: bool = False, a_rows: bool = False, p
             b_row = builder.gep(b_ptr, [builder.load(builder.gep(rows_ptr, [p])) if indirect
                                         else builder.mul(p, ldb_)])
             b_vecs = [builder.load(vector_at(b_row, ir.Constant(i64, j * width)), align=4) for j in range(nv)]
-            if epilogue and not (indirect or a_rows or a_taps) and width >= PIXEL_PREFETCH_MIN_FLOATS:  # b: pixels
+            if not (indirect or a_rows or a_taps) and width >= PIXEL_PREFETCH_MIN_FLOATS:  # b: pixels
                 for j in range(nv * width // 16):  # the next panel's lines of this row
                     prefetch_ahead(b_row, ir.Constant(i64, PIXEL_PREFETCH_FLOATS + 16 * j))
             if (a_rows or a_taps and width >= TAPS_PREFETCH_MIN_FLOATS) and B_PREFETCH_ROWS:  # b: a weight's rows
