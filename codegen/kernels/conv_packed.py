@@ -43,6 +43,7 @@ from codegen.kernels.microkernel import (
     micro_gemm2_out,
     micro_gemm_half,
     micro_gemm_out,
+    micro_gemm_out_rows,
     panel_width,
     panels_per_call,
 )
@@ -338,7 +339,8 @@ def _packed_task_for(pointwise: bool, name: str):
                                 wq, out, acts, params)
                     mb += 2 if two else 1
                     continue
-                if direct and (mb + (2 if two else 1)) * MR <= o_n // groups:  # no padding channels
+                if direct and (mb + (2 if two else 1)) * MR <= o_n // groups or direct and not two:  # (a last
+                    # panel's padding channels not stored: micro_gemm_out_rows)
                     _pointwise_out(wf, a0 + (mb - mb0) * k * MR, k, two, src, rows[0], ldb, acc, pp, mb, of, rf, bias,
                                    dims, out, acts, params)
                     mb += 2 if two else 1
@@ -423,9 +425,12 @@ def _pointwise_out(wf, a, k, two, src, b0, ldb, acc, pp, mb, of, rf, bias, dims,
     c0 = g * og + mb * MR  # the first output channel
     o0 = (n * o_n + c0) * p_n + p0
     full = p // nr * nr
+    rows = min(og - mb * MR, (2 if two else 1) * MR)  # the panels' channels, but their padding
     for j in range(0, full, nr):
         if two:
             micro_gemm2_out(k, wf, a, k * MR, src, b0 + j, ldb, of, o0 + j, p_n, bias, c0, lo, hi, top, rf)
+        elif rows < MR:
+            micro_gemm_out_rows(k, wf, a, src, b0 + j, ldb, of, o0 + j, p_n, bias, c0, lo, hi, top, rf, rows)
         else:
             micro_gemm_out(k, wf, a, src, b0 + j, ldb, of, o0 + j, p_n, bias, c0, lo, hi, top, rf)
     if full < p:  # (np.int64, np.bool_: not literals, common.py)
@@ -433,8 +438,7 @@ def _pointwise_out(wf, a, k, two, src, b0, ldb, acc, pp, mb, of, rf, bias, dims,
             gemm_panels2(k, wf, a, k * MR, src, b0 + full, ldb, acc, 0, pp, half_panels(p - full), np.bool_(False))
         else:
             gemm_panels(k, wf, a, src, b0 + full, ldb, acc, 0, pp, half_panels(p - full), np.bool_(False))
-        _one_pass_rows(acc, np.int64(0), pp, 2 * MR if two else MR, of, o0 + full, p_n, p - full, bias, c0,
-                       np.bool_(True), rf, bounds)
+        _one_pass_rows(acc, np.int64(0), pp, rows, of, o0 + full, p_n, p - full, bias, c0, np.bool_(True), rf, bounds)
 
 
 @numba.njit(**SEQ)

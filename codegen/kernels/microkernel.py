@@ -87,19 +87,23 @@ def _data_pointer(context, builder, array_type, value, offset):
 
 def _micro_gemm_codegen(vectors, indirect: bool = False, a_rows: bool = False, panels: int = 1,
                         a_taps: bool = False, epilogue: bool = False, bias_columns: bool = False,
-                        seeded: bool = False):
+                        seeded: bool = False, limited: bool = False):
     """LLVM IR of micro_gemm with `vectors` vectors per accumulator row (NR = vectors * width; a
     function of the width for micro_gemm_taps); indirect: micro_gemm_rows, b's rows at
     b0 + rows[r0 + p] instead of b0 + p * ldb; a_rows: micro_gemm_a_rows, a's element (i, p) at
     a0 + i * lda + p * lds instead of a0 + p * MR + i; a_taps: micro_gemm_taps, a's element (i, p)
-    at a0 + pix[q0 + i] + rows[r0 + p]; panels = 2: micro_gemm2, an argument ps after a0 and a
-    second panel of a at a0 + ps, whose MR rows of c follow the first's; epilogue: micro_gemm_out,
+    at a0 + pix[q0 + i] + rows[r0 + p]; panels > 1: micro_gemm2 (micro_gemm3_out_half, ...), an argument ps
+    after a0 and panel q of a at a0 + q * ps, whose MR rows of c follow the last one's; epilogue: micro_gemm_out,
     the arguments (bias, bias0, lo, hi, top, res) in accumulate's place, c overwritten through the
     one-pass epilogue; bias_columns: its bias indexed by column (micro_gemm_taps_out) instead of row;
     seeded: two more arguments (seed, seed0) after the epilogue's, partial sums of earlier steps added to
-    the block's before the epilogue (seed's element (i, j) at seed0 + i*ldc + j)."""
+    the block's before the epilogue (seed's element (i, j) at seed0 + i*ldc + j); limited: one more argument
+    last, the rows of c the epilogue stores (the first ones; the others are a weight panel's padding)."""
     def codegen(context, builder, signature, args):
-        out_args = out_types = seed_ = None
+        out_args = out_types = seed_ = limit_ = None
+        if limited:  # (..., rows): take the row count out
+            limit_ = context.cast(builder, args[-1], signature.args[-1], types.int64)
+            args, signature = args[:-1], types.void(*signature.args[:-1])
         if seeded:  # (..., res, seed, seed0): take the seed out
             seed_ = (_data_pointer(context, builder, signature.args[-2], args[-2],
                                    context.cast(builder, args[-1], signature.args[-1], types.int64)))
@@ -118,7 +122,7 @@ def _micro_gemm_codegen(vectors, indirect: bool = False, a_rows: bool = False, p
             taps_ptr = _data_pointer(context, builder, signature.args[5], args[5], r0_)
             args = (*args[:3], *args[7:])
             signature = types.void(*signature.args[:3], *signature.args[7:])
-        if panels == 2:  # (kc, a, a0, ps, ...): take ps out, the rest as the one-panel kernel's
+        if panels > 1:  # (kc, a, a0, ps, ...): take ps out, the rest as the one-panel kernel's
             ps_ = context.cast(builder, args[3], signature.args[3], types.int64)
             args = (*args[:3], *args[4:])
             signature = types.void(*signature.args[:3], *signature.args[4:])
@@ -189,7 +193,8 @@ def _micro_gemm_codegen(vectors, indirect: bool = False, a_rows: bool = False, p
                 for i in range(panels * MR) for j in range(nv)]
         if epilogue:
             _store_through_epilogue(context, builder, out_args, out_types, results, panels * MR, nv, c_ptr,
-                                    context.cast(builder, c0_, signature.args[7], types.int64), ldc_, bias_columns)
+                                    context.cast(builder, c0_, signature.args[7], types.int64), ldc_, bias_columns,
+                                    limit_)
             return context.get_dummy_value()
         add = builder.icmp_unsigned("!=", acc_, ir.Constant(acc_.type, 0))
         for i in range(panels * MR):
@@ -205,11 +210,12 @@ def _micro_gemm_codegen(vectors, indirect: bool = False, a_rows: bool = False, p
 
 
 def _store_through_epilogue(context, builder, out_args, out_types, results, rows, nv, c_ptr, c0_, ldc_,
-                            bias_columns: bool = False):
+                            bias_columns: bool = False, limit=None):
     """LLVM IR storing a block of sums (row i's nv vectors at results[i * nv:]) to c, row i at c_ptr +
     i * ldc, as max(min(max(v + bias[bias0 + i], lo), hi) + res, top) (epilogue.one_pass_bounds; no
     bias if it is None, no residual if res is empty, else res indexed as c; bias_columns: column j's
-    bias[bias0 + j] in place of row i's). Each residual vector is loaded just before c's is stored
+    bias[bias0 + j] in place of row i's; limit, an i64 value or None: rows i >= limit are neither read
+    nor stored, their bias included). Each residual vector is loaded just before c's is stored
     over it: res may be c itself. NaN stays NaN (v first in each comparison, as epilogue_run's max and
     min)."""
     bias_, bias0_, lo_, hi_, top_, res_ = out_args
@@ -235,28 +241,40 @@ def _store_through_epilogue(context, builder, out_args, out_types, results, rows
                                                       ir.VectorType(element, width).as_pointer()), align=4)
                 columns.append(loaded if bias_t.dtype == types.float32 else builder.fptrunc(loaded, vec))
             biases = [columns] * rows
-        else:
+        elif limit is None:
             biases = [[splat(context.cast(builder, builder.load(builder.gep(bias_ptr, [ir.Constant(i64, i)])),
                                           bias_t.dtype, types.float32))] * nv for i in range(rows)]
+        else:  # a row past the limit reads a bias past the channels: its own index, clamped
+            last = builder.sub(limit, ir.Constant(i64, 1))
+            biases = [[splat(context.cast(builder, builder.load(builder.gep(bias_ptr, [builder.select(
+                builder.icmp_signed("<", ir.Constant(i64, i), limit), ir.Constant(i64, i), last)])),
+                bias_t.dtype, types.float32))] * nv for i in range(rows)]
     res = cgutils.create_struct_proxy(res_t)(context, builder, value=res_)
     res_ptr = builder.gep(res.data, [c0_])  # indexed as c
 
     def store_all(with_residual):
         for i in range(rows):
-            c_row = builder.gep(c_ptr, [builder.mul(ir.Constant(i64, i), ldc_)])
-            for j in range(nv):
-                v = results[i * nv + j]
-                if biases[i][j] is not None:
-                    v = builder.fadd(v, biases[i][j])
-                v = builder.select(builder.fcmp_ordered("<", v, lo), lo, v)
-                v = builder.select(builder.fcmp_ordered(">", v, hi), hi, v)
-                target = builder.bitcast(builder.gep(c_row, [ir.Constant(i64, j * width)]), vec.as_pointer())
-                if with_residual:
-                    v = builder.fadd(v, builder.load(builder.bitcast(builder.gep(
-                        res_ptr, [builder.add(builder.mul(ir.Constant(i64, i), ldc_), ir.Constant(i64, j * width))]),
-                        vec.as_pointer()), align=4))
-                v = builder.select(builder.fcmp_ordered("<", v, top), top, v)
-                builder.store(v, target, align=4)
+            if limit is None:
+                store_row(i, with_residual)
+            else:
+                with builder.if_then(builder.icmp_signed("<", ir.Constant(i64, i), limit)):
+                    store_row(i, with_residual)
+
+    def store_row(i, with_residual):
+        c_row = builder.gep(c_ptr, [builder.mul(ir.Constant(i64, i), ldc_)])
+        for j in range(nv):
+            v = results[i * nv + j]
+            if biases[i][j] is not None:
+                v = builder.fadd(v, biases[i][j])
+            v = builder.select(builder.fcmp_ordered("<", v, lo), lo, v)
+            v = builder.select(builder.fcmp_ordered(">", v, hi), hi, v)
+            target = builder.bitcast(builder.gep(c_row, [ir.Constant(i64, j * width)]), vec.as_pointer())
+            if with_residual:
+                v = builder.fadd(v, builder.load(builder.bitcast(builder.gep(
+                    res_ptr, [builder.add(builder.mul(ir.Constant(i64, i), ldc_), ir.Constant(i64, j * width))]),
+                    vec.as_pointer()), align=4))
+            v = builder.select(builder.fcmp_ordered("<", v, top), top, v)
+            builder.store(v, target, align=4)
 
     has_residual = builder.icmp_signed("!=", res.nitems, ir.Constant(res.nitems.type, 0))
     with builder.if_else(has_residual) as (then, otherwise):
@@ -375,6 +393,15 @@ def micro_gemm2_out(typingctx, kc, a, a0, ps, b, b0, ldb, c, c0, ldc, bias, bias
         return None
     return (types.void(kc, a, a0, ps, b, b0, ldb, c, c0, ldc, bias, bias0, lo, hi, top, res),
             _micro_gemm_codegen(VECTORS_PER_ROW, panels=2, epilogue=True))
+
+
+@intrinsic
+def micro_gemm_out_rows(typingctx, kc, a, a0, b, b0, ldb, c, c0, ldc, bias, bias0, lo, hi, top, res, rows):
+    """micro_gemm_out storing only the first `rows` rows of c (a conv's last panel, the others its padding)."""
+    if not (_is_f32(a, b, c) and _is_out_epilogue(bias, res)):
+        return None
+    return (types.void(kc, a, a0, b, b0, ldb, c, c0, ldc, bias, bias0, lo, hi, top, res, rows),
+            _micro_gemm_codegen(VECTORS_PER_ROW, epilogue=True, limited=True))
 
 
 @intrinsic
