@@ -92,7 +92,7 @@ def _micro_gemm_codegen(vectors, indirect: bool = False, a_rows: bool = False, p
     function of the width for micro_gemm_taps); indirect: micro_gemm_rows, b's rows at
     b0 + rows[r0 + p] instead of b0 + p * ldb; a_rows: micro_gemm_a_rows, a's element (i, p) at
     a0 + i * lda + p * lds instead of a0 + p * MR + i; a_taps: micro_gemm_taps, a's element (i, p)
-    at a0 + pix[q0 + i] + rows[r0 + p]; panels > 1: micro_gemm2 (micro_gemm3_out_half, ...), an argument ps
+    at a0 + pix[q0 + i] + rows[r0 + p]; panels > 1 (micro_gemm2: 2): an argument ps
     after a0 and panel q of a at a0 + q * ps, whose MR rows of c follow the last one's; epilogue: micro_gemm_out,
     the arguments (bias, bias0, lo, hi, top, res) in accumulate's place, c overwritten through the
     one-pass epilogue; bias_columns: its bias indexed by column (micro_gemm_taps_out) instead of row;
