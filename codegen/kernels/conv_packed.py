@@ -41,6 +41,7 @@ from codegen.kernels.microkernel import (
     half_panels,
     micro_gemm,
     micro_gemm2_out,
+    micro_gemm2_out_rows,
     micro_gemm_half,
     micro_gemm_out,
     micro_gemm_out_rows,
@@ -339,8 +340,7 @@ def _packed_task_for(pointwise: bool, name: str):
                                 wq, out, acts, params)
                     mb += 2 if two else 1
                     continue
-                if direct and (mb + (2 if two else 1)) * MR <= o_n // groups or direct and not two:  # (a last
-                    # panel's padding channels not stored: micro_gemm_out_rows)
+                if direct:  # (a last panel's padding channels not stored: micro_gemm_out_rows)
                     _pointwise_out(wf, a0 + (mb - mb0) * k * MR, k, two, src, rows[0], ldb, acc, pp, mb, of, rf, bias,
                                    dims, out, acts, params)
                     mb += 2 if two else 1
@@ -427,7 +427,9 @@ def _pointwise_out(wf, a, k, two, src, b0, ldb, acc, pp, mb, of, rf, bias, dims,
     full = p // nr * nr
     rows = min(og - mb * MR, (2 if two else 1) * MR)  # the panels' channels, but their padding
     for j in range(0, full, nr):
-        if two:
+        if two and rows < 2 * MR:
+            micro_gemm2_out_rows(k, wf, a, k * MR, src, b0 + j, ldb, of, o0 + j, p_n, bias, c0, lo, hi, top, rf, rows)
+        elif two:
             micro_gemm2_out(k, wf, a, k * MR, src, b0 + j, ldb, of, o0 + j, p_n, bias, c0, lo, hi, top, rf)
         elif rows < MR:
             micro_gemm_out_rows(k, wf, a, src, b0 + j, ldb, of, o0 + j, p_n, bias, c0, lo, hi, top, rf, rows)

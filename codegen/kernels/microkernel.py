@@ -405,6 +405,15 @@ def micro_gemm_out_rows(typingctx, kc, a, a0, b, b0, ldb, c, c0, ldc, bias, bias
 
 
 @intrinsic
+def micro_gemm2_out_rows(typingctx, kc, a, a0, ps, b, b0, ldb, c, c0, ldc, bias, bias0, lo, hi, top, res, rows):
+    """micro_gemm2_out storing only the first `rows` of its 2 MR rows of c (a conv's last pair of panels)."""
+    if not (_is_f32(a, b, c) and _is_out_epilogue(bias, res)):
+        return None
+    return (types.void(kc, a, a0, ps, b, b0, ldb, c, c0, ldc, bias, bias0, lo, hi, top, res, rows),
+            _micro_gemm_codegen(VECTORS_PER_ROW, panels=2, epilogue=True, limited=True))
+
+
+@intrinsic
 def micro_gemm_a_rows(typingctx, kc, a, a0, lda, lds, b, b0, ldb, c, c0, ldc, accumulate):
     """micro_gemm with a's MR rows where they lie: a[a0 + i*lda + p*lds] for row i, reduction step
     p. A linear layer's input rows (lda = K, lds = 1), or a 1x1 conv's pixels (lda = 1, lds = H*W:
