@@ -97,6 +97,15 @@ SPAN_MIN_WASTE = 0.05
 # (256 -> 256 3x3 on 14 x 14 1.01, 512 -> 512 on 7 x 7 0.97); 256 and 1024 columns no better. AVX2 code (the
 # haswell features on that Xeon) 0.94-0.99
 CHUNK_COLUMNS = 512
+# only tiles of more than one chunk, whose output rows take this many reduction steps times pixels at least:
+# each piece of an output row goes out in a call of its own, which on short rows of a short reduction costs
+# more than the block's pass through L2 saved (3 -> 32 3x3 stride 2 to 31 x 31, 27 x 31: 1.11x the time)
+CHUNK_MIN_ROW_WORK = 2048
+# a tile's phase planes up to this size are zeroed whole before the gather, larger ones only in their padding
+# columns (planes.zero_margins: a loop a row, which on small planes cost more than the whole zeroing: 16 -> 16
+# 3x3 on 7 x 7 0.87, 24 -> 24 on 15 x 15 0.90 of the time zeroed whole; 32 KiB of planes or more 0.95-0.97 by
+# their margins: 64 -> 64 3x3 stride 2 on 56 x 56, 32 -> 32 on 80 x 80; in-process A/B, Intel Xeon)
+WHOLE_ZEROING_FLOATS = 8192
 SUB_BYTES = 1 << 17  # a chunk of packed pixel panels: K_CHUNK steps of this many bytes' columns
 # floats between a copied tile's input rows past their pixels (one cache line): rows a multiple of
 # 2 KiB apart (512 pixels) would fall into two sets of the L1 cache, which the microkernel reads
@@ -311,8 +320,12 @@ def _packed_task_for(pointwise: bool, name: str):
             # zeros: the padding columns, which the gather does not write; past the last plane, what the last
             # panel reads (only columns past the tile's output rows)
             src = scratch[own:own + cg * size + pp + wq]
+            margins = cg * size > WHOLE_ZEROING_FLOATS
+            if not margins:
+                src[:] = 0
             for c in range(cg):
-                zero_margins(src, c * size, hq, wq, w, sh, sw, pl)
+                if margins:
+                    zero_margins(src, c * size, hq, wq, w, sh, sw, pl)
                 gather_planes(xf, x0 + c * h * w, h, w, p0 // ow * sh - pt, sh, sw, pl, src, c * size, hq, wq)
             src[cg * size:] = 0
             rows, ldb = taps, 0
@@ -335,7 +348,7 @@ def _packed_task_for(pointwise: bool, name: str):
             mb = mb0
             while mb < mb1:
                 two = pairs == 2 and mb + 1 < mb1
-                if not pointwise:
+                if not pointwise and pp > CHUNK_COLUMNS and k * ow >= CHUNK_MIN_ROW_WORK:
                     _planes_out(wf, a0 + (mb - mb0) * k * MR, k, two, src, rows, acc, pp, mb, of, rf, bias, dims, ow,
                                 wq, out, acts, params)
                     mb += 2 if two else 1
@@ -347,10 +360,14 @@ def _packed_task_for(pointwise: bool, name: str):
                     continue
                 for kb in range(0, k, K_CHUNK):
                     kc, a = min(K_CHUNK, k - kb), a0 + ((mb - mb0) * k + kb) * MR
-                    if two:  # rows ldb apart
+                    if pointwise and two:  # rows ldb apart
                         gemm_panels2(kc, wf, a, k * MR, src, rows[kb], ldb, acc, 0, pp, pp, kb > 0)
-                    else:
+                    elif pointwise:
                         gemm_panels(kc, wf, a, src, rows[kb], ldb, acc, 0, pp, pp, kb > 0)
+                    elif two:
+                        gemm_panels2_rows(kc, wf, a, k * MR, src, 0, rows, kb, acc, 0, pp, pp, kb > 0)
+                    else:
+                        gemm_panels_rows(kc, wf, a, src, 0, rows, kb, acc, 0, pp, pp, kb > 0)
                 for q in range(2 if two else 1):
                     _block_out(acc, q * MR * pp, mb + q, of, rf, bias, dims, ow, wq, pointwise, out, acts, params)
                 mb += 2 if two else 1
