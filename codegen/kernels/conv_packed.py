@@ -30,7 +30,7 @@ import numba
 import numpy as np
 
 from codegen.kernels.common import SEQ, blocks, compiled_as, num_threads, thread_id, u
-from codegen.kernels.epilogue import ONE_PASS, activate_block, epilogue_run, one_pass_bounds, residual_run
+from codegen.kernels.epilogue import ONE_PASS, activate_block, activate_run, epilogue_run, one_pass_bounds, residual_run
 from codegen.kernels.gemm import PARALLEL_MIN_MACS
 from codegen.kernels.microkernel import (
     MR,
@@ -344,7 +344,9 @@ def _packed_task_for(pointwise: bool, name: str):
             acc = scratch[own + inputs:own + inputs + pairs * MR * pp]
             act, post = acts
             # a 1x1 conv's single reduction chunk with a one-pass epilogue: straight into the output
-            direct = pointwise and k <= K_CHUNK and act <= ONE_PASS and post <= 1
+            # (or an activation of more passes, SiLU say, with no residual or second activation: applied in place
+            # to the panels' rows of the output once stored, _pointwise_out)
+            direct = pointwise and k <= K_CHUNK and (act <= ONE_PASS and post <= 1 or post == 0 and rf.size == 0)
             mb = mb0
             while mb < mb1:
                 two = pairs == 2 and mb + 1 < mb1
@@ -437,7 +439,8 @@ def _pointwise_out(wf, a, k, two, src, b0, ldb, acc, pp, mb, of, rf, bias, dims,
     act, post = acts
     alpha, beta = params[0], params[1]
     og, p_n, nr = o_n // groups, oh * ow, panel_width()
-    bounds = one_pass_bounds(act, alpha, beta, post)
+    late = act > ONE_PASS  # (no residual, no second activation: the task's `direct`) stored with its bias only
+    bounds = one_pass_bounds(0 if late else act, alpha, beta, post)
     lo, hi, top = np.float32(bounds[0]), np.float32(bounds[1]), np.float32(bounds[2])
     c0 = g * og + mb * MR  # the first output channel
     o0 = (n * o_n + c0) * p_n + p0
@@ -458,6 +461,9 @@ def _pointwise_out(wf, a, k, two, src, b0, ldb, acc, pp, mb, of, rf, bias, dims,
         else:
             gemm_panels(k, wf, a, src, b0 + full, ldb, acc, 0, pp, half_panels(p - full), np.bool_(False))
         _one_pass_rows(acc, np.int64(0), pp, rows, of, o0 + full, p_n, p - full, bias, c0, np.bool_(True), rf, bounds)
+    if late:  # each channel's run of the tile's pixels, just written (in L2), through the activation in place
+        for r in range(rows):
+            activate_run(of, o0 + r * p_n, p, np.float32(0.0), act, np.float32(alpha), np.float32(beta))
 
 
 @numba.njit(**SEQ)
