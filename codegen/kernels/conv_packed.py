@@ -21,7 +21,9 @@ task of one parallel loop
      on the way from the block to the output (_block_out; a windowed conv's block a chunk of
      CHUNK_COLUMNS columns at a time, from L1: _planes_out). A 1x1 conv of one reduction chunk
      with a one-pass epilogue (none, ReLU, clamp; a residual; a post ReLU) skips the block: the
-     microkernel stores each whole panel of pixels into the output through it (_pointwise_out).
+     microkernel stores each whole panel of pixels into the output through it (_pointwise_out);
+     so does one with an activation of more passes (SiLU) and no residual or second activation,
+     stored with its bias, the activation then run in place over the rows just written.
 """
 
 from __future__ import annotations
