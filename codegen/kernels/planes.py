@@ -41,6 +41,14 @@ def gather_planes(xf, x0, h, w, iy0, sh, sw, pl, p, p0, hq, wq):
         _gather_any(xf, x0, h, w, iy0, sh, sw, pl, p, p0, hq, wq)
 
 
+@numba.njit(inline="always", **SEQ)
+def _phase_columns(b, sw, pl, w):
+    """Column phase b of a row w columns wide with pl padding columns on its left, at stride sw: (its first
+    input column c0, the plane column that one lands in, how many input columns it takes: c0, c0 + sw, ...)."""
+    c0 = (b - pl) % sw
+    return c0, (c0 + pl) // sw, (w - c0 + sw - 1) // sw
+
+
 @numba.njit(**SEQ)
 def zero_margins(p, p0, hq, wq, w, sh, sw, pl):
     """Zero what gather_planes leaves unwritten in the phase planes of one channel (sh * sw planes of hq rows
@@ -49,9 +57,9 @@ def zero_margins(p, p0, hq, wq, w, sh, sw, pl):
     plane = hq * wq
     for a in range(sh):
         for b in range(sw):
-            c0 = (b - pl) % sw  # phase b's first input column (as _gather_any), at column lo of its rows
-            lo = min((c0 + pl) // sw, wq)
-            hi = max(lo, min(wq, lo + (w - c0 + sw - 1) // sw))
+            _, first, count = _phase_columns(b, sw, pl, w)
+            lo = min(first, wq)
+            hi = max(lo, min(wq, lo + count))
             d = p0 + (a * sw + b) * plane
             for r in range(hq):
                 for c in range(lo):
@@ -106,9 +114,8 @@ def _gather_any(xf, x0, h, w, iy0, sh, sw, pl, p, p0, hq, wq):
             iy = iy0 + r * sh + a
             d = p0 + a * sw * plane + r * wq
             for b in range(sw):  # phase b: padded columns b, b + sw, ...: input columns c0, c0 + sw, ...
-                c0 = (b - pl) % sw
-                e = d + b * plane + (c0 + pl) // sw
-                count = (w - c0 + sw - 1) // sw
+                c0, first, count = _phase_columns(b, sw, pl, w)
+                e = d + b * plane + first
                 if iy >= 0 and iy < h:
                     src = x0 + iy * w + c0
                     for k in range(count):
