@@ -59,6 +59,15 @@ TILE_BYTES = 1 << 19  # a tile's im2col matrix (or input block of a 1x1 conv): a
 # a 14 x 14 plane cut into tiles of 128 and 68 pixels kept one thread idle a third of the time
 # (1024 -> 256 channels: 0.62 -> 0.51 ms, AVX-512 EPYC, 2 threads)
 WHOLE_POINTWISE_BYTES = 1 << 20
+# a 1x1 conv that reads more than it writes, on fewer images than threads, cuts its pixels between the
+# threads when each gets this many at least, however few bytes they are: its channels split in blocks of
+# whole panels shared out unevenly (64 channels: 11 panels, 6 and 5; pairs of them on AVX-512), and each
+# task read all of an input the last layer's threads had just written. In MobileNetV2 at batch 1 (profiled
+# per node, 2 processes each, Intel Xeon AVX-512, 2 threads): 144 -> 32 on 28 x 28 0.72, 384 -> 64 on
+# 14 x 14 0.82-0.91, 384 -> 96 0.84-0.89, 576 -> 96 0.89-0.95; kernel alone 480 -> 80 0.84-0.87, 200 -> 80
+# 0.83. Not where a task's block of every panel packs its pixels (AVX2, PACK_MIN_PANELS: 576 -> 96 1.06,
+# 384 -> 96 1.10 with haswell's features on that Xeon; 384 -> 64 0.90, 144 -> 32 0.91 there)
+CUT_MIN_PIXELS = 64
 WHOLE_IMAGE_BYTES = 1 << 21  # a tile's input (phase planes) up to this size is the whole image
 # with fewer images than threads a whole image has its channels split between tasks, each gathering all
 # of it: then only up to this size, else tiles of rows. 2 MiB made 128 -> 128 channels 3x3 stride 2
@@ -181,6 +190,8 @@ def _conv2d_packed_for(pointwise: bool, name: str):
             tile = min(n_n * p_n, max(nr, TILE_BYTES // per_pixel // nr * nr))
         elif pointwise and (per_pixel * p_n > whole or few_panels):  # tiles of any whole panels of pixels:
             tile = min(p_n, max(nr, TILE_BYTES // per_pixel // nr * nr))  # the input is read where it lies
+            if shared and k > og and p_n >= CUT_MIN_PIXELS * num_threads() and not packs_pixels(n_mb, k, 0, 1, 1):
+                tile = min(tile, -(-p_n // num_threads()))  # a tile per thread at least
         elif per_pixel * p_n <= whole and not few_panels:  # small images: split the channels between tasks
             tile = p_n  # (7 rows cut into tiles of 4 and 3 keep one thread idle 1/7 of the time)
         else:  # tiles of whole output rows

@@ -91,6 +91,26 @@ def test_pointwise_convs_off_the_direct_path_still_match(c, act):
     np.testing.assert_allclose(got, reference(x, w, bias, residual, act, "none", 1), rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("c, o, hw, act, with_residual", [
+    (384, 64, (14, 14), "relu", True),  # two reduction chunks, a block of sums: tiles of 112 and 84 pixels
+    (144, 32, (12, 15), "clamp", True),  # one chunk, straight out of the registers, a partial last tile
+    (200, 80, (11, 13), "silu", False),  # the late activation over each tile's runs
+    (96, 24, (16, 9), "none", False),
+])
+def test_a_reducing_pointwise_conv_on_one_image_cuts_its_pixels_between_threads(c, o, hw, act, with_residual):
+    """A 1x1 conv that reads more channels than it writes, at batch 1 on two threads, gives each thread a
+    tile of the image's pixels (conv_packed.CUT_MIN_PIXELS) rather than a block of its channels."""
+    x, w, bias, residual = operands(1, c, o, hw, 1, seed=c + o)
+    residual = residual if with_residual else None
+    threads = numba.get_num_threads()
+    numba.set_num_threads(min(2, numba.config.NUMBA_NUM_THREADS))
+    try:
+        got = run(x, w, bias, residual, act, "none", 1)
+    finally:
+        numba.set_num_threads(threads)
+    np.testing.assert_allclose(got, reference(x, w, bias, residual, act, "none", 1), rtol=1e-4, atol=1e-4)
+
+
 @numba.njit
 def _one_block(k, a, b, c, bias, lo, hi, top, res):
     micro_gemm_out(k, a, 0, b, 0, NR, c, 3, NR + 5, bias, 2, lo, hi, top, res)
