@@ -126,6 +126,10 @@ GEOMETRIES = {
     "rows_3x3_s2_no_padding_copied": ((1, 2, 35, 34), 1, (3, 3), (2, 2), (0, 0, 0, 0), (1, 1)),
     "rows_3x5_multiplier_2_dilated_columns": ((1, 2, 11, 33), 2, (3, 5), (1, 1), (1, 4, 1, 4), (1, 2)),
     "rows_asymmetric_padding_wide": ((1, 2, 9, 50), 1, (5, 3), (1, 1), (0, 2, 4, 0), (1, 1)),
+    # planes copied whole (depthwise_rows.WHOLE_PLANE_FLOATS) whose last input rows no output reads
+    "rows_3x3_s2_last_row_unread": ((1, 2, 36, 40), 1, (3, 3), (2, 2), (0, 0, 0, 0), (1, 1)),
+    "rows_3x3_s2_top_padded_last_row_unread": ((1, 2, 39, 41), 1, (3, 3), (2, 2), (1, 1, 0, 1), (1, 1)),
+    "rows_5x5_s2_odd_left_padding_dilated_columns": ((1, 2, 30, 47), 1, (5, 3), (2, 2), (2, 1, 2, 3), (1, 3)),
     # inputs over COPY_BYTES: each block's rows copied first
     "rows_copied_3x3_s1": ((2, 12, 112, 112), 1, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1)),
     "rows_copied_5x5_s2_odd": ((1, 24, 101, 111), 1, (5, 5), (2, 2), (2, 2, 2, 2), (1, 1)),
