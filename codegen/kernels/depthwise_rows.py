@@ -9,19 +9,19 @@ fits WHOLE_PLANE_FLOATS, else each block's), so that every tap vector is a plain
 column j, every input row the block reads is loaded once and multiplied into every output row of the
 block whose window covers it: a 3x3 kernel at stride 1 loads R + 2 input vectors for 3R FMAs, where the
 flat path (depthwise.py) loads an input vector and its mask for each FMA. At stride 2 the copy puts each
-row's even and odd columns apart (vectors.split_pairs, two shuffles per 2W columns copied), so a tap's columns
-are consecutive there too. Read in place, a stride-2 tap loaded 2W columns under a mask and kept their
+row's even and odd columns apart (vectors.split_pairs, two shuffles per 2W columns copied), so a tap's
+columns are consecutive there too. Read in place, a stride-2 tap loaded 2W columns under a mask and kept their
 even lanes: a masked load and a shuffle per tap and row, each a uop on the ports the FMAs take, and the
-block computed at 1.5 cycles an output, 0.75 at stride 1 (L1-resident, one thread). Per node in the
-models at batch 1 (profiled, 2 processes each, Intel Xeon AVX-512, 2 threads), the padded copy against
-the masked loads: MobileNetV2's depthwise convs 0.76 of their time (96 channels stride 2 from 112 x 112
-0.65, 144 on 56 x 56 0.78, 384 on 14 x 14 0.80), EfficientNet-B0's 0.89 (144 channels 5x5 stride 2 from
-56 x 56 0.71, 672 5x5 on 14 x 14 0.84), MobileNetV3-Large's 0.90 (72 channels 5x5 stride 2 0.59),
-ConvNeXt-T's 7x7 0.77; MobileNetV2 at batch 8 0.94. Copying costs more than the masks saved only on
-narrow rows at batch 8 (32 channels on 112 x 112, in memory: level to 1.1x over repeated runs). An input
-larger than L2 (COPY_BYTES) has, on AVX-512, the rows two blocks on prefetched meanwhile
-(PREFETCH_MIN_FLOATS). Rows narrower than half a vector (7 x 7 planes) stay on the flat path, whose
-vectors span rows, except for 7x7 kernels.
+block computed at 1.5 cycles an output, 0.75 at stride 1 (L1-resident, one thread). The kernel alone (in one
+process with onnxruntime's time of the same conv as the yardstick, inputs cycled through 8 copies, Intel Xeon
+AVX-512, 2 threads), masked loads -> the padded copy: 144 channels 5x5 stride 2 from 56 x 56 108-127 -> 70-98
+us, 144 channels 3x3 on 56 x 56 129-141 -> 117-118, 96 channels stride 2 from 112 x 112 183-206 -> 146-159
+(inputs warm) and at batch 8 2119-2189 -> 1792-1814 (cold). In the models the gain does not show: the whole
+forward at batch 1 and 8 (alternating processes, 6 each) MobileNetV2, EfficientNet-B0 and MobileNetV3-Large
+0.98-1.0 of its time before, and their depthwise convs' sum in a profiled forward as before (their inputs,
+just written by the expansion conv, come partly from the other core's cache). An input larger than L2
+(COPY_BYTES) has, on AVX-512, the rows two blocks on prefetched meanwhile (PREFETCH_MIN_FLOATS). Rows narrower
+than half a vector (7 x 7 planes) stay on the flat path, whose vectors span rows, except for 7x7 kernels.
 
 Which input rows feed which output rows depends on the kernel height, the stride and R only, so
 each (height, stride, R) is its own straight-line code (`_row_block`, LLVM IR: a switch over the
