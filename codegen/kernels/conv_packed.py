@@ -64,9 +64,10 @@ WHOLE_POINTWISE_BYTES = 1 << 20
 # whole panels shared out unevenly (64 channels: 11 panels, 6 and 5; pairs of them on AVX-512), and each
 # task read all of an input the last layer's threads had just written. In MobileNetV2 at batch 1 (profiled
 # per node, 2 processes each, Intel Xeon AVX-512, 2 threads): 144 -> 32 on 28 x 28 0.72, 384 -> 64 on
-# 14 x 14 0.82-0.91, 384 -> 96 0.84-0.89, 576 -> 96 0.89-0.95; kernel alone 480 -> 80 0.84-0.87, 200 -> 80
-# 0.83. Not where a task's block of every panel packs its pixels (AVX2, PACK_MIN_PANELS: 576 -> 96 1.06,
-# 384 -> 96 1.10 with haswell's features on that Xeon; 384 -> 64 0.90, 144 -> 32 0.91 there)
+# 14 x 14 0.82-0.91, 384 -> 96 0.84-0.89, 576 -> 96 0.89-0.95; the whole forward 0.975 (alternating
+# processes, 5-6 each); kernel alone 480 -> 80 0.84-0.87, 200 -> 80 0.83. Not where a task's block of every
+# panel packs its pixels (AVX2, PACK_MIN_PANELS: 576 -> 96 1.06, 384 -> 96 1.10 with haswell's features on
+# that Xeon; 384 -> 64 0.90, 144 -> 32 0.91 there)
 CUT_MIN_PIXELS = 64
 WHOLE_IMAGE_BYTES = 1 << 21  # a tile's input (phase planes) up to this size is the whole image
 # with fewer images than threads a whole image has its channels split between tasks, each gathering all
