@@ -113,17 +113,15 @@ def _depthwise_rows_impl(x, xf, wf, of, rf, bias, dims, window, clamp, lo, hi, a
         # image's column c at padded column c + pl, zeros around it and in the rows outside the image. At stride
         # 2 the row's even and odd padded columns lie apart, `phase` floats from each other: padded column q at
         # (q % 2) * phase + q // 2. Tap column j of output column 0 reads offsets[j], plain vector loads
-        offsets = np.empty(kw, np.int64)
-        for j in range(kw):
-            offsets[j] = j * dw
         if sw == 1:  # the loads of output vector v reach v * W + W - 1 + (kw - 1) * dw
             phase = 0
             pitch = -(-(nv * lanes + (kw - 1) * dw) // lanes) * lanes
         else:  # a phase holds the loads' reach and the image's columns
             phase = -(-max(nv * lanes + (kw - 1) * dw // 2, (w + pl) // 2 + 1) // lanes) * lanes
             pitch = 2 * phase
-            for j in range(kw):
-                offsets[j] = (j * dw) % 2 * phase + (j * dw) // 2
+        offsets = np.empty(kw, np.int64)
+        for j in range(kw):  # padded column j * dw of output column 0 (at stride 2: its phase's column)
+            offsets[j] = j * dw if sw == 1 else (j * dw) % 2 * phase + (j * dw) // 2
         if pitch % ODD_PITCH_FLOATS == 0:  # rows 2 KiB apart would fall into few of the L1's sets
             pitch += lanes
         threads = min(num_threads(), n_n * o_n)
