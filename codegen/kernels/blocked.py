@@ -568,7 +568,8 @@ def conv2d_blocked(x, wt, bias, residual, out, kernel, stride, padding, dilation
     group_lanes (0: ungrouped) for a grouped conv of as many input as output channels in groups of g channels,
     whole blocks or half ones (wt = pack_grouped_blocked(W, groups, B): a group's g lanes). Whole blocks (g a
     multiple of B): output block q reads its group's g / B input blocks, from q - q % (g / B) on. Half blocks
-    (g = B / 2: RegNetY's 8 on AVX2): each half of output block q reads the same half of input block q."""
+    (g = B / 2: RegNetY's 8 on AVX2): each half of output block q reads the same half of input block q. A
+    grouped conv's tasks (unless one) take one group's output blocks each, gathering its input blocks only."""
     n_n, cb_n, h, w, b = x.shape
     k = wt.shape[1] // (kernel[0] * kernel[1])  # the reduction's lanes (pad_to_blocks, pack_grouped_blocked)
     ob_n = out.shape[1]
@@ -614,18 +615,26 @@ def _conv2d_blocked(xf, n_n, cb_n, c_n, h, w, nchw, wt, bias, residual, out, ker
     # channels from 64 x 64 1.09x the time, 3 -> 24 from 96 x 96 1.16x)
     least = MIN_TASKS if nchw else min(MIN_TASKS, max(WINDOW_MIN_TASKS, macs // WINDOW_TASK_MACS))
     groups = -(-oh * ow // MR)
+    # a grouped conv's tasks take one group's output blocks each (when parallel), and gather only its input
+    # blocks: a band's bytes counted over all the input blocks made ResNeXt-50's 1024 -> 1024 3x3 stride 2
+    # (groups of 32) a band an MR-pixel group, every band reading all the weights again
+    group_blocks = -(-group_lanes // b)
+    gathered = group_blocks if group_blocks and not serial else cb_n  # the input blocks a task gathers
     # every band reads all the weights: where they are large, the tasks split the output blocks first
     many = -(-least // (n_n * ob_n)) if ob_n * k * b * 4 > WINDOW_WEIGHT_BYTES else -(-least // n_n)
     bands = 1 if serial else max(1, min(groups, many))
     gpb = -(-groups // bands)  # groups per band
-    while gpb > 1 and (gpb * MR // ow + 2) * sh * cb_n * b * wp * 4 > BAND_BYTES:
+    while gpb > 1 and (gpb * MR // ow + 2) * sh * gathered * b * wp * 4 > BAND_BYTES:
         gpb = -(-gpb // 2)
     bands = -(-groups // gpb)
     hin = 0  # the most rows a band gathers
     for bi in range(bands):
         y0, y1 = bi * gpb * MR // ow, (min(oh * ow, (bi + 1) * gpb * MR) - 1) // ow
         hin = max(hin, (y1 - y0) * sh + (kh - 1) * dh + 1)
-    n_g, per = _block_groups(n_n * bands, ob_n, serial)
+    if gathered < cb_n:  # a group's output blocks a task
+        n_g, per = -(-ob_n // group_blocks), group_blocks
+    else:
+        n_g, per = _block_groups(n_n * bands, ob_n, serial)
     # a pixel's stride in the scratch: a block's on the layout; an NCHW input's channels are gathered as planes,
     # so that the pixels a tap reads share cache lines (as lanes of blocks, each line held one float a
     # channel: AlexNet's 11x11 stride-4 stem ran at 0.6 of the machine's peak)
@@ -641,13 +650,13 @@ def _conv2d_blocked(xf, n_n, cb_n, c_n, h, w, nchw, wt, bias, residual, out, ker
             for j in range(kw):
                 rows[(c * kh + i) * kw + j] = lanes[c] + (i * dh * pitch + j * dw) * ps
     tasks = n_n * bands * n_g
-    size = 0 if direct else (c_n if nchw else cb_n * b) * hin * wp
+    size = 0 if direct else (c_n if nchw else gathered * b) * hin * wp
     scratch_n = 1 if serial else min(num_threads(), tasks)
     scratch = np.empty(scratch_n * size, np.float32)
     held = np.full(scratch_n, -1, np.int64)  # the band (image * bands + band) each thread's scratch holds
     data = (xf, wt.reshape(-1), bias, residual_run(residual, out), out.reshape(-1), rows,
             (n_n, cb_n, h, w, b, ob_n, oh, ow, k, c_n, nchw, direct, half_q, group_lanes),
-            (kh, dh, sh, sw, pt, pl, hin, wp, gpb, bands, n_g, per),
+            (kh, dh, sh, sw, pt, pl, hin, wp, gpb, bands, n_g, per, gathered),
             (act, post), (alpha, beta, post_alpha, post_beta), scratch, held)
     run_tasks(_conv2d_task, tasks, data, serial)
 
@@ -659,7 +668,7 @@ def _conv2d_task(t, xf, wf, bias, rf, of, rows, dims, window, acts, params, scra
     band: held), then its output blocks (_blocked_out)."""
     n_n, cb_n, h, w, b, ob_n, oh, ow, k, c_n, nchw, direct, half_q, group_lanes = dims
     group_blocks = -(-group_lanes // b)  # the input blocks a group reads (half blocks: one)
-    kh, dh, sh, sw, pt, pl, hin, wp, gpb, bands, n_g, per = window
+    kh, dh, sh, sw, pt, pl, hin, wp, gpb, bands, n_g, per, gathered = window
     gi, bi, n = t % n_g, (t // n_g) % bands, t // (n_g * bands)
     ps = 1 if nchw else b  # a pixel's stride in the scratch: an NCHW input's channels gathered as planes
     p0 = bi * gpb * MR
@@ -682,7 +691,7 @@ def _conv2d_task(t, xf, wf, bias, rf, of, rows, dims, window, acts, params, scra
         _window_out(xf, a0, h * w * b, group_lanes, pix, p0, p1, rows, k, wf, bias, rf, of, n * ob_n, oh * ow, b, q0,
                     q1, acts, params, half_q)
         return
-    size = (c_n if nchw else cb_n * b) * hin * wp
+    size = (c_n if nchw else gathered * b) * hin * wp
     src = _band_scratch(scratch, size)
     own = thread_id()
     own = own if own < held.size else 0  # as _band_scratch picks the scratch
@@ -696,11 +705,12 @@ def _conv2d_task(t, xf, wf, bias, rf, of, rows, dims, window, acts, params, scra
         if nchw:
             for c in range(c_n):
                 _gather_rows(src, c * hin * wp, xf, (n * c_n + c) * h * w, iy0, n_rows, h, w, wp, pl, 1)
-        else:
+        else:  # input block cb into the scratch's block cb - c0
             for cb in range(c0, c1):
-                _gather_rows(src, cb * hin * wp * b, xf, (n * cb_n + cb) * h * w * b, iy0, n_rows, h, w, wp, pl, b)
-    _window_out(src, 0, hin * wp * b, group_lanes, pix, p0, p1, rows, k, wf, bias, rf, of, n * ob_n, oh * ow, b, q0,
-                q1, acts, params, half_q)
+                _gather_rows(src, (cb - c0) * hin * wp * b, xf, (n * cb_n + cb) * h * w * b, iy0, n_rows, h, w, wp,
+                             pl, b)
+    _window_out(src, -c0 * hin * wp * b, hin * wp * b, group_lanes, pix, p0, p1, rows, k, wf, bias, rf, of, n * ob_n,
+                oh * ow, b, q0, q1, acts, params, half_q)
 
 
 @numba.njit(inline="always", **SEQ)

@@ -291,12 +291,24 @@ def test_a_grouped_blocked_conv_reads_each_groups_own_lanes(g, groups, kernel, s
     number of them leaves the last block's second half padding, zero), gathered into scratch and read where they
     lie, with bias, ReLU and a residual, against float64 group by group. It fails if a lane reads another
     group's input or weights."""
+    _check_grouped(g, groups, kernel, stride, padding, n, 11)
+
+
+@pytest.mark.parametrize("g, groups, stride, n", [(2 * B, 2, (2, 2), 1), (B // 2, 6, (2, 2), 2), (B, 3, (1, 1), 1)])
+def test_a_grouped_blocked_conv_on_large_planes_gathers_each_tasks_groups_in_bands(g, groups, stride, n):
+    """A grouped conv2d_blocked on planes whose bands of rows (BAND_BYTES over a group's input blocks) are several
+    an image: each task gathers its group's input blocks only, into the start of its scratch, band by band,
+    against float64 group by group."""
+    _check_grouped(g, groups, (3, 3), stride, (1, 1, 1, 1), n, 41)
+
+
+def _check_grouped(g, groups, kernel, stride, padding, n, size):
     c = g * groups
     rng = np.random.default_rng(g * 10 + groups)
-    x = rng.standard_normal((n, c, 11, 11)).astype(np.float32)
+    x = rng.standard_normal((n, c, size, size)).astype(np.float32)
     w = (rng.standard_normal((c, g, *kernel)) / np.sqrt(g * kernel[0] * kernel[1])).astype(np.float32)
     bias = rng.standard_normal(c).astype(np.float32)
-    out_hw = out_size((11, 11), kernel, stride, padding, (1, 1))
+    out_hw = out_size((size, size), kernel, stride, padding, (1, 1))
     residual = rng.standard_normal((n, c, *out_hw)).astype(np.float32)
     expected = np.concatenate([reference(x[:, i * g:(i + 1) * g], w[i * g:(i + 1) * g], bias[i * g:(i + 1) * g],
                                          residual[:, i * g:(i + 1) * g], "relu", "none", stride, padding)
