@@ -58,8 +58,10 @@ from codegen.kernels.microkernel import (
     _is_f32,
     _store_through_epilogue,
     micro_gemm_taps,
+    micro_gemm_taps_grouped,
     micro_gemm_taps_half,
     micro_gemm_taps_out,
+    micro_gemm_taps_out_grouped,
     micro_gemm_taps_out_half,
     micro_gemm_taps_pixel,
     micro_gemm_taps_pixel_half,
@@ -89,7 +91,7 @@ from codegen.kernels.winograd import (
     output_transform4,
     transform_chunks,
 )
-from ir.ops.layout import segment_lanes
+from ir.ops.layout import segment_lanes, vector_groups
 
 CHUNK_GROUPS = 16  # MR-pixel groups per task's chunk of an image: 96 pixels, a 6 KB block of each input block
 # or more, up to CHUNK_GROUPS_MAX, where a chunk's input of CHUNK_BYTES holds more: a task's fixed cost is a
@@ -566,17 +568,20 @@ def conv2d_blocked(x, wt, bias, residual, out, kernel, stride, padding, dilation
     conv1x1_blocked's.
 
     group_lanes (0: ungrouped) for a grouped conv of as many input as output channels in groups of g channels,
-    whole blocks or half ones (wt = pack_grouped_blocked(W, groups, B): a group's g lanes). Whole blocks (g a
-    multiple of B): output block q reads its group's g / B input blocks, from q - q % (g / B) on. Half blocks
-    (g = B / 2: RegNetY's 8 on AVX2): each half of output block q reads the same half of input block q. A
-    grouped conv's tasks (unless one) take one group's output blocks each, gathering its input blocks only."""
+    whole blocks, half ones or whole vectors of one (wt = pack_grouped_blocked(W, groups, B): a group's g lanes).
+    Whole blocks (g a multiple of B): output block q reads its group's g / B input blocks, from q - q % (g / B)
+    on. Half blocks (g = B / 2: RegNetY's 8 on AVX2): each half of output block q reads the same half of input
+    block q. Whole vectors of fewer than half a block (_vector_groups: ResNeXt-50's 16 on AVX-512): each vector
+    of output block q reads its group's lanes of input block q (micro_gemm_taps_grouped). A grouped conv's tasks
+    (unless one) take one group's output blocks each, gathering its input blocks only."""
     n_n, cb_n, h, w, b = x.shape
     k = wt.shape[1] // (kernel[0] * kernel[1])  # the reduction's lanes (pad_to_blocks, pack_grouped_blocked)
     ob_n = out.shape[1]
     if group_lanes == 0:
         fits = _reads_lanes(k, cb_n, b)
     else:  # each output block over its group's input lanes: as many blocks as the output's
-        fits = (group_lanes % b == 0 or 2 * group_lanes == b) and ob_n == cb_n and k == group_lanes
+        fits = ((group_lanes % b == 0 or 2 * group_lanes == b or _vector_groups(group_lanes, b)) and ob_n == cb_n
+                and k == group_lanes)
     if b != out.shape[4] or not fits:
         raise ValueError("conv2d_blocked: blocks of another width, or operands of mismatched shapes")
     _conv2d_blocked(x.reshape(-1), n_n, cb_n, k, h, w, False, wt, bias, residual, out, kernel, stride, padding,
@@ -721,6 +726,9 @@ def _window_out(a, a0, block_size, group_lanes, pix, p0, p1, rows, k, wf, bias, 
     block on, or (groups of half blocks) each block's halves from the same halves of its input block."""
     if group_lanes == 0:
         _blocked_out(a, a0, pix, 0, p0, p1, rows, k, wf, bias, rf, of, ob0, hw, b, q0, q1, acts, params, half_q)
+    elif _vector_groups(group_lanes, b):
+        _vector_groups_out(a, a0, block_size, group_lanes, pix, p0, p1, rows, k, wf, bias, rf, of, ob0, hw, b, q0, q1,
+                           acts, params)
     elif group_lanes < b:
         for q in range(q0, q1):
             _half_groups_out(a, a0 + q * block_size, pix, p0, p1, rows, k, wf, bias, rf, of, ob0, hw, b, q, acts,
@@ -730,6 +738,40 @@ def _window_out(a, a0, block_size, group_lanes, pix, p0, p1, rows, k, wf, bias, 
         for q in range(q0, q1):
             _blocked_out(a, a0 + (q - q % group_blocks) * block_size, pix, 0, p0, p1, rows, k, wf, bias, rf, of, ob0,
                          hw, b, q, q + 1, acts, params, half_q)
+
+
+@numba.njit(inline="always", **SEQ)
+def _vector_groups(group_lanes, b):
+    """Whether a conv's groups of group_lanes channels are whole vectors of a block of b lanes, fewer than half of
+    it, a power of two (ir/ops/layout.py's vector_groups, in a kernel)."""
+    return group_lanes < b // 2 and group_lanes % vector_floats() == 0 and group_lanes & (group_lanes - 1) == 0
+
+
+@numba.njit(**SEQ)
+def _vector_groups_out(a, a0, block_size, g, pix, p0, p1, rows, k, wf, bias, rf, of, ob0, hw, b, q0, q1, acts, params):
+    """Output pixels [p0, p1) of output blocks [q0, q1) of a conv in groups of g channels, whole vectors of a block
+    (_vector_groups): block q from input block q (at a[a0 + q * block_size:]), pixel p's step r (lane r < g of
+    group 0, and the tap) at pix[p - p0] + rows[r], each vector of the block over its own group's lanes
+    (micro_gemm_taps_grouped), MR pixels a call stored from the registers through the one-pass epilogue; the
+    last partial group through scratch, its pixels out one by one. Every block whole: the lanes that pad the
+    last one have zero weights and bias."""
+    act, post = acts
+    alpha, beta, post_alpha, post_beta = params
+    one_pass, (lo, hi, top), res = _one_pass(acts, params, rf)
+    whole = p0 + (p1 - p0) // MR * MR
+    acc = np.empty(MR * b, np.float32)
+    for q in range(q0, q1):
+        aq, w0, o0 = a0 + q * block_size, q * k * b, (ob0 + q) * hw * b
+        for p in range(p0, whole, MR):
+            micro_gemm_taps_out_grouped(k, a, aq, pix, p - p0, rows, 0, wf, w0, b, of, o0 + p * b, b, bias, q * b, lo,
+                                        hi, top, res, g)
+        if whole < p1:  # (pix holds MR entries past p1)
+            micro_gemm_taps_grouped(k, a, aq, pix, whole - p0, rows, 0, wf, w0, b, acc, 0, b, False, g)
+            for i in range(p1 - whole):
+                _pixel_out(acc, i * b, of, o0 + (whole + i) * b, bias, q * b, lo, hi, top, res)
+        if not one_pass:
+            epilogue_run(of, o0 + p0 * b, (p1 - p0) * b, of, o0 + p0 * b, 0.0, rf, act, alpha, beta, post,
+                         post_alpha, post_beta)
 
 
 @numba.njit(**SEQ)
@@ -906,19 +948,21 @@ def pad_to_blocks(weight: np.ndarray, block: int, depthwise: bool = False, segme
 
 def group_lanes(groups: int, channels: int, block: int) -> int:
     """conv2d_blocked's group_lanes for a conv of `groups` groups of `channels` input and output channels in
-    all: a group's channels, or 0 where they are neither whole blocks nor half ones."""
+    all: a group's channels, or 0 where they are neither whole blocks, half ones nor whole vectors of one
+    (ir/ops/layout.py's vector_groups)."""
     g = channels // groups
-    return g if g * groups == channels and (g % block == 0 or 2 * g == block) else 0
+    return g if g * groups == channels and (g % block == 0 or 2 * g == block or vector_groups(g, block)) else 0
 
 
 def pack_grouped_blocked(weight: np.ndarray, groups: int, block: int) -> np.ndarray:
     """A grouped conv's (O, O / groups, KH, KW) weight (as many input channels as output, groups of whole
-    blocks or half ones) for conv2d_blocked's group_lanes: (O / B, O / groups * KH * KW, B), each output block's
-    panel over its groups' input lanes (a block in groups of half blocks: each lane over its own group's), as
-    pack_channel_panels packs an ungrouped conv's, the last block padded with zero channels."""
+    blocks, half ones or whole vectors of one) for conv2d_blocked's group_lanes: (O / B, O / groups * KH * KW,
+    B), each output block's panel over its groups' input lanes (a block in groups of half blocks or of vectors:
+    each lane over its own group's), as pack_channel_panels packs an ungrouped conv's, the last block padded with
+    zero channels."""
     if group_lanes(groups, weight.shape[0], block) == 0:
         raise ValueError(f"pack_grouped_blocked: groups of {weight.shape[1]} channels are neither whole blocks of "
-                         f"{block} nor half ones")
+                         f"{block}, half ones nor whole vectors of one")
     return pack_channel_panels(weight, block)
 
 

@@ -87,7 +87,7 @@ def _data_pointer(context, builder, array_type, value, offset):
 
 def _micro_gemm_codegen(vectors, indirect: bool = False, a_rows: bool = False, panels: int = 1,
                         a_taps: bool = False, epilogue: bool = False, bias_columns: bool = False,
-                        seeded: bool = False, limited: bool = False):
+                        seeded: bool = False, limited: bool = False, grouped: bool = False):
     """LLVM IR of micro_gemm with `vectors` vectors per accumulator row (NR = vectors * width; a
     function of the width for micro_gemm_taps); indirect: micro_gemm_rows, b's rows at
     b0 + rows[r0 + p] instead of b0 + p * ldb; a_rows: micro_gemm_a_rows, a's element (i, p) at
@@ -98,9 +98,16 @@ def _micro_gemm_codegen(vectors, indirect: bool = False, a_rows: bool = False, p
     one-pass epilogue; bias_columns: its bias indexed by column (micro_gemm_taps_out) instead of row;
     seeded: two more arguments (seed, seed0) after the epilogue's, partial sums of earlier steps added to
     the block's before the epilogue (seed's element (i, j) at seed0 + i*ldc + j); limited: one more argument
-    last, the rows of c the epilogue stores (the first ones; the others are a weight panel's padding)."""
+    last, the rows of c the epilogue stores (the first ones; the others are a weight panel's padding);
+    grouped (a_taps only): one more argument last, g, a conv's channels a group (a power of two, a multiple
+    of the vector width W): the steps read lanes r < g (group 0's), and vector j of the channels (lanes j*W to
+    j*W + W - 1, in one group) reads lane ((j*W) & -g) + r of the step's pixel where the ungrouped kernel
+    reads lane r for every vector."""
     def codegen(context, builder, signature, args):
-        out_args = out_types = seed_ = limit_ = None
+        out_args = out_types = seed_ = limit_ = group_ = None
+        if grouped:  # (..., g): take the group's lanes out
+            group_ = context.cast(builder, args[-1], signature.args[-1], types.int64)
+            args, signature = args[:-1], types.void(*signature.args[:-1])
         if limited:  # (..., rows): take the row count out
             limit_ = context.cast(builder, args[-1], signature.args[-1], types.int64)
             args, signature = args[:-1], types.void(*signature.args[:-1])
@@ -150,6 +157,10 @@ def _micro_gemm_codegen(vectors, indirect: bool = False, a_rows: bool = False, p
         kc_, ldb_, ldc_ = (context.cast(builder, v, t, types.int64) for v, t in
                            ((kc_, signature.args[0]), (ldb_, signature.args[5]), (ldc_, signature.args[8])))
         splat_mask = ir.Constant(ir.VectorType(i32, width), [0] * width)
+        group_lanes = None  # grouped: vector j's group's first lane
+        if grouped:
+            group_lanes = [builder.and_(ir.Constant(i64, j * width), builder.neg(group_)) for j in range(nv)]
+
         def prefetch_ahead(pointer, offset):  # the cache line at pointer + offset elements, into L1
             prefetch_line(builder, builder.gep(pointer, [offset]), 3)
 
@@ -169,6 +180,16 @@ def _micro_gemm_codegen(vectors, indirect: bool = False, a_rows: bool = False, p
                     prefetch_ahead(ahead, ir.Constant(i64, 16 * j))
             terms = []
             for q in range(panels):
+                if grouped:  # this step's tap and lane (of group 0), each vector's group's lane from it
+                    a_step = builder.gep(a_ptr, [builder.load(builder.gep(taps_ptr, [p]))])
+                    for i in range(MR):
+                        at = builder.gep(a_step, [pix_[i]])
+                        for j in range(nv):
+                            scalar = builder.load(builder.gep(at, [group_lanes[j]]))
+                            lane0 = builder.insert_element(ir.Constant(vec, ir.Undefined), scalar, ir.Constant(i32, 0))
+                            terms.append((builder.shuffle_vector(lane0, ir.Constant(vec, ir.Undefined), splat_mask),
+                                          b_vecs[j]))
+                    continue
                 if a_taps:  # this step's tap, then each of the MR pixels from it
                     a_step = builder.gep(a_ptr, [builder.load(builder.gep(taps_ptr, [p]))])
                 else:
@@ -495,6 +516,27 @@ def micro_gemm_taps_seeded(typingctx, kc, a, a0, pix, q0, rows, r0, b, b0, ldb, 
     signature = types.void(kc, a, a0, pix, q0, rows, r0, b, b0, ldb, c, c0, ldc, bias, bias0, lo, hi, top, res, seed,
                            seed0)
     return signature, _micro_gemm_codegen(taps_vectors, a_taps=True, epilogue=True, bias_columns=True, seeded=True)
+
+
+@intrinsic
+def micro_gemm_taps_grouped(typingctx, kc, a, a0, pix, q0, rows, r0, b, b0, ldb, c, c0, ldc, accumulate, g):
+    """micro_gemm_taps for a conv in groups of g channels, g a power of two and a multiple of the vector width
+    (16 on AVX-512): each vector of the taps_width() channels over its own group's lanes of the step's pixel
+    (vector j: lane ((j*W) & -g) + r for step lane r < g): conv2d_blocked's groups of a quarter block."""
+    if not (_is_f32(a, b, c) and _is_i64(pix, rows) and isinstance(g, types.Integer)):
+        return None
+    return (types.void(kc, a, a0, pix, q0, rows, r0, b, b0, ldb, c, c0, ldc, accumulate, g),
+            _micro_gemm_codegen(taps_vectors, a_taps=True, grouped=True))
+
+
+@intrinsic
+def micro_gemm_taps_out_grouped(typingctx, kc, a, a0, pix, q0, rows, r0, b, b0, ldb, c, c0, ldc, bias, bias0, lo,
+                                hi, top, res, g):
+    """micro_gemm_taps_out for a conv in groups of g channels (micro_gemm_taps_grouped)."""
+    if not (_is_f32(a, b, c) and _is_i64(pix, rows) and _is_out_epilogue(bias, res) and isinstance(g, types.Integer)):
+        return None
+    return (types.void(kc, a, a0, pix, q0, rows, r0, b, b0, ldb, c, c0, ldc, bias, bias0, lo, hi, top, res, g),
+            _micro_gemm_codegen(taps_vectors, a_taps=True, epilogue=True, bias_columns=True, grouped=True))
 
 
 def _half_taps(width: int) -> int:

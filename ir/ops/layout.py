@@ -127,11 +127,24 @@ def is_depthwise_weight(groups: int, weight_shape: tuple[int, ...]) -> bool:
 
 def blocked_groups_fit(groups: int, in_channels: int, out_channels: int, segments: int, block: int) -> bool:
     """Whether a grouped conv (not depthwise) runs on the layout: as many input as output channels, one segment,
-    each group's channels whole blocks or half ones (codegen/kernels/blocked.py: each output block reads its
-    group's input blocks, from the same index; each half of a block in groups of half blocks, the same half of
-    the input block)."""
+    each group's channels whole blocks, half ones, or whole vectors of a block (codegen/kernels/blocked.py: each
+    output block reads its group's input blocks, from the same index; each half of a block in groups of half
+    blocks, the same half of the input block; each vector of a block in groups of whole vectors, its group's
+    lanes of the same input block)."""
     g = in_channels // groups
-    return in_channels == out_channels and segments == 1 and (g % block == 0 or 2 * g == block)
+    return in_channels == out_channels and segments == 1 and (g % block == 0 or 2 * g == block
+                                                              or vector_groups(g, block))
+
+
+def block_vector(block: int) -> int:
+    """The floats of one vector of a block of `block` lanes (taps_width): 16 of AVX-512's 64, 8 of AVX2's 16."""
+    return block // 4 if block >= 64 else block // 2
+
+
+def vector_groups(g: int, block: int) -> bool:
+    """Whether groups of g channels are whole vectors of a block, fewer than half of it, a power of two: ResNeXt-50
+    32x4d's 16 on AVX-512 (four groups a block of 64 lanes)."""
+    return g < block // 2 and g % block_vector(block) == 0 and g & (g - 1) == 0
 
 
 _BLOCKED_CONV_ATTRS = {**_CONV_ATTRS, **_EPILOGUE_ATTRS, "block": INT(), "in_segments": INTS(None, optional=True)}

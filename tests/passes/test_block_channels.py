@@ -24,6 +24,7 @@ from compiler.passes.block_channels import (
 )
 from compiler.passes.fuse_conv_epilogue import fuse_conv_epilogue
 from ir import parse_graph
+from ir.ops.layout import vector_groups
 from tests.passes.golden import run_pass
 
 B = 16
@@ -603,6 +604,20 @@ def test_grouped_convs_of_whole_or_half_blocks_run_blocked_and_smaller_groups_st
             np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
 
 
+def test_groups_of_whole_vectors_of_avx512_blocks_run_blocked():
+    """On AVX-512's blocks of 64 lanes (four vectors of 16) groups of 16 channels, whole vectors (ResNeXt-50 32x4d's
+    third stage), run blocked, each vector over its own group's lanes; groups of 8 stay on NCHW; the blocked graph
+    computes what the NCHW one does."""
+    x = RNG.normal(size=(1, 128, S, S)).astype(np.float32)
+    for groups, runs_blocked in [(16, True), (32, False)]:
+        text, w = grouped_bottleneck(128, 256, groups)
+        after = blocked(text, w, 64)
+        conv2 = next(n for n in after.nodes if n.name.startswith("conv2"))
+        assert (conv2.op == "blocked_conv2d") == runs_blocked, groups
+        for got, want in zip(Interpreter(after)(x), Interpreter(parse_graph(text, w))(x)):
+            np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
 def test_a_grouped_conv_with_more_outputs_than_inputs_stays_on_nchw():
     """conv1 makes 2B channels, conv2 reads them in 2 groups of B (whole blocks) and makes 4B: its output blocks
     are not its input's, so it stays on NCHW."""
@@ -648,6 +663,23 @@ def test_a_compiled_chain_with_grouped_convs_matches_the_interpreter(tmp_path, g
     graph = block_channels(optimize(parse_graph(text, w)), block)
     assert sorted(n.attrs["groups"] for n in graph.nodes if n.op == "blocked_conv2d") == sorted(
         [1, 1, groups, strided_groups])
+    x = RNG.normal(size=(batch, c, 13, 13)).astype(np.float32)
+    for got, want in zip(NumbaModel.build(graph, tmp_path)(x), Interpreter(parse_graph(text, w))(x)):
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("batch", [1, 2])
+def test_a_compiled_chain_with_groups_of_whole_vectors_matches_the_interpreter(tmp_path, batch, kernel_block):
+    """conv2d_blocked's groups of whole vectors in a forward (where a quarter block is one: AVX-512), the
+    bottleneck's 3x3 conv and its strided one in groups of 16 channels, every vector from its own group."""
+    block = kernel_block
+    if not vector_groups(block // 4, block):
+        pytest.skip("a quarter of this CPU's block is less than a vector")
+    c, m = 2 * block, 4 * block
+    text, w = grouped_bottleneck(c, m, m // (block // 4), c // (block // 4), s=13)
+    text = text.replace("f32[1,", f"f32[{batch},")
+    graph = block_channels(optimize(parse_graph(text, w)), block)
+    assert sorted(n.attrs["groups"] for n in graph.nodes if n.op == "blocked_conv2d") == [1, 1, 8, 16]
     x = RNG.normal(size=(batch, c, 13, 13)).astype(np.float32)
     for got, want in zip(NumbaModel.build(graph, tmp_path)(x), Interpreter(parse_graph(text, w))(x)):
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
