@@ -53,6 +53,7 @@ from codegen.kernels.conv_channels import pack_channel_panels
 from codegen.kernels.epilogue import ONE_PASS, epilogue_run, one_pass_bounds, residual_run
 from codegen.kernels.gemm import PACKED_K_CHUNK, PARALLEL_MIN_MACS
 from codegen.kernels.microkernel import (
+    LANE_GROUP_PIXELS,
     MR,
     _data_pointer,
     _is_f32,
@@ -60,6 +61,8 @@ from codegen.kernels.microkernel import (
     micro_gemm_taps,
     micro_gemm_taps_grouped,
     micro_gemm_taps_half,
+    micro_gemm_taps_lanes,
+    micro_gemm_taps_lanes_out,
     micro_gemm_taps_out,
     micro_gemm_taps_out_grouped,
     micro_gemm_taps_out_half,
@@ -91,7 +94,7 @@ from codegen.kernels.winograd import (
     output_transform4,
     transform_chunks,
 )
-from ir.ops.layout import segment_lanes, vector_groups
+from ir.ops.layout import lane_groups, segment_lanes, vector_groups
 
 CHUNK_GROUPS = 16  # MR-pixel groups per task's chunk of an image: 96 pixels, a 6 KB block of each input block
 # or more, up to CHUNK_GROUPS_MAX, where a chunk's input of CHUNK_BYTES holds more: a task's fixed cost is a
@@ -580,8 +583,8 @@ def conv2d_blocked(x, wt, bias, residual, out, kernel, stride, padding, dilation
     if group_lanes == 0:
         fits = _reads_lanes(k, cb_n, b)
     else:  # each output block over its group's input lanes: as many blocks as the output's
-        fits = ((group_lanes % b == 0 or 2 * group_lanes == b or _vector_groups(group_lanes, b)) and ob_n == cb_n
-                and k == group_lanes)
+        fits = ((group_lanes % b == 0 or 2 * group_lanes == b or _vector_groups(group_lanes, b)
+                 or _lane_groups(group_lanes)) and ob_n == cb_n and k == group_lanes)
     if b != out.shape[4] or not fits:
         raise ValueError("conv2d_blocked: blocks of another width, or operands of mismatched shapes")
     _conv2d_blocked(x.reshape(-1), n_n, cb_n, k, h, w, False, wt, bias, residual, out, kernel, stride, padding,
@@ -729,6 +732,9 @@ def _window_out(a, a0, block_size, group_lanes, pix, p0, p1, rows, k, wf, bias, 
     elif _vector_groups(group_lanes, b):
         _vector_groups_out(a, a0, block_size, group_lanes, pix, p0, p1, rows, k, wf, bias, rf, of, ob0, hw, b, q0, q1,
                            acts, params)
+    elif _lane_groups(group_lanes):
+        _lane_groups_out(a, a0, block_size, group_lanes, pix, p0, p1, rows, k, wf, bias, rf, of, ob0, hw, b, q0, q1,
+                         acts, params)
     elif group_lanes < b:
         for q in range(q0, q1):
             _half_groups_out(a, a0 + q * block_size, pix, p0, p1, rows, k, wf, bias, rf, of, ob0, hw, b, q, acts,
@@ -772,6 +778,54 @@ def _vector_groups_out(a, a0, block_size, g, pix, p0, p1, rows, k, wf, bias, rf,
         if not one_pass:
             epilogue_run(of, o0 + p0 * b, (p1 - p0) * b, of, o0 + p0 * b, 0.0, rf, act, alpha, beta, post,
                          post_alpha, post_beta)
+
+
+@numba.njit(inline="always", **SEQ)
+def _lane_groups(group_lanes):
+    """Whether a conv's groups of group_lanes channels are 2 or 4 lanes of a vector (ir/ops/layout.py's
+    lane_groups, in a kernel)."""
+    return group_lanes == 2 or group_lanes == 4
+
+
+@numba.njit(**SEQ)
+def _lane_groups_out(a, a0, block_size, g, pix, p0, p1, rows, k, wf, bias, rf, of, ob0, hw, b, q0, q1, acts, params):
+    """_vector_groups_out for groups of g lanes of a vector (_lane_groups: 2 or 4): each output lane over its own
+    group's lanes of the same input pixel, the input vectors shuffled in registers (micro_gemm_taps_lanes, over the
+    k / g taps, LANE_GROUP_PIXELS pixels a call), stored through the one-pass epilogue from the registers; the last
+    partial call's pixels through scratch, out one by one."""
+    act, post = acts
+    alpha, beta, post_alpha, post_beta = params
+    one_pass, (lo, hi, top), res = _one_pass(acts, params, rf)
+    n = LANE_GROUP_PIXELS
+    whole = p0 + (p1 - p0) // n * n
+    acc = np.empty(n * b, np.float32)
+    kt = k // g
+    for q in range(q0, q1):
+        aq, w0, o0 = a0 + q * block_size, q * k * b, (ob0 + q) * hw * b
+        for p in range(p0, whole, n):
+            _lanes_call(g, kt, a, aq, pix, p - p0, rows, wf, w0, b, of, o0 + p * b, bias, q * b, lo, hi, top, res)
+        if whole < p1:  # (pix holds MR entries past p1)
+            _lanes_call(g, kt, a, aq, pix, whole - p0, rows, wf, w0, b, acc, 0, None, 0, lo, hi, top, res)
+            for i in range(p1 - whole):
+                _pixel_out(acc, i * b, of, o0 + (whole + i) * b, bias, q * b, lo, hi, top, res)
+        if not one_pass:
+            epilogue_run(of, o0 + p0 * b, (p1 - p0) * b, of, o0 + p0 * b, 0.0, rf, act, alpha, beta, post,
+                         post_alpha, post_beta)
+
+
+@numba.njit(inline="always", **SEQ)
+def _lanes_call(g, kt, a, a0, pix, q0, rows, wf, w0, b, c, c0, bias, bias0, lo, hi, top, res):
+    """micro_gemm_taps_lanes_out into c through the epilogue, or (bias None) micro_gemm_taps_lanes into scratch c;
+    g (2 or 4) as the literal the kernels unroll."""
+    if bias is None:
+        if g == 4:
+            micro_gemm_taps_lanes(kt, a, a0, pix, q0, rows, 0, wf, w0, b, c, c0, b, 4)
+        else:
+            micro_gemm_taps_lanes(kt, a, a0, pix, q0, rows, 0, wf, w0, b, c, c0, b, 2)
+    elif g == 4:
+        micro_gemm_taps_lanes_out(kt, a, a0, pix, q0, rows, 0, wf, w0, b, c, c0, b, bias, bias0, lo, hi, top, res, 4)
+    else:
+        micro_gemm_taps_lanes_out(kt, a, a0, pix, q0, rows, 0, wf, w0, b, c, c0, b, bias, bias0, lo, hi, top, res, 2)
 
 
 @numba.njit(**SEQ)
@@ -948,21 +1002,22 @@ def pad_to_blocks(weight: np.ndarray, block: int, depthwise: bool = False, segme
 
 def group_lanes(groups: int, channels: int, block: int) -> int:
     """conv2d_blocked's group_lanes for a conv of `groups` groups of `channels` input and output channels in
-    all: a group's channels, or 0 where they are neither whole blocks, half ones nor whole vectors of one
-    (ir/ops/layout.py's vector_groups)."""
+    all: a group's channels, or 0 where they are neither whole blocks, half ones, whole vectors of one nor a
+    few lanes of a vector (ir/ops/layout.py's vector_groups and lane_groups)."""
     g = channels // groups
-    return g if g * groups == channels and (g % block == 0 or 2 * g == block or vector_groups(g, block)) else 0
+    return g if g * groups == channels and (g % block == 0 or 2 * g == block or vector_groups(g, block)
+                                            or lane_groups(g, block)) else 0
 
 
 def pack_grouped_blocked(weight: np.ndarray, groups: int, block: int) -> np.ndarray:
     """A grouped conv's (O, O / groups, KH, KW) weight (as many input channels as output, groups of whole
-    blocks, half ones or whole vectors of one) for conv2d_blocked's group_lanes: (O / B, O / groups * KH * KW,
-    B), each output block's panel over its groups' input lanes (a block in groups of half blocks or of vectors:
-    each lane over its own group's), as pack_channel_panels packs an ungrouped conv's, the last block padded with
-    zero channels."""
+    blocks, half ones, whole vectors of one or a few lanes of a vector) for conv2d_blocked's group_lanes: (O / B,
+    O / groups * KH * KW, B), each output block's panel over its groups' input lanes (a block in smaller groups
+    than a block: each lane over its own group's), as pack_channel_panels packs an ungrouped conv's, the last
+    block padded with zero channels."""
     if group_lanes(groups, weight.shape[0], block) == 0:
         raise ValueError(f"pack_grouped_blocked: groups of {weight.shape[1]} channels are neither whole blocks of "
-                         f"{block}, half ones nor whole vectors of one")
+                         f"{block}, half ones, whole vectors of one nor 2 or 4 lanes of a vector")
     return pack_channel_panels(weight, block)
 
 

@@ -539,6 +539,98 @@ def micro_gemm_taps_out_grouped(typingctx, kc, a, a0, pix, q0, rows, r0, b, b0, 
             _micro_gemm_codegen(taps_vectors, a_taps=True, epilogue=True, bias_columns=True, grouped=True))
 
 
+LANE_GROUP_PIXELS = MR // 2  # pixels a call of the lane-group kernels: their inputs stay in registers across a group
+
+
+def _lane_groups_codegen(epilogue: bool):
+    """LLVM IR of micro_gemm_taps_lanes (epilogue: its _out kind): kt taps, each step's input vectors loaded
+    once a pixel and shuffled g ways in registers (g, a literal, unrolled)."""
+    def codegen(context, builder, signature, args):
+        out_args = out_types = None
+        g = signature.args[-1].literal_value
+        args, signature = args[:-1], types.void(*signature.args[:-1])
+        if epilogue:  # (..., ldc, bias, bias0, lo, hi, top, res)
+            out_args, out_types = args[-6:], signature.args[-6:]
+            args, signature = args[:-6], types.void(*signature.args[:-6])
+        kt_, a_, a0_, pix_, q0_, rows_, r0_, b_, b0_, ldb_, c_, c0_, ldc_ = args
+        width = vector_width(context)
+        nv = taps_vectors(width)
+        f32, i32, i64 = ir.FloatType(), ir.IntType(32), ir.IntType(64)
+        vec = ir.VectorType(f32, width)
+        fma = cgutils.get_or_insert_function(builder.module, ir.FunctionType(vec, [vec, vec, vec]),
+                                             f"llvm.fma.v{width}f32")
+        kt_, ldb_, ldc_ = (context.cast(builder, v, signature.args[i], types.int64) for v, i in
+                           ((kt_, 0), (ldb_, 9), (ldc_, 12)))
+        a_ptr = _data_pointer(context, builder, signature.args[1], a_, a0_)
+        b_ptr = _data_pointer(context, builder, signature.args[7], b_, b0_)
+        c0 = context.cast(builder, c0_, signature.args[11], types.int64)
+        c_ptr = _data_pointer(context, builder, signature.args[10], c_, c0)
+        pix_ptr = _data_pointer(context, builder, signature.args[3], pix_,
+                                context.cast(builder, q0_, signature.args[4], types.int64))
+        pixels = [builder.load(builder.gep(pix_ptr, [ir.Constant(i64, i)])) for i in range(LANE_GROUP_PIXELS)]
+        taps_ptr = _data_pointer(context, builder, signature.args[5], rows_,
+                                 context.cast(builder, r0_, signature.args[6], types.int64))
+        masks = [ir.Constant(ir.VectorType(i32, width), [(lane & -g) + c for lane in range(width)]) for c in range(g)]
+
+        def step(t, accs):  # tap t: each pixel's vectors, each lane c of its groups shuffled across them
+            a_tap = builder.gep(a_ptr, [builder.load(builder.gep(taps_ptr, [t]))])
+            inputs = [[builder.load(builder.bitcast(builder.gep(a_tap, [builder.add(pixels[i], ir.Constant(
+                i64, j * width))]), vec.as_pointer()), align=4) for j in range(nv)] for i in range(LANE_GROUP_PIXELS)]
+            accs = list(accs)
+            for c in range(g):  # weight row (c, t): c * kt + t
+                w_row = builder.gep(b_ptr, [builder.mul(builder.add(builder.mul(ir.Constant(i64, c), kt_), t), ldb_)])
+                weights = [builder.load(builder.bitcast(builder.gep(w_row, [ir.Constant(i64, j * width)]),
+                                                        vec.as_pointer()), align=4) for j in range(nv)]
+                for i in range(LANE_GROUP_PIXELS):
+                    for j in range(nv):
+                        lanes = builder.shuffle_vector(inputs[i][j], ir.Constant(vec, ir.Undefined), masks[c])
+                        accs[i * nv + j] = builder.call(fma, [lanes, weights[j], accs[i * nv + j]])
+            return accs
+
+        zero = ir.Constant(vec, [0.0] * width)
+        results = vector_loop(builder, "lane_taps", kt_, 1, [zero] * (LANE_GROUP_PIXELS * nv), step)
+        if epilogue:
+            _store_through_epilogue(context, builder, out_args, out_types, results, LANE_GROUP_PIXELS, nv, c_ptr, c0,
+                                    ldc_, bias_columns=True)
+            return context.get_dummy_value()
+        for i in range(LANE_GROUP_PIXELS):
+            for j in range(nv):
+                builder.store(results[i * nv + j], builder.bitcast(builder.gep(c_ptr, [builder.add(builder.mul(
+                    ir.Constant(i64, i), ldc_), ir.Constant(i64, j * width))]), vec.as_pointer()), align=4)
+        return context.get_dummy_value()
+
+    return codegen
+
+
+def _lane_group(g) -> bool:
+    return isinstance(g, types.IntegerLiteral) and g.literal_value in (2, 4)
+
+
+@intrinsic
+def micro_gemm_taps_lanes(typingctx, kt, a, a0, pix, q0, rows, r0, b, b0, ldb, c, c0, ldc, g):
+    """A conv in groups of g channels, a few lanes of a vector (g a literal 2 or 4), over kt taps:
+    c[c0 + i*ldc + j] = sum over taps t < kt and lanes r < g of a[a0 + pix[q0 + i] + rows[r0 + t] + (j & -g) + r]
+    * b[b0 + (r*kt + t)*ldb + j] for i < LANE_GROUP_PIXELS, j < taps_width(): each output lane j over its own
+    group's lanes of the same pixel (rows: the taps' offsets of lane 0; b: the weight as pack_channel_panels
+    packs it, step (r, t) at row r*kt + t). Each tap's input vectors are loaded once and shuffled g ways in
+    registers (within 128 bits: vpermilps), LANE_GROUP_PIXELS pixels a call (their vectors, the sums and a
+    step's weights fill AVX-512's 32 registers)."""
+    if not (_is_f32(a, b, c) and _is_i64(pix, rows) and _lane_group(g)):
+        return None
+    return types.void(kt, a, a0, pix, q0, rows, r0, b, b0, ldb, c, c0, ldc, g), _lane_groups_codegen(False)
+
+
+@intrinsic
+def micro_gemm_taps_lanes_out(typingctx, kt, a, a0, pix, q0, rows, r0, b, b0, ldb, c, c0, ldc, bias, bias0, lo, hi,
+                              top, res, g):
+    """micro_gemm_taps_lanes overwriting c through the one-pass epilogue (micro_gemm_taps_out: bias along the
+    channels, res indexed as c, may be c)."""
+    if not (_is_f32(a, b, c) and _is_i64(pix, rows) and _is_out_epilogue(bias, res) and _lane_group(g)):
+        return None
+    return (types.void(kt, a, a0, pix, q0, rows, r0, b, b0, ldb, c, c0, ldc, bias, bias0, lo, hi, top, res, g),
+            _lane_groups_codegen(True))
+
+
 def _half_taps(width: int) -> int:
     """Vectors per accumulator row of the _half taps kernels: half of micro_gemm_taps'."""
     return taps_vectors(width) // 2

@@ -13,9 +13,11 @@ zeros), ungrouped, depthwise (groups == input channels == output channels) or gr
 reorders around each) or half ones (RegNetY-400MF's and ResNeXt-50's groups of 8 on AVX2, each half of a block
 over the same half of its input block: in-process A/B of the whole forward against them on NCHW, RegNetY-400MF
 0.85-0.86 at batch 1 and 0.76-0.86 at batch 8, ResNeXt-50 32x4d 0.94-0.95 at batch 1; an earlier kernel that
-reduced each block over both groups' lanes took 1.0-1.08) or whole vectors of one (ResNeXt-50's groups of 16 on
+reduced each block over both groups' lanes took 1.0-1.08), whole vectors of one (ResNeXt-50's groups of 16 on
 AVX-512, each vector of a block over its own group's lanes: its whole forward 0.969 of the time at batch 8 and
-1.017 at batch 1, in-process A/B, Intel Xeon, 2 threads), zero-padded,
+1.017 at batch 1, in-process A/B, Intel Xeon, 2 threads; RegNetX-mini's 0.874 and 0.879) or 2 or 4 lanes of a
+vector (ResNeXt-50's first stage, each lane over its group's, the input shuffled in registers: 0.975 / 0.965 at
+batch 1 / 8 on AVX-512, 0.973 / 0.984 with haswell's features), zero-padded,
 whose multiply-adds
 with its output channels padded to whole blocks (a depthwise conv's channels; a reduction stops at the input's
 last real lane) are at most MAX_PADDING more (ir/ops/layout.py: the padding channels are zero in the weights);

@@ -127,18 +127,27 @@ def is_depthwise_weight(groups: int, weight_shape: tuple[int, ...]) -> bool:
 
 def blocked_groups_fit(groups: int, in_channels: int, out_channels: int, segments: int, block: int) -> bool:
     """Whether a grouped conv (not depthwise) runs on the layout: as many input as output channels, one segment,
-    each group's channels whole blocks, half ones, or whole vectors of a block (codegen/kernels/blocked.py: each
-    output block reads its group's input blocks, from the same index; each half of a block in groups of half
-    blocks, the same half of the input block; each vector of a block in groups of whole vectors, its group's
-    lanes of the same input block)."""
+    each group's channels whole blocks, half ones, whole vectors of a block or a few lanes of one
+    (codegen/kernels/blocked.py: each output block reads its group's input blocks, from the same index; each half
+    of a block in groups of half blocks, the same half of the input block; each vector of a block in groups of
+    whole vectors, and each lane in groups of lanes, its group's lanes of the same input block)."""
     g = in_channels // groups
     return in_channels == out_channels and segments == 1 and (g % block == 0 or 2 * g == block
-                                                              or vector_groups(g, block))
+                                                              or vector_groups(g, block) or lane_groups(g, block))
 
 
 def block_vector(block: int) -> int:
     """The floats of one vector of a block of `block` lanes (taps_width): 16 of AVX-512's 64, 8 of AVX2's 16."""
     return block // 4 if block >= 64 else block // 2
+
+
+def lane_groups(g: int, block: int) -> bool:
+    """Whether groups of g channels are 2 or 4 lanes of a block's vectors (ResNeXt-50 32x4d's first stage): each
+    output lane over its own group's lanes, shuffled within 128 bits of the input vector (codegen/kernels/
+    blocked.py's _lane_groups_out). Groups of 8 lanes (its second stage on AVX-512) shuffle across 128 bits, a
+    permute by an index vector a lane of the group, and ran 1.2-1.4x the NCHW kernel's time (256 channels on
+    28 x 28, batch 1 and 8, Intel Xeon): they stay on NCHW."""
+    return g in (2, 4) and g < block_vector(block)
 
 
 def vector_groups(g: int, block: int) -> bool:

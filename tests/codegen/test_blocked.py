@@ -44,7 +44,7 @@ from codegen.kernels.gemm import PACKED_K_CHUNK
 from codegen.kernels.microkernel import MR, micro_gemm_taps_pixel, micro_gemm_taps_pixel_half, taps_width
 from codegen.kernels.winograd import weight_transform
 from ir.ops.conv import conv_transpose2d
-from ir.ops.layout import blocked_array, vector_groups
+from ir.ops.layout import blocked_array, lane_groups, vector_groups
 from tests.codegen.rules import read_only, zero_bias
 
 B = numba.njit(lambda: taps_width())()
@@ -285,8 +285,15 @@ def test_a_conv_of_large_weights_splits_its_output_blocks_over_tasks_that_share_
 QUARTER = pytest.mark.skipif(not vector_groups(B // 4, B), reason="a quarter block is less than a vector here")
 
 
+def _lanes(g):
+    """A mark skipping groups of g lanes where they are no lane groups (a vector's or more: AVX2's 8)."""
+    return pytest.mark.skipif(not lane_groups(g, B), reason=f"groups of {g} are a vector or more here")
+
+
 @pytest.mark.parametrize("g, groups", [(B, 3), (2 * B, 2), (B, 1), (B // 2, 4), (B // 2, 5), (B // 2, 1),
-                                       pytest.param(B // 4, 8, marks=QUARTER), pytest.param(B // 4, 3, marks=QUARTER)])
+                                       pytest.param(B // 4, 8, marks=QUARTER), pytest.param(B // 4, 3, marks=QUARTER),
+                                       pytest.param(4, 2 * B // 4, marks=_lanes(4)), pytest.param(4, 3 * B // 8,
+                                       marks=_lanes(4)), pytest.param(2, B // 2, marks=_lanes(2))])
 @pytest.mark.parametrize("kernel, stride, padding, n", [
     ((3, 3), (1, 1), (1, 1, 1, 1), 2), ((3, 3), (2, 2), (1, 1, 1, 1), 1), ((3, 3), (1, 1), (0, 0, 0, 0), 1),
     ((1, 1), (1, 1), (0, 0, 0, 0), 2)])
@@ -300,7 +307,8 @@ def test_a_grouped_blocked_conv_reads_each_groups_own_lanes(g, groups, kernel, s
 
 
 @pytest.mark.parametrize("g, groups, stride, n", [(2 * B, 2, (2, 2), 1), (B // 2, 6, (2, 2), 2), (B, 3, (1, 1), 1),
-                                                  pytest.param(B // 4, 12, (2, 2), 2, marks=QUARTER)])
+                                                  pytest.param(B // 4, 12, (2, 2), 2, marks=QUARTER),
+                                                  pytest.param(4, 2 * B // 4, (2, 2), 1, marks=_lanes(4))])
 def test_a_grouped_blocked_conv_on_large_planes_gathers_each_tasks_groups_in_bands(g, groups, stride, n):
     """A grouped conv2d_blocked on planes whose bands of rows (BAND_BYTES over a group's input blocks) are several
     an image: each task gathers its group's input blocks only, into the start of its scratch, band by band,
@@ -349,15 +357,18 @@ def test_a_conv_in_groups_of_half_blocks_runs_an_activation_of_more_passes_over_
     np.testing.assert_allclose(unblocked(out, c), expected, rtol=1e-5, atol=1e-5)
 
 
-def test_grouped_blocked_convs_refuse_groups_that_are_neither_whole_blocks_half_ones_nor_whole_vectors():
-    """pack_grouped_blocked and group_lanes take groups of whole blocks, half ones or whole vectors of one (a
-    quarter of AVX-512's 64 lanes; not of AVX2's 16: less than a vector) only; conv2d_blocked refuses a
-    group_lanes that does not match its weight's reduction, or an output of other blocks than its input's."""
+def test_grouped_blocked_convs_refuse_groups_that_are_no_whole_blocks_half_ones_vectors_or_lanes_of_one():
+    """pack_grouped_blocked and group_lanes take groups of whole blocks, half ones, whole vectors of one (a
+    quarter of AVX-512's 64 lanes) or 2 or 4 lanes of a vector only (not 1: depthwise, nor 3, 6, 12 or 48, nor
+    8 on AVX-512); conv2d_blocked refuses a group_lanes that does not match its weight's reduction, or an output
+    of other blocks than its input's."""
     assert group_lanes(4, 2 * B, B) == B // 2 and group_lanes(2, 2 * B, B) == B
-    assert group_lanes(8, 2 * B, B) == (16 if B == 64 else 0) and group_lanes(16, 2 * B, B) == 0
+    assert group_lanes(8, 2 * B, B) == B // 4  # a vector of AVX-512's block, 4 lanes of AVX2's
+    assert group_lanes(16, 2 * B, B) == (0 if B == 64 else 2)  # 8 lanes of AVX-512's vectors: no
     assert group_lanes(3, 2 * B, B) == 0 and group_lanes(4, 3 * B, B) == 0  # groups of 3 / 4 of a block
+    assert group_lanes(2 * B, 2 * B, B) == 0 and group_lanes(8, 48, B) == 0 and group_lanes(4, 12, B) == 0
     with pytest.raises(ValueError, match="neither whole blocks"):
-        pack_grouped_blocked(np.zeros((2 * B, B // 8, 3, 3), np.float32), 16, B)
+        pack_grouped_blocked(np.zeros((48, 6, 3, 3), np.float32), 8, B)
     x = blocked(np.zeros((1, 2 * B, 5, 5), np.float32))
     wt = pack_grouped_blocked(np.zeros((2 * B, B, 3, 3), np.float32), 2, B)
     for lanes, o in [(2 * B, 2 * B), (B, 3 * B), (B // 2, 2 * B), (B // 4, 2 * B)]:

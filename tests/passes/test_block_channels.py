@@ -24,7 +24,7 @@ from compiler.passes.block_channels import (
 )
 from compiler.passes.fuse_conv_epilogue import fuse_conv_epilogue
 from ir import parse_graph
-from ir.ops.layout import vector_groups
+from ir.ops.layout import lane_groups, vector_groups
 from tests.passes.golden import run_pass
 
 B = 16
@@ -584,15 +584,16 @@ def grouped_bottleneck(c: int, m: int, groups: int, strided_groups: int = 1, s: 
     return text, w
 
 
-def test_grouped_convs_of_whole_or_half_blocks_run_blocked_and_smaller_groups_stay_on_nchw():
+def test_grouped_convs_of_whole_or_half_blocks_run_blocked():
     """A grouped conv runs on the layout where its groups are whole blocks (each output block reads its group's
-    input blocks) or half ones (each half of a block reads the same half of its input block); groups of a
-    quarter block stay on NCHW; and the blocked graph computes what the NCHW one does (the interpreter runs
-    both)."""
+    input blocks), half ones (each half of a block reads the same half of its input block) or a quarter of one
+    (the strided conv in 8 groups; at this block of 16, 4 lanes of a vector: each lane reads its group's), though
+    with its 3x3 conv in 16 groups this chain has too few multiply-adds for its reorders and stays on NCHW; and
+    the blocked graph computes what the NCHW one does (the interpreter runs both)."""
     x = RNG.normal(size=(1, 2 * B, S, S)).astype(np.float32)
     for groups, strided_groups, blocked_grouped in [(2, 2, {"conv2", "conv4"}), (4, 1, {"conv2"}),
                                                     (8, 1, {"conv2"}), (16, 1, set()), (2, 4, {"conv2", "conv4"}),
-                                                    (2, 8, {"conv2"})]:
+                                                    (2, 8, {"conv2", "conv4"})]:
         text, w = grouped_bottleneck(2 * B, 4 * B, groups, strided_groups)
         after = blocked(text, w)
         grouped = {n.name[:5]: n.op for n in after.nodes if n.op in ("blocked_conv2d", "fused_conv2d", "conv2d")
@@ -606,10 +607,11 @@ def test_grouped_convs_of_whole_or_half_blocks_run_blocked_and_smaller_groups_st
 
 def test_groups_of_whole_vectors_of_avx512_blocks_run_blocked():
     """On AVX-512's blocks of 64 lanes (four vectors of 16) groups of 16 channels, whole vectors (ResNeXt-50 32x4d's
-    third stage), run blocked, each vector over its own group's lanes; groups of 8 stay on NCHW; the blocked graph
-    computes what the NCHW one does."""
+    third stage), run blocked, each vector over its own group's lanes, and groups of 4 (its first), each lane over
+    its group's; groups of 8 (a permute across 128 bits) stay on NCHW; the blocked graph computes what the NCHW one
+    does."""
     x = RNG.normal(size=(1, 128, S, S)).astype(np.float32)
-    for groups, runs_blocked in [(16, True), (32, False)]:
+    for groups, runs_blocked in [(16, True), (64, True), (32, False)]:
         text, w = grouped_bottleneck(128, 256, groups)
         after = blocked(text, w, 64)
         conv2 = next(n for n in after.nodes if n.name.startswith("conv2"))
@@ -669,17 +671,21 @@ def test_a_compiled_chain_with_grouped_convs_matches_the_interpreter(tmp_path, g
 
 
 @pytest.mark.parametrize("batch", [1, 2])
-def test_a_compiled_chain_with_groups_of_whole_vectors_matches_the_interpreter(tmp_path, batch, kernel_block):
-    """conv2d_blocked's groups of whole vectors in a forward (where a quarter block is one: AVX-512), the
-    bottleneck's 3x3 conv and its strided one in groups of 16 channels, every vector from its own group."""
+@pytest.mark.parametrize("kind", ["vectors", "lanes"])
+def test_a_compiled_chain_with_groups_of_vectors_or_lanes_matches_the_interpreter(tmp_path, batch, kind,
+                                                                                  kernel_block):
+    """conv2d_blocked's groups of whole vectors (where a quarter block is one: AVX-512) or of 4 lanes of a vector
+    in a forward: the bottleneck's 3x3 conv and its strided one in groups of a quarter block or of 4 channels,
+    every vector (or lane) from its own group."""
     block = kernel_block
-    if not vector_groups(block // 4, block):
-        pytest.skip("a quarter of this CPU's block is less than a vector")
+    g = block // 4 if kind == "vectors" else 4
+    if not (vector_groups(g, block) if kind == "vectors" else lane_groups(g, block)):
+        pytest.skip(f"groups of {g} are no {kind} of this CPU's block")
     c, m = 2 * block, 4 * block
-    text, w = grouped_bottleneck(c, m, m // (block // 4), c // (block // 4), s=13)
+    text, w = grouped_bottleneck(c, m, m // g, c // g, s=13)
     text = text.replace("f32[1,", f"f32[{batch},")
     graph = block_channels(optimize(parse_graph(text, w)), block)
-    assert sorted(n.attrs["groups"] for n in graph.nodes if n.op == "blocked_conv2d") == [1, 1, 8, 16]
+    assert sorted(n.attrs["groups"] for n in graph.nodes if n.op == "blocked_conv2d") == [1, 1, c // g, m // g]
     x = RNG.normal(size=(batch, c, 13, 13)).astype(np.float32)
     for got, want in zip(NumbaModel.build(graph, tmp_path)(x), Interpreter(parse_graph(text, w))(x)):
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
