@@ -124,6 +124,11 @@ WINDOW_TASK_MACS = 1 << 20
 # 256 -> 512 0.93-0.94; the other strided 3x3 and 2x2 convs of ResNet-50, ConvNeXt-T and YOLOv5s level
 WINDOW_WEIGHT_BYTES = 1 << 18
 BAND_BYTES = 1 << 18  # a conv2d_blocked task's gathered input rows, at most (where one output row's fit)
+# a reorder's tasks a thread, at least, where its (image, block) pairs are fewer: RegNetY-400MF's stem output
+# (32 channels on 112 x 112 at batch 1, one pair) took 351-460 us into the layout on one thread; runs of at least
+# REORDER_MIN_PIXELS pixels a task
+REORDER_TASKS_PER_THREAD = 2
+REORDER_MIN_PIXELS = 1024
 # pixels past the last whole group that run one at a time (micro_gemm_taps_pixel, about a third of a group's
 # time each on AVX2), not as a group of MR
 FEW_PIXELS = 2
@@ -219,35 +224,48 @@ def _block_groups(jobs, ob_n, serial, least=MIN_TASKS):
 @numba.njit(**SEQ)
 def _reorder(xf, of, n_n, segments, hw, b, into):
     """Each (image, block) pair's B planes of hw pixels (the channels in `segments` on NCHW) into one run of
-    hw pixels' B channels (into), or back; tasks of whole pairs (below PARALLEL_MIN_ELEMENTS, in the calling
-    thread)."""
+    hw pixels' B channels (into), or back; tasks of whole pairs, or of runs of a pair's pixels where the pairs
+    are fewer than REORDER_TASKS_PER_THREAD a thread (below PARALLEL_MIN_ELEMENTS, in the calling thread)."""
     c_n, cb_n = 0, 0
     for count in segments:
         c_n += count
         cb_n += -(-count // b)
-    run_tasks(_reorder_task, n_n * cb_n, (xf, of, segments, c_n, cb_n, hw, b, into),
-              n_n * cb_n * hw * b < PARALLEL_MIN_ELEMENTS)
+    pairs, n = n_n * cb_n, vector_floats()
+    parts = max(1, min(-(-REORDER_TASKS_PER_THREAD * num_threads() // pairs), hw // REORDER_MIN_PIXELS))
+    run = -(-hw // parts // n) * n  # a task's pixels, whole squares
+    parts = -(-hw // run)
+    run_tasks(_reorder_task, pairs * parts, (xf, of, segments, c_n, cb_n, hw, b, into, parts, run),
+              pairs * hw * b < PARALLEL_MIN_ELEMENTS)
 
 
 @numba.njit(**SEQ)
-def _reorder_task(m, xf, of, segments, c_n, cb_n, hw, b, into):
-    """Pair m of _reorder: n x n squares of channels and pixels transposed in registers (transpose_out),
-    the last hw % n pixels, and vectors of channels partly past their segment, one element at a time; into
-    the layout, the lanes past a segment zero."""
-    c0, real = _block_channels(m % cb_n, segments, b)  # the block's first channel, its channels not padding
-    flat = ((m // cb_n) * c_n + c0) * hw  # the pair's first element on NCHW
-    base = m * b * hw  # and blocked
+def _reorder_task(m, xf, of, segments, c_n, cb_n, hw, b, into, parts, run):
+    """Task m of _reorder: pixels [p0, p1) of one pair, n x n squares of channels and pixels transposed in
+    registers (transpose_out), the pair's last hw % n pixels, and vectors of channels partly past their
+    segment, one element at a time; into the layout, the lanes past a segment zero."""
+    pair = m // parts
+    p0 = (m % parts) * run
+    p1 = min(hw, p0 + run)
+    c0, real = _block_channels(pair % cb_n, segments, b)  # the block's first channel, its channels not padding
+    flat = ((pair // cb_n) * c_n + c0) * hw  # the pair's first element on NCHW
+    base = pair * b * hw  # and blocked
     n = vector_floats()
-    whole = hw // n * n
+    whole = min(p1, hw // n * n)
     no = -np.inf
     for j in range(0, b, n):
-        squares = whole if j + n <= real else 0
-        for p in range(0, squares, n):
+        if j >= real:  # a vector of padding lanes: zeros into the layout, nothing out of it
+            if into:
+                for p in range(p0, p1):
+                    for i in range(n):
+                        of[u(base + p * b + j + i)] = 0.0
+            continue
+        squares = whole if j + n <= real else p0
+        for p in range(p0, squares, n):
             if into:  # x[j + r][p + c] -> out[p + c][j + r]
                 transpose_out(xf, flat + j * hw + p, hw, of, base + p * b + j, b, None, 0, no, -no, no, None)
             else:
                 transpose_out(xf, base + p * b + j, b, of, flat + j * hw + p, hw, None, 0, no, -no, no, None)
-        for p in range(squares, hw):
+        for p in range(max(p0, squares), p1):
             for i in range(j, j + n):
                 if i >= real:
                     if into:

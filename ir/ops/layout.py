@@ -144,9 +144,11 @@ def block_vector(block: int) -> int:
 def lane_groups(g: int, block: int) -> bool:
     """Whether groups of g channels are 2 or 4 lanes of a block's vectors (ResNeXt-50 32x4d's first stage): each
     output lane over its own group's lanes, shuffled within 128 bits of the input vector (codegen/kernels/
-    blocked.py's _lane_groups_out). Groups of 8 lanes (its second stage on AVX-512) shuffle across 128 bits, a
-    permute by an index vector a lane of the group, and ran 1.2-1.4x the NCHW kernel's time (256 channels on
-    28 x 28, batch 1 and 8, Intel Xeon): they stay on NCHW."""
+    blocked.py's _lane_groups_out). Groups of 8 lanes (its second stage on AVX-512) stay on NCHW: their shuffle
+    crosses 128 bits, which LLVM lowered as two a lane, 1.2-1.4x the NCHW kernel's time (256 channels on 28 x 28,
+    batch 1 and 8, Intel Xeon); a 128-bit copy shared by 4 lanes first (kept apart by llvm.arithmetic.fence)
+    brought it level, but RegNetY-400MF, whose groups of 8 run on widths of 48 to 440 channels padded to blocks
+    of 64, then took 1.10x the time of its all-NCHW forward (ResNeXt-50 0.983 / 1.001 at batch 8 / 1)."""
     return g in (2, 4) and g < block_vector(block)
 
 

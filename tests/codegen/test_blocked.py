@@ -145,8 +145,9 @@ def test_from_blocked_gathers_segments_each_from_a_blocks_first_lane(segments):
 
 
 @pytest.mark.parametrize("c", PADDED_CHANNELS)
-@pytest.mark.parametrize("hw", [(5, 7), (16, 16)])
+@pytest.mark.parametrize("hw", [(5, 7), (16, 16), (45, 47)])
 def test_reorders_pad_the_last_block_with_zeros_and_drop_it(c, hw):
+    """(45 x 47: few pairs of an image and a block, whose pixels are cut between tasks, the last run partial.)"""
     x = np.random.default_rng(c).standard_normal((2, c, *hw)).astype(np.float32)
     b = blocked(x)
     assert b.shape == (2, blocks(c), *hw, B)
