@@ -48,7 +48,7 @@ from llvmlite import ir
 from numba.core import cgutils, types
 from numba.extending import intrinsic
 
-from codegen.kernels.common import PARALLEL_MIN_ELEMENTS, SEQ, num_threads, thread_id, u
+from codegen.kernels.common import PARALLEL_MIN_ELEMENTS, SEQ, compiled_as, num_threads, thread_id, u
 from codegen.kernels.conv_channels import pack_channel_panels
 from codegen.kernels.epilogue import ONE_PASS, epilogue_run, one_pass_bounds, residual_run
 from codegen.kernels.gemm import PACKED_K_CHUNK, PARALLEL_MIN_MACS
@@ -771,33 +771,6 @@ def _vector_groups(group_lanes, b):
     return group_lanes < b // 2 and group_lanes % vector_floats() == 0 and group_lanes & (group_lanes - 1) == 0
 
 
-@numba.njit(**SEQ)
-def _vector_groups_out(a, a0, block_size, g, pix, p0, p1, rows, k, wf, bias, rf, of, ob0, hw, b, q0, q1, acts, params):
-    """Output pixels [p0, p1) of output blocks [q0, q1) of a conv in groups of g channels, whole vectors of a block
-    (_vector_groups): block q from input block q (at a[a0 + q * block_size:]), pixel p's step r (lane r < g of
-    group 0, and the tap) at pix[p - p0] + rows[r], each vector of the block over its own group's lanes
-    (micro_gemm_taps_grouped), MR pixels a call stored from the registers through the one-pass epilogue; the
-    last partial group through scratch, its pixels out one by one. Every block whole: the lanes that pad the
-    last one have zero weights and bias."""
-    act, post = acts
-    alpha, beta, post_alpha, post_beta = params
-    one_pass, (lo, hi, top), res = _one_pass(acts, params, rf)
-    whole = p0 + (p1 - p0) // MR * MR
-    acc = np.empty(MR * b, np.float32)
-    for q in range(q0, q1):
-        aq, w0, o0 = a0 + q * block_size, q * k * b, (ob0 + q) * hw * b
-        for p in range(p0, whole, MR):
-            micro_gemm_taps_out_grouped(k, a, aq, pix, p - p0, rows, 0, wf, w0, b, of, o0 + p * b, b, bias, q * b, lo,
-                                        hi, top, res, g)
-        if whole < p1:  # (pix holds MR entries past p1)
-            micro_gemm_taps_grouped(k, a, aq, pix, whole - p0, rows, 0, wf, w0, b, acc, 0, b, False, g)
-            for i in range(p1 - whole):
-                _pixel_out(acc, i * b, of, o0 + (whole + i) * b, bias, q * b, lo, hi, top, res)
-        if not one_pass:
-            epilogue_run(of, o0 + p0 * b, (p1 - p0) * b, of, o0 + p0 * b, 0.0, rf, act, alpha, beta, post,
-                         post_alpha, post_beta)
-
-
 @numba.njit(inline="always", **SEQ)
 def _lane_groups(group_lanes):
     """Whether a conv's groups of group_lanes channels are 2 or 4 lanes of a vector (ir/ops/layout.py's
@@ -805,30 +778,46 @@ def _lane_groups(group_lanes):
     return group_lanes == 2 or group_lanes == 4
 
 
-@numba.njit(**SEQ)
-def _lane_groups_out(a, a0, block_size, g, pix, p0, p1, rows, k, wf, bias, rf, of, ob0, hw, b, q0, q1, acts, params):
-    """_vector_groups_out for groups of g lanes of a vector (_lane_groups: 2 or 4): each output lane over its own
-    group's lanes of the same input pixel, the input vectors shuffled in registers (micro_gemm_taps_lanes, over the
-    k / g taps, LANE_GROUP_PIXELS pixels a call), stored through the one-pass epilogue from the registers; the last
-    partial call's pixels through scratch, out one by one."""
-    act, post = acts
-    alpha, beta, post_alpha, post_beta = params
-    one_pass, (lo, hi, top), res = _one_pass(acts, params, rf)
-    n = LANE_GROUP_PIXELS
-    whole = p0 + (p1 - p0) // n * n
-    acc = np.empty(n * b, np.float32)
-    kt = k // g
-    for q in range(q0, q1):
-        aq, w0, o0 = a0 + q * block_size, q * k * b, (ob0 + q) * hw * b
-        for p in range(p0, whole, n):
-            _lanes_call(g, kt, a, aq, pix, p - p0, rows, wf, w0, b, of, o0 + p * b, bias, q * b, lo, hi, top, res)
-        if whole < p1:  # (pix holds MR entries past p1)
-            _lanes_call(g, kt, a, aq, pix, whole - p0, rows, wf, w0, b, acc, 0, None, 0, lo, hi, top, res)
-            for i in range(p1 - whole):
-                _pixel_out(acc, i * b, of, o0 + (whole + i) * b, bias, q * b, lo, hi, top, res)
-        if not one_pass:
-            epilogue_run(of, o0 + p0 * b, (p1 - p0) * b, of, o0 + p0 * b, 0.0, rf, act, alpha, beta, post,
-                         post_alpha, post_beta)
+def _small_groups_out_for(lanes: bool, name: str):
+    """_vector_groups_out (lanes false) or _lane_groups_out: one source, two functions, each compiled with its own
+    kernels only (every kernel intrinsic is inlined into its caller)."""
+
+    def out(a, a0, block_size, g, pix, p0, p1, rows, k, wf, bias, rf, of, ob0, hw, b, q0, q1, acts, params):
+        """Output pixels [p0, p1) of output blocks [q0, q1) of a conv in groups of g channels, whole vectors of a
+        block (_vector_groups) or 2 or 4 lanes of a vector (_lane_groups, lanes true). Block q from input block q
+        (at a[a0 + q * block_size:]), pixel p's step r (lane r < g of group 0, and the tap) at pix[p - p0] +
+        rows[r], each vector of the block over its own group's lanes (micro_gemm_taps_grouped, MR pixels a call),
+        or each lane over its group's, the input vectors shuffled in registers (micro_gemm_taps_lanes, over the
+        k / g taps, LANE_GROUP_PIXELS pixels a call), stored from the registers through the one-pass epilogue;
+        the last partial call's pixels through scratch, out one by one. Every block whole: the lanes that pad
+        the last one have zero weights and bias."""
+        act, post = acts
+        alpha, beta, post_alpha, post_beta = params
+        one_pass, (lo, hi, top), res = _one_pass(acts, params, rf)
+        n = LANE_GROUP_PIXELS if lanes else MR
+        whole = p0 + (p1 - p0) // n * n
+        acc = np.empty(n * b, np.float32)
+        for q in range(q0, q1):
+            aq, w0, o0 = a0 + q * block_size, q * k * b, (ob0 + q) * hw * b
+            for p in range(p0, whole, n):
+                if lanes:
+                    _lanes_call(g, k // g, a, aq, pix, p - p0, rows, wf, w0, b, of, o0 + p * b, bias, q * b, lo, hi,
+                                top, res)
+                else:
+                    micro_gemm_taps_out_grouped(k, a, aq, pix, p - p0, rows, 0, wf, w0, b, of, o0 + p * b, b, bias,
+                                                q * b, lo, hi, top, res, g)
+            if whole < p1:  # (pix holds MR entries past p1)
+                if lanes:
+                    _lanes_call(g, k // g, a, aq, pix, whole - p0, rows, wf, w0, b, acc, 0, None, 0, lo, hi, top, res)
+                else:
+                    micro_gemm_taps_grouped(k, a, aq, pix, whole - p0, rows, 0, wf, w0, b, acc, 0, b, False, g)
+                for i in range(p1 - whole):
+                    _pixel_out(acc, i * b, of, o0 + (whole + i) * b, bias, q * b, lo, hi, top, res)
+            if not one_pass:
+                epilogue_run(of, o0 + p0 * b, (p1 - p0) * b, of, o0 + p0 * b, 0.0, rf, act, alpha, beta, post,
+                             post_alpha, post_beta)
+
+    return compiled_as(out, name)
 
 
 @numba.njit(inline="always", **SEQ)
@@ -844,6 +833,10 @@ def _lanes_call(g, kt, a, a0, pix, q0, rows, wf, w0, b, c, c0, bias, bias0, lo, 
         micro_gemm_taps_lanes_out(kt, a, a0, pix, q0, rows, 0, wf, w0, b, c, c0, b, bias, bias0, lo, hi, top, res, 4)
     else:
         micro_gemm_taps_lanes_out(kt, a, a0, pix, q0, rows, 0, wf, w0, b, c, c0, b, bias, bias0, lo, hi, top, res, 2)
+
+
+_vector_groups_out = _small_groups_out_for(False, "_vector_groups_out")
+_lane_groups_out = _small_groups_out_for(True, "_lane_groups_out")
 
 
 @numba.njit(**SEQ)
