@@ -28,17 +28,33 @@ def _count_all(n, spin):
     return hits, threads
 
 
+# runs of a parallel loop to see both threads take tasks in one: on a loaded machine (the test workers on every
+# core) the calling thread can be descheduled while the other takes all 64 tasks; once in CI's 2-core run
+ATTEMPTS = 5
+
+
+def _threads_seen(run) -> set:
+    """The thread ids that took tasks in the first run of `run()` (hits, ids) in which two did, else in the last;
+    every run must run every task exactly once."""
+    for _ in range(ATTEMPTS):
+        hits, ids = run()
+        assert hits.tolist() == [1] * 64
+        seen = set(ids.tolist())
+        if len(seen) > 1:
+            break
+    return seen
+
+
 @pytest.mark.parametrize("threads", [1, 2])
 def test_every_task_runs_once_and_two_threads_share_them(threads):
     if threads > numba.config.NUMBA_NUM_THREADS:
         pytest.skip("needs two threads")
     numba.set_num_threads(threads)
     try:
-        hits, ids = _count_all(64, 200_000)
+        seen = _threads_seen(lambda: _count_all(64, 200_000))
     finally:
         numba.set_num_threads(numba.config.NUMBA_NUM_THREADS)
-    assert hits.tolist() == [1] * 64
-    assert len(set(ids.tolist())) == threads
+    assert len(seen) == threads
 
 
 @numba.njit(nogil=True)
@@ -54,11 +70,10 @@ def test_serial_runs_every_task_on_the_calling_thread(serial):
         pytest.skip("needs two threads")
     numba.set_num_threads(2)
     try:
-        hits, ids = _count_all_serial(64, 200_000, serial)
+        seen = _threads_seen(lambda: _count_all_serial(64, 200_000, serial))
     finally:
         numba.set_num_threads(numba.config.NUMBA_NUM_THREADS)
-    assert hits.tolist() == [1] * 64
-    assert len(set(ids.tolist())) == (1 if serial else 2)
+    assert len(seen) == (1 if serial else 2)
 
 
 def test_no_tasks_runs_nothing():
