@@ -18,8 +18,9 @@ compound over its 49 BatchNorms and saturate its squeeze-excitation gates.)
 
 The architectures are written here (no torchvision) and follow the reference
 layouts: torchvision's ResNet-18/50, MobileNetV2, AlexNet, DenseNet-121,
-EfficientNet-B0 and ConvNeXt-T (same layer shapes, so the same parameter counts
-and FLOPs), and Ultralytics' YOLOv5s (v6.0 stem, v7.0 inference decode).
+EfficientNet-B0, ConvNeXt-T, RegNetY-400MF/800MF and RegNetX-400MF (same layer
+shapes, so the same parameter counts and FLOPs), and Ultralytics' YOLOv5s (v6.0
+stem, v7.0 inference decode).
 
 The ``*_mini`` entries are reduced-size variants of today's architectures (ViT,
 Swin, MobileNetV3-Small, RegNetY, RegNetX, Inception-v3, ShuffleNetV2, the M5 audio net,
@@ -1583,6 +1584,14 @@ ZOO: dict[str, ZooEntry] = {
                                                se=(0.25,) * 4, num_classes=1000), (1, 3, 224, 224),
                "RegNetY-400MF (torchvision layout): bottlenecks with grouped 3x3 convs in groups of 8 "
                "channels, squeeze-excitation in every block, widths 48/104/208/440, 1000 classes"),
+        _entry("regnety_800mf", lambda: RegNet(stem=32, widths=(64, 144, 320, 784), depths=(1, 3, 8, 2),
+                                               group_width=16, se=(0.25,) * 4, num_classes=1000), (1, 3, 224, 224),
+               "RegNetY-800MF (torchvision layout): bottlenecks with grouped 3x3 convs in groups of 16 "
+               "channels, squeeze-excitation in every block, widths 64/144/320/784, 1000 classes"),
+        _entry("regnetx_400mf", lambda: RegNet(stem=32, widths=(32, 64, 160, 384), depths=(1, 2, 7, 12),
+                                               group_width=16, se=(None,) * 4, num_classes=1000), (1, 3, 224, 224),
+               "RegNetX-400MF (torchvision layout): ResNeXt bottlenecks with grouped 3x3 convs in groups of 16 "
+               "channels, no squeeze-excitation, widths 32/64/160/384, 1000 classes"),
         _entry("regnety_mini", RegNet, (1, 3, 64, 64),
                "reduced RegNetY (torchvision layout): bottlenecks with grouped 3x3 convs (group width 8), "
                "squeeze-excitation in two stages, plain ResNeXt bottlenecks in the third, widths "

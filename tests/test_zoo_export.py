@@ -30,6 +30,8 @@ EXPECTED_OUTPUT_SHAPES = {
     "mobilenet_v3_mini": (1, 10),
     "mobilenet_v3_large": (1, 1000),
     "regnety_400mf": (1, 1000),
+    "regnety_800mf": (1, 1000),
+    "regnetx_400mf": (1, 1000),
     "resnext50_32x4d": (1, 1000),
     "regnety_mini": (1, 10),
     "regnetx_mini": (1, 10),
