@@ -45,7 +45,8 @@ and sums the taps of PIXEL_GROUP output pixels at once across the CB channels in
 (`_pixel_taps`, LLVM IR): 2-3x faster on EfficientNet-B0's 7 x 7 and 14 x 14 layers (AMD EPYC,
 AVX2). They come before any other path (channel_blocks_first) on AVX2 (8-float vectors) for padded
 input planes up to 8192 pixels (16384 strided: AVX2_LARGE_BLOCK_FLOATS), and on AVX-512 for strided
-convs on output planes up to 8 x 8 and others up to 4 x 4 (STRIDED_BLOCK_PIXELS, BLOCK_FIRST_PIXELS): the
+convs on padded input planes under 4096 pixels (WIDE_STRIDED_BLOCK_FLOATS: 56 x 56 inputs and less), or output
+planes up to 8 x 8, and others up to 4 x 4 (STRIDED_BLOCK_PIXELS, BLOCK_FIRST_PIXELS): the
 phase planes' split of every input row cost more than the taps (576 channels 3x3 stride 2 from
 14 x 14 at batch 8: 196 -> 107 us, AVX-512 EPYC), and on AVX2 the register rows' masked loads did.
 A transpose of a whole block (a vector of channels by a vector of columns or pixels) takes plain
@@ -100,6 +101,15 @@ CHANNEL_BLOCK_FLOATS = 1 << 14  # and CB padded input planes fit in 64 KiB (floa
 # channels 5x5 on 4 x 4 25 -> 14 us; on 8 x 8, 3x3 14 -> 20 at batch 8 and 7 x 7 3x3 88 -> 121)
 STRIDED_BLOCK_PIXELS = 64
 BLOCK_FIRST_PIXELS = 16
+# and strided convs whose CB padded input planes hold up to this many floats (64 x 64 pixels of 16 channels:
+# the 56 x 56, 28 x 28 and 14 x 14 inputs of MobileNets' and EfficientNets' stride-2 layers), before the
+# register rows, whose stride-2 taps are two masked loads and shuffles a vector. One layer alone, 2 threads,
+# Intel Xeon (AVX-512), register rows -> channel blocks, us: 144 channels 3x3 stride 2 from 56 x 56 146 ->
+# 86 (batch 8 1215 -> 613), 192 from 28 x 28 55 -> 23 (635 -> 252), 256 from 28 x 28 76 -> 39, 144 5x5 from
+# 56 x 56 135 -> 120 (1089 -> 849), 240 5x5 from 28 x 28 80 -> 55 (631 -> 423), 72 3x3 from 56 x 56 52 -> 51
+# (487 -> 333). From 64 x 64 up the register rows or the row blocks win (96 from 112 x 112: 197 against 258,
+# 64 from 80 x 80 79 against 99, 128 from 64 x 64 128 against 110 but row blocks 82)
+WIDE_STRIDED_BLOCK_FLOATS = 1 << 16
 # where a vector holds fewer floats than this (AVX2), every plane up to a size (below) takes them first.
 # On padded input planes up to 2048 pixels, Zen 3 EPYC, 2 threads, in-process medians, register rows ->
 # channel blocks: 72 channels 3x3 stride 2 from 14 x 14 at batch 8 78 -> 37 us; 576 from 14 x 14 at batch 1
@@ -219,10 +229,13 @@ def depthwise_path(dtype: str, x_shape, weight_shape, out_shape, stride, padding
 def channel_blocks_first(lanes, hp, wp, oh, ow, strided):
     """Whether a conv whose vectors hold `lanes` floats, on padded input planes hp x wp and output planes
     oh x ow, takes the channel blocks before any other path: on AVX2 (lanes < AVX2_BLOCK_FIRST) planes
-    up to AVX2_LARGE_BLOCK_FLOATS (AVX2_STRIDED_BLOCK_FLOATS strided), on AVX-512 small output planes
-    (STRIDED_BLOCK_PIXELS, BLOCK_FIRST_PIXELS) whose blocks fit in CHANNEL_BLOCK_FLOATS."""
+    up to AVX2_LARGE_BLOCK_FLOATS (AVX2_STRIDED_BLOCK_FLOATS strided), on AVX-512 strided convs on planes
+    below WIDE_STRIDED_BLOCK_FLOATS and small output planes (STRIDED_BLOCK_PIXELS, BLOCK_FIRST_PIXELS) whose
+    blocks fit in CHANNEL_BLOCK_FLOATS."""
     if lanes < AVX2_BLOCK_FIRST:
         return hp * wp * lanes <= (AVX2_STRIDED_BLOCK_FLOATS if strided else AVX2_LARGE_BLOCK_FLOATS)
+    if strided and hp * wp * lanes < WIDE_STRIDED_BLOCK_FLOATS:
+        return True
     return hp * wp * lanes <= CHANNEL_BLOCK_FLOATS and oh * ow <= (
         STRIDED_BLOCK_PIXELS if strided else BLOCK_FIRST_PIXELS)
 

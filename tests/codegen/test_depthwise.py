@@ -22,6 +22,7 @@ import pytest
 
 from codegen.kernels.depthwise import (
     CHANNEL_BLOCK_PIXELS,
+    CHANNEL_BLOCKS,
     DEPTHWISE_KERNELS,
     FLAT,
     REGISTER_ROWS,
@@ -227,6 +228,20 @@ def test_the_geometries_take_every_depthwise_kernel(lanes):
         assert {_path(_tall(g), lanes) for g in geometries if g[3] == (2, 2)} >= {REGISTER_ROWS, ROW_BLOCKS}
         assert REGISTER_ROWS not in {_path(_tall(g), lanes) for g in geometries if g[3] == (1, 1)}
     assert {_path(g, lanes, "float64") for g in geometries} == set(DEPTHWISE_KERNELS) - {REGISTER_ROWS, FLAT}
+
+
+@pytest.mark.parametrize("kernel", [3, 5])
+def test_on_avx512_strided_convs_from_up_to_56_x_56_take_the_channel_blocks(kernel):
+    """On AVX-512 a stride-2 conv reads its input a vector of channels at a time in the channel blocks for
+    padded input planes under 64 x 64 (WIDE_STRIDED_BLOCK_FLOATS: MobileNets' 56 x 56, 28 x 28 and 14 x 14),
+    where the register rows' stride-2 taps took 1.1-2.5x their time; from 112 x 112, and at stride 1, the
+    register rows."""
+    pad = kernel // 2
+    for size, stride, path in [(56, 2, CHANNEL_BLOCKS), (28, 2, CHANNEL_BLOCKS), (14, 2, CHANNEL_BLOCKS),
+                               (112, 2, REGISTER_ROWS), (80, 2, REGISTER_ROWS), (56, 1, REGISTER_ROWS)]:
+        geometry = ((1, 144, size, size), 1, (kernel, kernel), (stride, stride), (pad,) * 4, (1, 1))
+        assert _path(geometry, 16) == path, (size, stride)
+    assert _path(((8, 144, 56, 56), 1, (3, 3), (2, 2), (1,) * 4, (1, 1)), 8) == CHANNEL_BLOCKS  # AVX2: as before
 
 
 def test_the_register_rows_and_the_flat_path_refuse_convs_they_have_no_code_for():
