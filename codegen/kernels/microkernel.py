@@ -539,6 +539,26 @@ def micro_gemm_taps_out_grouped(typingctx, kc, a, a0, pix, q0, rows, r0, b, b0, 
             _micro_gemm_codegen(taps_vectors, a_taps=True, epilogue=True, bias_columns=True, grouped=True))
 
 
+@intrinsic
+def micro_gemm_taps_grouped_half(typingctx, kc, a, a0, pix, q0, rows, r0, b, b0, ldb, c, c0, ldc, accumulate, g):
+    """micro_gemm_taps_grouped on half a panel of channels (j < taps_width() / 2): the last block of a conv in
+    groups of whole vectors whose real channels fill half of it at most."""
+    if not (_is_f32(a, b, c) and _is_i64(pix, rows) and isinstance(g, types.Integer)):
+        return None
+    return (types.void(kc, a, a0, pix, q0, rows, r0, b, b0, ldb, c, c0, ldc, accumulate, g),
+            _micro_gemm_codegen(_half_taps, a_taps=True, grouped=True))
+
+
+@intrinsic
+def micro_gemm_taps_out_grouped_half(typingctx, kc, a, a0, pix, q0, rows, r0, b, b0, ldb, c, c0, ldc, bias, bias0,
+                                     lo, hi, top, res, g):
+    """micro_gemm_taps_out_grouped on half a panel of channels (micro_gemm_taps_grouped_half)."""
+    if not (_is_f32(a, b, c) and _is_i64(pix, rows) and _is_out_epilogue(bias, res) and isinstance(g, types.Integer)):
+        return None
+    return (types.void(kc, a, a0, pix, q0, rows, r0, b, b0, ldb, c, c0, ldc, bias, bias0, lo, hi, top, res, g),
+            _micro_gemm_codegen(_half_taps, a_taps=True, epilogue=True, bias_columns=True, grouped=True))
+
+
 LANE_GROUP_PIXELS = MR // 2  # pixels a call of the lane-group kernels: their inputs stay in registers across a group
 
 

@@ -338,6 +338,39 @@ def _check_grouped(g, groups, kernel, stride, padding, n, size):
         assert np.all(out[:, -1, ..., c % B:] == 0)
 
 
+@QUARTER
+@pytest.mark.parametrize("groups", [2, 5])  # 2 * B / 4 channels: half a block; 5 * B / 4: a block and a quarter
+@pytest.mark.parametrize("act", ["relu", "silu"])
+@pytest.mark.parametrize("stride, size", [((1, 1), 9), ((2, 2), 41)])
+def test_a_conv_in_groups_of_vectors_runs_a_half_filled_last_block_half_wide(groups, act, stride, size):
+    """Given the real output channels, a conv in groups of whole vectors computes a last block they fill half of
+    at most half wide (micro_gemm_taps_grouped_half) and writes zeros over its other lanes, where the whole block
+    held act(0) plus the residual's padding (7 here): the real channels match float64 either way, through the
+    registers' epilogue (ReLU) and one of more passes (SiLU, which then adds the residual to every lane), one band
+    an image or several."""
+    g = B // 4
+    c = g * groups
+    rng = np.random.default_rng(groups)
+    x = rng.standard_normal((2, c, size, size)).astype(np.float32)
+    w = (rng.standard_normal((c, g, 3, 3)) / np.sqrt(g * 9)).astype(np.float32)
+    bias = rng.standard_normal(c).astype(np.float32)
+    out_hw = out_size((size, size), (3, 3), stride, (1, 1, 1, 1), (1, 1))
+    residual = rng.standard_normal((2, c, *out_hw)).astype(np.float32)
+    want = np.concatenate([reference(x[:, i * g:(i + 1) * g], w[i * g:(i + 1) * g], bias[i * g:(i + 1) * g],
+                                     residual[:, i * g:(i + 1) * g], act, "none", stride, (1, 1, 1, 1))
+                           for i in range(groups)], axis=1)
+    wt = read_only(pack_grouped_blocked(w, groups, B))
+    res = blocked(residual)
+    res[:, -1, ..., c % B:] = 7.0
+    for out_channels in (c, 0):
+        out = np.full(res.shape, np.nan, np.float32)
+        conv2d_blocked(blocked(x), wt, block_bias(bias, c), res, out, (3, 3), stride, (1, 1, 1, 1), (1, 1),
+                       ACTIVATION_CODES[act], 0.0, 0.0, 0, 0.0, 0.0, out_channels, g)
+        np.testing.assert_allclose(unblocked(out, c), want, rtol=1e-5, atol=1e-5)
+        if act == "relu":
+            assert np.all(out[:, -1, ..., B // 2:] == (0 if out_channels else 7))
+
+
 @pytest.mark.parametrize("act", ["silu", "hardswish"])
 def test_a_conv_in_groups_of_half_blocks_runs_an_activation_of_more_passes_over_both_halves(act):
     """The epilogue of an activation that does not run from the registers (epilogue_run, after both halves of
