@@ -123,7 +123,9 @@ WINDOW_TASK_MACS = 1 << 20
 # weights above this: conv2d_blocked's tasks split the output blocks before the pixels, since every band reads
 # all the weights, and a thread keeps the band it gathered for its next task of the same band. Kernel alone,
 # in-process A/B, 2 threads, AVX2 Zen 3, batch 1, two runs: 512 -> 512 3x3 stride 2 on 14 x 14 0.94-0.96,
-# 256 -> 512 0.93-0.94; the other strided 3x3 and 2x2 convs of ResNet-50, ConvNeXt-T and YOLOv5s level
+# 256 -> 512 0.93-0.94; the other strided 3x3 and 2x2 convs of ResNet-50, ConvNeXt-T and YOLOv5s level. Where
+# the (image, block) pairs are two a thread or more, each pair is one task of all its pixels (_one_band: with the
+# weights cold, as in a model, reading them once a band cost more than the bands balanced)
 WINDOW_WEIGHT_BYTES = 1 << 18
 BAND_BYTES = 1 << 18  # a conv2d_blocked task's gathered input rows, at most (where one output row's fit)
 # a reorder's tasks a thread, at least, where its (image, block) pairs are fewer: RegNetY-400MF's stem output
@@ -651,8 +653,10 @@ def _conv2d_blocked(xf, n_n, cb_n, c_n, h, w, nchw, wt, bias, residual, out, ker
     # (groups of 32) a band an MR-pixel group, every band reading all the weights again
     group_blocks = -(-group_lanes // b)
     gathered = group_blocks if group_blocks and not serial else cb_n  # the input blocks a task gathers
-    # every band reads all the weights: where they are large, the tasks split the output blocks first
-    many = -(-least // (n_n * ob_n)) if ob_n * k * b * 4 > WINDOW_WEIGHT_BYTES else -(-least // n_n)
+    # every band reads all the weights: where they are large, the tasks split the output blocks first, and take
+    # whole images where the (image, block) pairs give every thread two tasks (_one_band)
+    heavy = ob_n * k * b * 4 > WINDOW_WEIGHT_BYTES
+    many = (1 if _one_band(n_n * ob_n) else -(-least // (n_n * ob_n))) if heavy else -(-least // n_n)
     bands = 1 if serial else max(1, min(groups, many))
     gpb = -(-groups // bands)  # groups per band
     while gpb > 1 and (gpb * MR // ow + 2) * sh * gathered * b * wp * 4 > BAND_BYTES:
@@ -690,6 +694,20 @@ def _conv2d_blocked(xf, n_n, cb_n, c_n, h, w, nchw, wt, bias, residual, out, ker
             (kh, dh, sh, sw, pt, pl, hin, wp, gpb, bands, n_g, per, gathered),
             (act, post), (alpha, beta, post_alpha, post_beta), scratch, held)
     run_tasks(_conv2d_task, tasks, data, serial)
+
+
+@numba.njit(inline="always", **SEQ)
+def _one_band(pairs):
+    """Whether a conv2d_blocked of large weights (WINDOW_WEIGHT_BYTES) takes each (image, output block) pair as
+    one task, all of the image's pixels: each block's weights are then read once an image, where bands of pixels
+    read them once a band each, from memory in a model (its weights do not stay in cache from one forward to the
+    next). Kernel alone, weights cycled over 12 copies, 2 threads, Intel Xeon, batch 1, two bands -> one:
+    512 -> 512 3x3 on 7 x 7 1.78-1.95 -> 1.46-1.53 ms, 448 on 7 x 7 (7 blocks, 4 tasks on one thread and 3 on
+    the other) 1.37-1.40 -> 1.16-1.20, 320 on 14 x 14 (5 blocks) 1.79-1.81 -> 1.57-1.70, 256 on 14 x 14
+    1.03-1.05 -> 0.97-0.98, 256 stride 2 from 28 x 28 1.15-1.17 -> 1.10; 512 stride 2 from 14 x 14 level.
+    Whole forwards at batch 1 (alternating processes, two each): ResNet-50 0.957, RegNetX-400MF 0.936, ResNeXt-50
+    0.969. With fewer pairs than two a thread the threads need the bands."""
+    return pairs >= 2 * num_threads()
 
 
 @numba.njit(**SEQ)

@@ -338,6 +338,21 @@ def _check_grouped(g, groups, kernel, stride, padding, n, size):
         assert np.all(out[:, -1, ..., c % B:] == 0)
 
 
+@pytest.mark.parametrize("n, stride, hw", [(2, (1, 1), (9, 9)), (1, (2, 2), (23, 21)), (4, (1, 1), (7, 7))])
+def test_a_conv_of_large_weights_takes_whole_images_a_task_where_the_pairs_share_out(n, stride, hw):
+    """conv2d_blocked with weights over WINDOW_WEIGHT_BYTES (128 -> 128 3x3: 590 KB packed on either block) and
+    (image, block) pairs enough for two tasks a thread runs one band an image (_one_band), or at batch 1 on two
+    blocks, bands again; with bias, SiLU and a residual, against float64."""
+    c = 128
+    assert blocks(c) * c * 9 * B * 4 > WINDOW_WEIGHT_BYTES
+    x, w, bias = operands(n, c, c, hw, (3, 3), seed=n + stride[0])
+    out_hw = out_size(hw, (3, 3), stride, (1, 1, 1, 1), (1, 1))
+    residual = np.random.default_rng(3).standard_normal((n, c, *out_hw)).astype(np.float32)
+    got = run(x, w, bias, blocked(residual), "silu", "none", out_hw, stride=stride, padding=(1, 1, 1, 1))
+    want = reference(x, w, bias, residual, "silu", "none", stride=stride, padding=(1, 1, 1, 1))
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
 @QUARTER
 @pytest.mark.parametrize("groups", [2, 5])  # 2 * B / 4 channels: half a block; 5 * B / 4: a block and a quarter
 @pytest.mark.parametrize("act", ["relu", "silu"])
