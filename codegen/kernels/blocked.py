@@ -80,6 +80,7 @@ from codegen.kernels.tasks import run_tasks
 from codegen.kernels.vectors import (
     affine_run,
     copy_run,
+    fma_intrinsic,
     fma_sums,
     transpose_out,
     vector_floats,
@@ -1267,8 +1268,7 @@ def _depthwise_taps(typingctx, src, base, step, offsets, wt, w0, of, o0, bias, b
         nv = taps_channels(width) // width
         vec, i64 = ir.VectorType(ir.FloatType(), width), ir.IntType(64)
         base_, step_, w0_, o0_ = _int64s(context, builder, signature, args, (1, 2, 5, 7))
-        fma = cgutils.get_or_insert_function(builder.module, ir.FunctionType(vec, [vec, vec, vec]),
-                                             f"llvm.fma.v{width}f32")
+        fma = fma_intrinsic(builder, vec)
         src_ptr, off_ptr, wt_ptr, of_ptr = (cgutils.create_struct_proxy(signature.args[k])(
             context, builder, value=args[k]).data for k in (0, 3, 4, 6))
         taps = cgutils.create_struct_proxy(signature.args[3])(context, builder, value=args[3]).nitems

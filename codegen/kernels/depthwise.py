@@ -72,6 +72,7 @@ from codegen.kernels.tasks import run_tasks
 from codegen.kernels.vectors import (
     clamp_run,
     copy_run,
+    fma_intrinsic,
     fma_sums,
     store_lanes,
     transpose_vector,
@@ -382,8 +383,7 @@ def _pixel_taps(typingctx, p, base, step, wt, bv, offsets, out, at, group):
         vec = ir.VectorType(scalar, lanes)
         suffix = "f32" if signature.args[0].dtype == types.float32 else "f64"
         itemsize = 4 if suffix == "f32" else 8
-        fma = cgutils.get_or_insert_function(builder.module, ir.FunctionType(vec, [vec, vec, vec]),
-                                             f"llvm.fma.v{lanes}{suffix}")
+        fma = fma_intrinsic(builder, vec)
         p_ptr, wt_ptr, bv_ptr, off_ptr, out_ptr = (cgutils.create_struct_proxy(signature.args[k])(
             context, builder, value=args[k]).data for k in (0, 3, 4, 5, 6))
         taps = cgutils.create_struct_proxy(signature.args[5])(context, builder, value=offsets_).nitems
@@ -600,8 +600,7 @@ def _plane_taps(typingctx, xf, x0, offsets, masks, wf, w0, of, o0, pixels, bias,
             return builder.shuffle_vector(lane0, ir.Constant(vec, ir.Undefined), ir.Constant(ir.VectorType(i32, width),
                                                                                               [0] * width))
         bias_, lo_, hi_ = (splat(context.cast(builder, args[i], signature.args[i], types.float32)) for i in (9, 10, 11))
-        fma = cgutils.get_or_insert_function(builder.module, ir.FunctionType(vec, [vec, vec, vec]),
-                                             f"llvm.fma.v{width}f32")
+        fma = fma_intrinsic(builder, vec)
         load_t = ir.FunctionType(vec, [vec.as_pointer(), i32, mask_t, vec])
         load = cgutils.get_or_insert_function(builder.module, load_t, f"llvm.masked.load.v{width}f32.p0")
         zero = ir.Constant(vec, [0.0] * width)

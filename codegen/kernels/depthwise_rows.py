@@ -45,6 +45,7 @@ from codegen.kernels.epilogue import epilogue_run
 from codegen.kernels.tasks import run_tasks
 from codegen.kernels.vectors import (
     copy_run,
+    fma_intrinsic,
     prefetch_run,
     split_pairs,
     store_first,
@@ -238,8 +239,7 @@ def _row_block(typingctx, src, s0, pitch, offsets, nv, wf, w0, of, o0, ow, kh, s
 
         bias_, lo_, hi_ = (splat(context.cast(builder, args[i], signature.args[i], types.float32))
                            for i in (13, 14, 15))
-        fma = cgutils.get_or_insert_function(builder.module, ir.FunctionType(vec, [vec, vec, vec]),
-                                             f"llvm.fma.v{width}f32")
+        fma = fma_intrinsic(builder, vec)
         zero = ir.Constant(vec, [0.0] * width)
 
         def variant(height, stride, count):  # the block's code for kernel height, stride, rows

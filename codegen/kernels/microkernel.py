@@ -33,7 +33,7 @@ from numba.core import cgutils, types
 from numba.extending import intrinsic
 
 from codegen.kernels.common import SEQ
-from codegen.kernels.vectors import fma_sums, prefetch_line, vector_loop, vector_width
+from codegen.kernels.vectors import fma_intrinsic, fma_sums, prefetch_line, vector_loop, vector_width
 
 MR = 6  # output channels per microkernel call: rows of the accumulator block
 # Software prefetch of the weights, which at batch 1 come from memory (a ResNet-50's 100 MB pass through
@@ -149,8 +149,7 @@ def _micro_gemm_codegen(vectors, indirect: bool = False, a_rows: bool = False, p
         width = vector_width(context)
         f32, i32, i64 = ir.FloatType(), ir.IntType(32), ir.IntType(64)
         vec = ir.VectorType(f32, width)
-        fma = cgutils.get_or_insert_function(builder.module, ir.FunctionType(vec, [vec, vec, vec]),
-                                             f"llvm.fma.v{width}f32")
+        fma = fma_intrinsic(builder, vec)
         a_ptr = _data_pointer(context, builder, signature.args[1], a_, a0_)
         b_ptr = _data_pointer(context, builder, signature.args[3], b_, b0_)
         c_ptr = _data_pointer(context, builder, signature.args[6], c_, c0_)
@@ -577,8 +576,7 @@ def _lane_groups_codegen(epilogue: bool):
         nv = taps_vectors(width)
         f32, i32, i64 = ir.FloatType(), ir.IntType(32), ir.IntType(64)
         vec = ir.VectorType(f32, width)
-        fma = cgutils.get_or_insert_function(builder.module, ir.FunctionType(vec, [vec, vec, vec]),
-                                             f"llvm.fma.v{width}f32")
+        fma = fma_intrinsic(builder, vec)
         kt_, ldb_, ldc_ = (context.cast(builder, v, signature.args[i], types.int64) for v, i in
                            ((kt_, 0), (ldb_, 9), (ldc_, 12)))
         a_ptr = _data_pointer(context, builder, signature.args[1], a_, a0_)
@@ -697,8 +695,7 @@ def _pixel_taps_codegen(vectors):
         nv = vectors(width)
         f32, i32, i64 = ir.FloatType(), ir.IntType(32), ir.IntType(64)
         vec = ir.VectorType(f32, width)
-        fma = cgutils.get_or_insert_function(builder.module, ir.FunctionType(vec, [vec, vec, vec]),
-                                             f"llvm.fma.v{width}f32")
+        fma = fma_intrinsic(builder, vec)
         kc_, ldb_ = (context.cast(builder, v, t, types.int64) for v, t in
                      ((kc_, signature.args[0]), (ldb_, signature.args[9])))
         pix_ptr = _data_pointer(context, builder, signature.args[3], pix_,

@@ -46,6 +46,14 @@ def vector_floats(typingctx):
     return types.int64(), codegen
 
 
+def fma_intrinsic(builder, vec):
+    """LLVM's fused multiply-add on vectors of type vec (float32 or float64), declared in the builder's module:
+    call it as builder.call(fma, [a, b, c]) for a * b + c."""
+    suffix = "f32" if vec.element == ir.FloatType() else "f64"
+    return cgutils.get_or_insert_function(builder.module, ir.FunctionType(vec, [vec, vec, vec]),
+                                          f"llvm.fma.v{vec.count}{suffix}")
+
+
 RUN_MAX_VECTORS = 4  # run_max's independent maxima (run_sum's sums)
 
 

@@ -35,7 +35,7 @@ from codegen.kernels.common import SEQ, blocks, num_threads, span, u
 from codegen.kernels.epilogue import epilogue_run, residual_run
 from codegen.kernels.microkernel import MR, gemm_panels, gemm_panels2, half_panels, pack_weights, panels_per_call
 from codegen.kernels.tasks import run_tasks
-from codegen.kernels.vectors import vector_floats, vector_width
+from codegen.kernels.vectors import fma_intrinsic, vector_floats, vector_width
 
 RUN_BYTES = 8 << 20  # V or the products of one run of tile rows, at most
 PLANE_BYTES = 1 << 17  # one of V's 16 planes, when several images run at once: the GEMM reads it from L2
@@ -134,8 +134,7 @@ def output_transform(builder, m):
 
 def _fma_of(builder, vec):
     """(fma(a, b, c), splat(constant)) for LLVM vectors of type vec."""
-    fma = cgutils.get_or_insert_function(builder.module, ir.FunctionType(vec, [vec] * 3),
-                                         f"llvm.fma.v{vec.count}f32")
+    fma = fma_intrinsic(builder, vec)
     return (lambda a, b, c: builder.call(fma, [a, b, c])), (lambda k: ir.Constant(vec, [float(k)] * vec.count))
 
 
