@@ -16,9 +16,17 @@ import numpy as np
 
 from codegen.kernels.common import SEQ, blocks, gemm, gemm_blocks, num_threads, thread_id, u
 from codegen.kernels.epilogue import ONE_PASS, activate_copy_run, epilogue_run, residual_run
-from codegen.kernels.microkernel import MR, half_panels, micro_gemm_a_rows, micro_gemm_a_rows_half, panel_width
+from codegen.kernels.microkernel import (
+    MR,
+    half_panels,
+    micro_gemm_a_rows,
+    micro_gemm_a_rows_half,
+    micro_gemm_a_rows_vector,
+    panel_width,
+    rows_width,
+)
 from codegen.kernels.tasks import run_tasks
-from codegen.kernels.vectors import copy_run, prefetch_run
+from codegen.kernels.vectors import copy_run, prefetch_run, vector_floats
 
 MIN_ROWS = 8  # rows (or output features) per block of a split product, at least
 GEMV_MAX_ROWS = 2  # products of this many rows or fewer run as dot products (see linear)
@@ -29,7 +37,7 @@ DOT = {**SEQ, "fastmath": {"reassoc", "contract"}}
 PARALLEL_MIN_MACS = 1 << 17
 PACKED_ROWS = 16 * MR  # rows per task of linear_packed, at most: a (96, 256) accumulator block, 96 KB
 PACKED_K_CHUNK = 128  # reduction steps per microkernel call: the weight panel (16 KB) stays in L1
-TRANSPOSED_PAD = 32  # transpose_padded's features, a multiple of this: whole panels for AVX2 and AVX-512
+TRANSPOSED_PAD = 64  # transpose_padded's features, a multiple of this: whole panels for AVX2 and AVX-512
 # with this many row groups or more, gemm_row_groups asks for the next block's weights a share before each
 # group: only the first group to read a block would otherwise stream it from memory, the others computing
 # from L1 with the memory idle. A 7 x 7 conv's 9 groups, 2048 -> 512 channels with its weights out of
@@ -45,7 +53,7 @@ SMALL_MATMUL_MACS = 1 << 17
 def transpose_padded(weight: np.ndarray) -> np.ndarray:
     """A linear weight (O, K) as linear_packed takes it: panels of TRANSPOSED_PAD features, each
     (K, TRANSPOSED_PAD) contiguous (wt[P, p, i] = weight[P * TRANSPOSED_PAD + i, p]), the last one
-    padded with zero features. A panel of the microkernel (16 or 32 features, or half of one) lies
+    padded with zero features. A panel of the microkernel (16 or 64 features, or part of one) lies
     inside one of them, so the kernel reads its weights as one contiguous stream, whatever the
     machine's vector width."""
     o_n, k = weight.shape
@@ -152,6 +160,8 @@ def linear_packed(x, wt, bias, residual, out, act, alpha, beta, post, post_alpha
     evenly over the threads. OpenBLAS, called per block, packed the whole weight on every call
     (9 MB for ConvNeXt's 3072 x 768 layers); here it was laid out once, when the model compiled."""
     m_n, o_n = out.shape
+    # blocks of features in units of two vectors (micro_gemm's panel): in units of rows_width() a layer of few
+    # rows and 64 features would run in one task
     nr = panel_width()
     m_tiles = -(-m_n // PACKED_ROWS)
     # tiles of equal whole groups of MR rows: 128 rows in tiles of 96 and 32 kept one of two threads
@@ -180,7 +190,7 @@ def _linear_packed_task(t, n_c, cpt, tile, x, wt, bias, rf, out, acts, params):
     nr = panel_width()
     m0, c0 = t // n_c * tile, t % n_c * cpt * nr
     m1, c1 = min(m_n, m0 + tile), min(o_n, c0 + cpt * nr)
-    width = half_panels(c1 - c0)  # the block's columns: whole panels, then maybe a half one
+    width = half_panels(c1 - c0)  # the block's columns: whole vectors
     groups = -(-(m1 - m0) // MR)
     xf, wf, of = x.reshape(-1), wt.reshape(-1), out.reshape(-1)
     partial = (m1 - m0) % MR != 0
@@ -211,30 +221,42 @@ def _linear_packed_task(t, n_c, cpt, tile, x, wt, bias, rf, out, acts, params):
 
 
 @numba.njit(**SEQ)
-def next_weights(kb, c, c0, last, k):
+def next_weights(kb, c, c0, last, k, cols):
     """(start, count): the weights (transpose_padded's, flat) gemm_row_groups reads after the block of
-    chunk kb and the panel at feature c: the chunk's next panel, or when c is the task's last panel
+    chunk kb and the `cols` features at c: the chunk's next columns, or when they are the task's last
     (`last`) the next chunk's first, at feature c0; count 0 after the last chunk."""
-    nk, nc = (kb + PACKED_K_CHUNK, c0) if last else (kb, c + panel_width())
+    nk, nc = (kb + PACKED_K_CHUNK, c0) if last else (kb, c + cols)
     start = (nc // TRANSPOSED_PAD * k + nk) * TRANSPOSED_PAD + nc % TRANSPOSED_PAD
     return start, min(PACKED_K_CHUNK, k - nk) * TRANSPOSED_PAD if nk < k else 0
+
+
+@numba.njit(inline="always", **SEQ)
+def row_block_columns(c, j, width):
+    """The columns of gemm_row_groups' call at feature c, column j of `width` (c and width whole
+    numbers of vectors): rows_width(), else its half, else one vector, the most that stay in the
+    row and in c's panel of transpose_padded (the call reads one panel's rows)."""
+    nr, room = rows_width(), TRANSPOSED_PAD - c % TRANSPOSED_PAD
+    cols = min(width - j, room)
+    return nr if cols >= nr else nr // 2 if cols >= nr // 2 else vector_floats()
 
 
 @numba.njit(**SEQ)
 def gemm_row_groups(a, a0, lda, lds, groups, last, last_lda, last_lds, wf, k, c0, width, acc, ldc):
     """acc[r * ldc + j] = sum_p A[r, p] * W[c0 + j, p] for r < groups * MR, j < width (a whole
-    number of half panels), wf = transpose_padded(W) flattened: A's row r, reduction step p at
+    number of vectors), wf = transpose_padded(W) flattened: A's row r, reduction step p at
     a[a0 + r*lda + p*lds], except the last group's when `last` is not empty: its MR rows at
     last[i*last_lda + p*last_lds] (copied, zero-padded: the microkernel always reads MR rows).
     Rows of a linear layer (lda = K, lds = 1) or pixels of a 1x1 conv (lda = 1, lds = H*W), in
-    reduction chunks whose weight panel (PACKED_K_CHUNK x NR) stays in L1 across the row groups."""
-    nr = panel_width()
+    reduction chunks whose weight panel (PACKED_K_CHUNK x rows_width()) stays in L1 across the row
+    groups."""
     for kb in range(0, k, PACKED_K_CHUNK):
         kc = min(PACKED_K_CHUNK, k - kb)
-        for j in range(0, width, nr):
+        j = 0
+        while j < width:
+            cols = row_block_columns(c0 + j, j, width)
             c = c0 + j
             b0 = (c // TRANSPOSED_PAD * k + kb) * TRANSPOSED_PAD + c % TRANSPOSED_PAD
-            nb, count = next_weights(kb, c, c0, j + nr >= width, k)
+            nb, count = next_weights(kb, c, c0, j + cols >= width, k, cols)
             share = -(-count // groups) if groups >= PREFETCH_MIN_GROUPS else 0
             for g in range(groups):
                 if share > 0:  # a share of the next block's weights before each group
@@ -243,12 +265,20 @@ def gemm_row_groups(a, a0, lda, lds, groups, last, last_lda, last_lds, wf, k, c0
                     src, s0, l_row, l_step = last, kb * last_lds, last_lda, last_lds
                 else:
                     src, s0, l_row, l_step = a, a0 + g * MR * lda + kb * lds, lda, lds
-                if j + nr <= width:
-                    micro_gemm_a_rows(kc, src, s0, l_row, l_step, wf, b0, TRANSPOSED_PAD, acc, g * MR * ldc + j,
-                                      ldc, kb > 0)
-                else:
-                    micro_gemm_a_rows_half(kc, src, s0, l_row, l_step, wf, b0, TRANSPOSED_PAD, acc,
-                                           g * MR * ldc + j, ldc, kb > 0)
+                a_rows_block(cols, kc, src, s0, l_row, l_step, wf, b0, acc, g * MR * ldc + j, ldc, kb > 0)
+            j += cols
+
+
+@numba.njit(inline="always", **SEQ)
+def a_rows_block(cols, kc, a, a0, lda, lds, wf, b0, c, c0, ldc, accumulate):
+    """The micro_gemm_a_rows kernel of `cols` columns (row_block_columns'), on transpose_padded's rows."""
+    nr = rows_width()
+    if cols == nr:
+        micro_gemm_a_rows(kc, a, a0, lda, lds, wf, b0, TRANSPOSED_PAD, c, c0, ldc, accumulate)
+    elif cols == nr // 2:
+        micro_gemm_a_rows_half(kc, a, a0, lda, lds, wf, b0, TRANSPOSED_PAD, c, c0, ldc, accumulate)
+    else:
+        micro_gemm_a_rows_vector(kc, a, a0, lda, lds, wf, b0, TRANSPOSED_PAD, c, c0, ldc, accumulate)
 
 
 @numba.njit(**SEQ)

@@ -20,8 +20,15 @@ from numba.core import types
 from numba.extending import overload
 
 from codegen.kernels.common import frozen
-from codegen.kernels.gemm import PARALLEL_MIN_MACS, TRANSPOSED_PAD, linear_packed, transpose_padded
-from codegen.kernels.microkernel import MR, micro_gemm_a_rows, panel_width
+from codegen.kernels.gemm import (
+    PARALLEL_MIN_MACS,
+    TRANSPOSED_PAD,
+    a_rows_block,
+    linear_packed,
+    row_block_columns,
+    transpose_padded,
+)
+from codegen.kernels.microkernel import MR, half_panels, panel_width
 from codegen.kernels.vmath import fast_sigmoid, fast_tanh
 
 LSTM, GRU, RNN_TANH, RNN_RELU = 0, 1, 2, 3
@@ -72,13 +79,14 @@ def _ol_pack(w):
 @numba.njit(cache=True, nogil=True)
 def _small_times(a, packed, out):
     """out (M, O) = a (M, K) @ w.T, packed: w's float32 panels (pack_directions), for a product too small
-    for threads: one microkernel call per MR rows and panel width of features, straight into out where a
-    whole block fits (a last partial group of rows overlapping the group before it), else through a block
-    of scratch. linear_packed's tiles, blocks and epilogue cost ~0.7 us a call, a step of a small layer
-    8 x 24 -> 96."""
+    for threads: one microkernel call per MR rows and two vectors of features (or one: gemm.row_block_columns'
+    choice, but never its 4-vector calls, whose 24 accumulators and prefetches cost more than they save on
+    so short a reduction: LSTM/GRU-mini's steps ran 8-14% slower), straight into out where a whole block
+    fits (a last partial group of rows overlapping the group before it), else through a block of scratch.
+    linear_packed's tiles, blocks and epilogue cost ~0.7 us a call, a step of a small layer 8 x 24 -> 96."""
     m_n, k = a.shape
     o_n = out.shape[1]
-    nr = panel_width()
+    nr, width = panel_width(), half_panels(o_n)
     af, wf, of = a.reshape(-1), packed.reshape(-1), out.reshape(-1)
     # MR rows or more: a last partial group of rows overlaps the group before it, whose rows it recomputes
     # to the same sums; fewer rows are zero-padded to MR in `last`
@@ -90,18 +98,21 @@ def _small_times(a, packed, out):
     for g in range(-(-m_n // MR)):
         r0 = 0 if partial else min(g * MR, m_n - MR)  # the group's first row
         rows = partial if partial else MR
-        for c in range(0, o_n, nr):
+        c = 0
+        while c < o_n:
+            cols = min(row_block_columns(c, c, width), nr)
             b0 = c // TRANSPOSED_PAD * k * TRANSPOSED_PAD + c % TRANSPOSED_PAD
-            if not partial and c + nr <= o_n:
-                micro_gemm_a_rows(k, af, r0 * k, k, 1, wf, b0, TRANSPOSED_PAD, of, r0 * o_n + c, o_n, False)
-                continue
-            if partial:
-                micro_gemm_a_rows(k, last, 0, k, 1, wf, b0, TRANSPOSED_PAD, block, 0, nr, False)
+            if not partial and c + cols <= o_n:
+                a_rows_block(cols, k, af, r0 * k, k, 1, wf, b0, of, r0 * o_n + c, o_n, False)
             else:
-                micro_gemm_a_rows(k, af, r0 * k, k, 1, wf, b0, TRANSPOSED_PAD, block, 0, nr, False)
-            for i in range(rows):
-                for j in range(min(nr, o_n - c)):
-                    of[(r0 + i) * o_n + c + j] = block[i * nr + j]
+                if partial:
+                    a_rows_block(cols, k, last, 0, k, 1, wf, b0, block, 0, nr, False)
+                else:
+                    a_rows_block(cols, k, af, r0 * k, k, 1, wf, b0, block, 0, nr, False)
+                for i in range(rows):
+                    for j in range(min(cols, o_n - c)):
+                        of[(r0 + i) * o_n + c + j] = block[i * nr + j]
+            c += cols
 
 
 def _times(a, packed, bias, out, zeros):

@@ -14,35 +14,44 @@ from codegen.kernels.gemm import (
     next_weights,
     transpose_padded,
 )
-from codegen.kernels.microkernel import MR, panel_width
-from codegen.kernels.vectors import prefetch_run
+from codegen.kernels.microkernel import MR, rows_width
+from codegen.kernels.vectors import prefetch_run, vector_floats
 from tests.codegen.rules import read_only, zero_bias
 
-NR = numba.njit(lambda: panel_width())()
+NR = numba.njit(lambda: rows_width())()
+W = numba.njit(lambda: vector_floats())()
 
 
 def blocks_read(k, c0, width):
-    """gemm_row_groups' blocks in its order: (kb, c, first flat weight read, one past the last)."""
+    """gemm_row_groups' blocks in its order: (kb, c, columns, last, first flat weight read, one past the
+    last). A call reads NR columns, or NR / 2, or one vector: the most that stay in the row and in one panel of
+    transpose_padded."""
     out = []
     for kb in range(0, k, PACKED_K_CHUNK):
         kc = min(PACKED_K_CHUNK, k - kb)
-        for j in range(0, width, NR):
+        j = 0
+        while j < width:
             c = c0 + j
+            room = min(width - j, TRANSPOSED_PAD - c % TRANSPOSED_PAD)
+            cols = NR if room >= NR else NR // 2 if room >= NR // 2 else W
             b0 = (c // TRANSPOSED_PAD * k + kb) * TRANSPOSED_PAD + c % TRANSPOSED_PAD
-            out.append((kb, c, j + NR >= width, b0, b0 + (kc - 1) * TRANSPOSED_PAD + min(NR, width - j)))
+            out.append((kb, c, cols, j + cols >= width, b0, b0 + (kc - 1) * TRANSPOSED_PAD + cols))
+            j += cols
     return out
 
 
 @pytest.mark.parametrize("k", [1, 100, PACKED_K_CHUNK, 300, 2048])
-@pytest.mark.parametrize("c0, width", [(0, NR), (0, 4 * NR), (NR, 2 * NR + NR // 2), (3 * NR, NR // 2)])
+@pytest.mark.parametrize("c0, width", [(0, NR), (0, 4 * NR), (NR, 2 * NR + NR // 2), (3 * NR, NR // 2),
+                                       (NR, NR + NR // 2 + W), (0, W), (NR // 2, 2 * NR), (W, NR + W)])
 def test_next_weights_is_the_next_block_read(k, c0, width):
     order = blocks_read(k, c0, width)
-    for (kb, c, last, _, _), following in zip(order, order[1:] + [None]):
-        start, count = numba.njit(lambda *a: next_weights(*a))(kb, c, c0, last, k)
+    assert sum(cols for _, _, cols, *_ in order) == width * -(-k // PACKED_K_CHUNK)
+    for (kb, c, cols, last, _, _), following in zip(order, order[1:] + [None]):
+        start, count = numba.njit(lambda *a: next_weights(*a))(kb, c, c0, last, k, cols)
         if following is None:
             assert count == 0
         else:
-            assert start <= following[3] and following[4] <= start + count, (kb, c, following)
+            assert start <= following[4] and following[5] <= start + count, (kb, c, following)
 
 
 def test_prefetch_run_reads_nothing_and_stops_at_no_boundary():
@@ -53,7 +62,8 @@ def test_prefetch_run_reads_nothing_and_stops_at_no_boundary():
 
 
 @pytest.mark.parametrize("m, k, o", [(MR * PREFETCH_MIN_GROUPS, 2 * PACKED_K_CHUNK + 7, 3 * NR + NR // 2),
-                                     (MR * 9 - 1, 700, 2 * TRANSPOSED_PAD + 5)])
+                                     (MR * 9 - 1, 700, 2 * TRANSPOSED_PAD + 5),
+                                     (MR * 4 + 1, 300, NR + NR // 2 + W - 3), (MR * 20, 40, 5 * NR // 2 + 7)])
 def test_linear_with_prefetched_weights_matches_float64(m, k, o):
     rng = np.random.default_rng(m)
     x = rng.standard_normal((m, k)).astype(np.float32)

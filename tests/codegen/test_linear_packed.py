@@ -2,16 +2,24 @@
 residual (also the output's own buffer) and a post ReLU, on tasks whose block holds every feature (one
 epilogue over the block's rows, end to end; GELU, SiLU, sigmoid and hardswish from the block into the output in
 one pass, epilogue.COPY_PASS) and on tasks that split the features (one epilogue a row), with a last group of
-fewer than MR rows."""
+fewer than MR rows; and the microkernel's three widths (rows_width(), its half, one vector) alone."""
 
 import math
 
+import numba
 import numpy as np
 import pytest
 
 from codegen.kernels.epilogue import ACTIVATION_CODES
-from codegen.kernels.gemm import linear_packed, transpose_padded
-from codegen.kernels.microkernel import MR
+from codegen.kernels.gemm import TRANSPOSED_PAD, linear_packed, transpose_padded
+from codegen.kernels.microkernel import (
+    MR,
+    micro_gemm_a_rows,
+    micro_gemm_a_rows_half,
+    micro_gemm_a_rows_vector,
+    rows_width,
+)
+from codegen.kernels.vectors import vector_floats
 from tests.codegen.rules import read_only
 
 _erf = np.vectorize(math.erf)
@@ -22,8 +30,50 @@ ACTS = {"none": lambda v: v, "relu": lambda v: np.maximum(v, 0),
 
 
 # (rows, reduction, features): many rows of few features (a Swin block's projection: each task's block holds every
-# feature), a count of features that is no whole number of panels, one row of many features (tasks split them)
-SHAPES = [(300 * MR + 1, 32, 32), (40 * MR - 2, 48, 37), (1, 300, 200)]
+# feature), a count of features that is no whole number of panels, one row of many features (tasks split them),
+# features that take each width of call in a row (on AVX-512 112 = 64 + 32 + 16), few rows of 160 features split
+# over two tasks in units of two vectors (on AVX-512 the second block starts mid-panel, at 96)
+SHAPES = [(300 * MR + 1, 32, 32), (40 * MR - 2, 48, 37), (1, 300, 200), (7 * MR + 3, 130, 112), (2 * MR, 512, 160)]
+NR = numba.njit(lambda: rows_width())()
+W = numba.njit(lambda: vector_floats())()
+
+
+@numba.njit
+def _a_rows_call(kind, kc, a, a0, lda, lds, b, b0, ldb, c, c0, ldc, accumulate):
+    if kind == 0:
+        micro_gemm_a_rows(kc, a, a0, lda, lds, b, b0, ldb, c, c0, ldc, accumulate)
+    elif kind == 1:
+        micro_gemm_a_rows_half(kc, a, a0, lda, lds, b, b0, ldb, c, c0, ldc, accumulate)
+    else:
+        micro_gemm_a_rows_vector(kc, a, a0, lda, lds, b, b0, ldb, c, c0, ldc, accumulate)
+
+
+@pytest.mark.parametrize("kind, cols", [(0, NR), (1, NR // 2), (2, W)])
+@pytest.mark.parametrize("lda, lds", [(37, 1), (1, 11)])  # a linear layer's rows; a 1x1 conv's pixels
+@pytest.mark.parametrize("accumulate", [False, True])
+def test_each_width_of_the_a_rows_kernel_writes_its_columns_only(kind, cols, lda, lds, accumulate):
+    """MR rows of A (row i, step p at a[a0 + i*lda + p*lds]) times transpose_padded's panel at a column
+    offset, into c at c0 with rows ldc apart: the call's columns are the product (plus c's old values when
+    accumulating), every other element of c untouched."""
+    rng = np.random.default_rng(kind + 3 * lds)
+    kc, a0, c0, ldc = 30, 5, 3, NR + 9
+    a = rng.standard_normal(a0 + MR * lda * (lds == 1) + kc * lds * (lda == 1) + 64).astype(np.float32)
+    w = rng.standard_normal((2 * TRANSPOSED_PAD, kc)).astype(np.float32)
+    wt = transpose_padded(w).reshape(-1)
+    first = TRANSPOSED_PAD - cols if cols < TRANSPOSED_PAD else 0  # the call's columns end a panel
+    b0 = first
+    c = rng.standard_normal(c0 + MR * ldc + 8).astype(np.float32)
+    before = c.copy()
+    _a_rows_call(kind, kc, a, a0, lda, lds, wt, b0, TRANSPOSED_PAD, c, c0, ldc, accumulate)
+    rows = np.array([[a[a0 + i * lda + p * lds] for p in range(kc)] for i in range(MR)], np.float64)
+    expected = rows @ w[first:first + cols].T.astype(np.float64)
+    got = np.array([c[c0 + i * ldc:c0 + i * ldc + cols] for i in range(MR)])
+    old = np.array([before[c0 + i * ldc:c0 + i * ldc + cols] for i in range(MR)])
+    np.testing.assert_allclose(got, expected + old if accumulate else expected, rtol=1e-5, atol=1e-4)
+    written = np.zeros(c.size, bool)
+    for i in range(MR):
+        written[c0 + i * ldc:c0 + i * ldc + cols] = True
+    np.testing.assert_array_equal(c[~written], before[~written])
 
 
 @pytest.mark.parametrize("m, k, o", SHAPES)
