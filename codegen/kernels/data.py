@@ -35,10 +35,13 @@ RUN, TILE = 128, 32  # transposes copy RUN x TILE blocks, RUN along the longer u
 # with 128 rows a block, 5.9 ms with about 400; Zen 5 EPYC, 2 threads; a plain copy is 2.5 ms)
 SHORT_ROWS_ELEMENTS = 1 << 15
 RANK = 6  # copies are padded to this many dims, so one compiled kernel serves them all
-# transpose_f32's tiles: TILE_EDGE x TILE_EDGE elements, squares of vector_floats() x vector_floats() each
-# transposed in registers (8 x 8 squares on AVX2, 4 x 4 on AVX-512); a tile's source and destination, 16 KB
-# each, stay in L1 (on AVX2 tiles of 32 and 128 ran level with 64 in ConvNeXt-T)
-TILE_EDGE = 64
+# transpose_f32's tiles (a task each): TILE_EDGE x TILE_EDGE elements, squares of vector_floats() x vector_floats()
+# each transposed in registers. Long runs along both dims beat L1-sized tiles: transposes alone, 2 threads, Intel
+# Xeon, tiles of 64 -> 1024, us: ConvNeXt-T's NCHW -> NHWC at batch 8 on 56 x 56 x 96 913 -> 474, back 2251 -> 568,
+# 14 x 14 x 384 376 -> 110, 7 x 7 x 768 215 -> 57; at batch 1 56 x 56 x 96 98 -> 60 / 267 -> 76, 112 x 112 x 64
+# 253 -> 180; with haswell's features (AVX2) likewise (56 x 56 x 96 at batch 8: 1369 -> 609, 2046 -> 601). Tiles
+# long in one dim only were slower (1024 x 64: 751 and 1832).
+TILE_EDGE = 1024
 
 
 @numba.njit(inline="always", cache=True, nogil=True)

@@ -35,6 +35,8 @@ def rand(*shape, dtype=np.float32):
     # attention's key transpose (in tasks), whole squares only, a plane smaller than one
     ((1, 96, 56, 56), (0, 2, 3, 1)), ((2, 28, 28, 72), (0, 3, 1, 2)), ((8, 12, 197, 64), (0, 1, 3, 2)),
     ((3, 16, 24), (0, 2, 1)), ((2, 5, 7), (0, 2, 1)),
+    # planes of several TILE_EDGE (1024) tiles along either dim, ending in partial tiles and partial squares
+    ((1, 1100, 1050), (0, 2, 1)), ((2, 37, 2100), (0, 2, 1)), ((2, 2100, 37), (0, 2, 1)),
 ])
 def test_transpose(shape, perm):
     check("transpose", [rand(*shape)], {"perm": perm})
