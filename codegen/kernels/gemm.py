@@ -36,7 +36,7 @@ DOT = {**SEQ, "fastmath": {"reassoc", "contract"}}
 # thread: waking the others for a parallel loop costs more (an MLP's layers, a transformer's heads)
 PARALLEL_MIN_MACS = 1 << 17
 PACKED_ROWS = 16 * MR  # rows per task of linear_packed, at most: a (96, 256) accumulator block, 96 KB
-PACKED_K_CHUNK = 128  # reduction steps per microkernel call: the weight panel (16 KB) stays in L1
+PACKED_K_CHUNK = 128  # reduction steps per microkernel call: the weight panel (32 KB on AVX-512) stays in L1
 TRANSPOSED_PAD = 64  # transpose_padded's features, a multiple of this: whole panels for AVX2 and AVX-512
 # with this many row groups or more, gemm_row_groups asks for the next block's weights a share before each
 # group: only the first group to read a block would otherwise stream it from memory, the others computing

@@ -468,16 +468,6 @@ def micro_gemm_a_rows_vector(typingctx, kc, a, a0, lda, lds, b, b0, ldb, c, c0, 
     return types.void(kc, a, a0, lda, lds, b, b0, ldb, c, c0, ldc, accumulate), _micro_gemm_codegen(1, a_rows=True)
 
 
-@intrinsic
-def rows_width(typingctx):
-    """The columns of one micro_gemm_a_rows call, for the CPU this code is compiled for: 64 on
-    AVX-512, 16 on AVX2 (taps_width())."""
-    def codegen(context, builder, signature, args):
-        return ir.Constant(ir.IntType(64), taps_channels(vector_width(context)))
-
-    return types.int64(), codegen
-
-
 def taps_vectors(width: int) -> int:
     """Vectors per accumulator row of micro_gemm_taps: 4 with AVX-512's 32 registers (6 x 4
     accumulators, as micro_gemm2), 2 with AVX2's 16."""
@@ -497,6 +487,11 @@ def taps_width(typingctx):
         return ir.Constant(ir.IntType(64), taps_channels(vector_width(context)))
 
     return types.int64(), codegen
+
+
+# the columns of one micro_gemm_a_rows call, for the CPU this code is compiled for: it has micro_gemm_taps'
+# vectors, so taps_width()'s 64 on AVX-512, 16 on AVX2
+rows_width = taps_width
 
 
 def _is_i64(*arrays) -> bool:
