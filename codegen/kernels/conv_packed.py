@@ -207,6 +207,9 @@ def _conv2d_packed_for(pointwise: bool, name: str):
             per_tile = -(-pixels // n_p)
             tile = -(-per_tile // unit) * unit
             n_p = -(-pixels // tile)
+        if pointwise and not spans:  # whole half panels shared out evenly, the last tile taking the rest
+            n_p = max(1, min(n_p, pixels // (nr // 2)))  # (tile_start); `tile` the largest, for the scratch
+            tile = max(pixels - tile_start(n_p - 1, n_p, pixels), -(-(pixels // (nr // 2)) // n_p) * (nr // 2))
         n_o, mbb = blocks(jobs * n_p, n_mb, MIN_PANELS)
         # the phase planes of a tile (planes.py): hq rows of pitch wq per plane, sh * sw planes per
         # input channel; taps[(c*KH + i)*KW + j]: where reduction step (c, i, j) reads, from pixel 0
@@ -220,10 +223,16 @@ def _conv2d_packed_for(pointwise: bool, name: str):
         # any of its tasks needs. Made inside the tasks, the accumulators were counted atomically at each
         # of the epilogue's calls, one per output channel: 1600 atomic operations a call of a 16 -> 384 1x1
         # conv on 14 x 14 (26.6 -> 24.4 us on one thread; 576 -> 96 on 14 x 14 64 -> 61 us on two; Zen 5)
-        pp, last = half_panels(tile if pointwise else tile // ow * wq), p_n - (n_p - 1) * tile
-        # (a spanned tile is never copied: its packing reads the input in place)
-        partial = pointwise and not spans and (half_panels(tile) > tile or half_panels(last) > last or pro[0].size != 0)
-        inputs = k * (pp + ROW_PAD) if partial else 0 if pointwise else cg * sh * sw * hq * wq + pp + wq
+        pp = half_panels(tile if pointwise else tile // ow * wq)
+        # a prologue's tile is copied whole; otherwise a 1x1 conv's last partial half panel of pixels only (the
+        # last tile's: tile_start), k rows of a half panel. (A spanned tile is never copied: its packing reads
+        # the input in place)
+        if pointwise and pro[0].size != 0:
+            inputs = k * (pp + ROW_PAD)
+        elif pointwise:
+            inputs = k * nr // 2 if not spans and pixels % (nr // 2) != 0 else 0
+        else:
+            inputs = cg * sh * sw * hq * wq + pp + wq
         accs = max(panels_per_call(), mbb) * MR * pp
         # below PARALLEL_MIN_MACS multiply-adds, the tasks in order in the calling thread, as the other kernels
         # run theirs: a wake-up and an uneven share cost more than the half saved (48 -> 96 1x1 on 4 x 4 and
@@ -239,6 +248,17 @@ def _conv2d_packed_for(pointwise: bool, name: str):
             run_tasks(_planes_task, jobs * n_p * n_o, args, serial)
 
     return compiled_as(conv, name)
+
+
+@numba.njit(**SEQ)
+def tile_start(i, n_p, pixels):
+    """The first pixel of a 1x1 conv's tile i of n_p over `pixels` (i = n_p: the end): the whole half panels
+    shared out as evenly as they go, the last tile taking the pixels past them too, so that only its last
+    half panel is partial (and copied). Equal tiles of whole half panels left the last tile short, copied
+    whole: a 14 x 14 image's 196 pixels as 112 + 84 instead of 96 + 100."""
+    if i >= n_p:
+        return pixels
+    return i * (pixels // (panel_width() // 2)) // n_p * (panel_width() // 2)
 
 
 @numba.njit(**SEQ)
@@ -284,8 +304,12 @@ def _packed_task_for(pointwise: bool, name: str):
         cg, p_n = c_n // groups, oh * ow
         oi, pi = t % n_o, (t // n_o) % n_p
         g, n = (t // (n_o * n_p)) % groups, t // (n_o * n_p * groups)  # (0 and 0 when spanned)
-        p0 = pi * tile  # of image n, or of the batch's row when spanned
-        p = min(tile, (spanned if spanned > 0 else p_n) - p0)
+        if pointwise and spanned == 0:  # whole half panels each, the last tile the rest
+            p0 = tile_start(pi, n_p, p_n)
+            p = tile_start(pi + 1, n_p, p_n) - p0
+        else:
+            p0 = pi * tile  # of image n, or of the batch's row when spanned
+            p = min(tile, (spanned if spanned > 0 else p_n) - p0)
         mb0 = oi * mbb
         mb1 = min(n_mb, mb0 + mbb)
         x0 = (n * c_n + g * cg) * h * w
@@ -301,9 +325,14 @@ def _packed_task_for(pointwise: bool, name: str):
         # is a loop nested in another's, which runs its tasks on one thread: part 0 is then its own
         tid = thread_id()
         own = (tid if tid < scratch.size // (inputs + accs) else 0) * (inputs + accs)
-        # the tile's input as k rows of pp columns: reduction step r at src[rows[r]:rows[r] + pp]
+        # the tile's input as k rows of pp columns: reduction step r at src[rows[r]:rows[r] + pp]; a 1x1 conv's
+        # columns from `main` on (its last partial half panel) as k rows of a half panel: step r at tail[r * half:]
+        half = panel_width() // 2
+        tail = scratch[:0]
+        main = 0
         if pointwise:  # each channel's pixels where they lie: row c at x0 + c * H * W + p0
             pp = half_panels(p)  # the tile's pixels, padded to whole half panels
+            main = pp
             rows = np.empty(k, np.int64)
             for c in range(k):
                 rows[c] = x0 + c * h * w + (0 if spanned > 0 else p0)  # (a spanned tile's pixels: columns)
@@ -321,13 +350,14 @@ def _packed_task_for(pointwise: bool, name: str):
                         src[u(c * ldb + i)] = 0
                     rows[c] = c * ldb
             elif pp > p and not packs:  # a partial last half panel: copied, so the columns past the tile read
-                # zeros (packing zero-fills them itself, reading the input in place)
-                src, ldb = scratch[own:own + k * pp], pp
+                # zeros (packing zero-fills them itself, reading the input in place). Copying the whole tile instead
+                # cost 10-20% of a 14 x 14 image's 1x1 conv (576 -> 96, 384 -> 64 channels; 2 threads, AVX-512 Xeon)
+                main = pp - half
+                tail = scratch[own:own + k * half]
                 for c in range(k):
-                    copy_run(src, c * pp, xf, rows[c], p)
-                    for i in range(p, pp):
-                        src[u(c * pp + i)] = 0
-                    rows[c] = c * pp
+                    copy_run(tail, c * half, xf, rows[c] + main, p - main)
+                    for i in range(p - main, half):
+                        tail[u(c * half + i)] = 0
         else:  # the phase planes: pixel y * wq + x; the wq - ow columns past each output row are dropped
             pp = half_panels(p // ow * wq)
             size = sh * sw * hq * wq
@@ -370,16 +400,20 @@ def _packed_task_for(pointwise: bool, name: str):
                     mb += 2 if two else 1
                     continue
                 if direct:  # (a last panel's padding channels not stored: micro_gemm_out_rows)
-                    _pointwise_out(wf, a0 + (mb - mb0) * k * MR, k, two, src, rows[0], ldb, acc, pp, mb, of, rf, bias,
-                                   dims, out, acts, params)
+                    _pointwise_out(wf, a0 + (mb - mb0) * k * MR, k, two, src, rows[0], ldb, main, tail, acc, pp, mb,
+                                   of, rf, bias, dims, out, acts, params)
                     mb += 2 if two else 1
                     continue
                 for kb in range(0, k, K_CHUNK):
                     kc, a = min(K_CHUNK, k - kb), a0 + ((mb - mb0) * k + kb) * MR
-                    if pointwise and two:  # rows ldb apart
-                        gemm_panels2(kc, wf, a, k * MR, src, rows[kb], ldb, acc, 0, pp, pp, kb > 0)
+                    if pointwise and two:  # rows ldb apart; then the tail's half panel, rows a half panel apart
+                        gemm_panels2(kc, wf, a, k * MR, src, rows[kb], ldb, acc, 0, pp, main, kb > 0)
+                        if main < pp:
+                            gemm_panels2(kc, wf, a, k * MR, tail, kb * half, half, acc, main, pp, half, kb > 0)
                     elif pointwise:
-                        gemm_panels(kc, wf, a, src, rows[kb], ldb, acc, 0, pp, pp, kb > 0)
+                        gemm_panels(kc, wf, a, src, rows[kb], ldb, acc, 0, pp, main, kb > 0)
+                        if main < pp:
+                            gemm_panels(kc, wf, a, tail, kb * half, half, acc, main, pp, half, kb > 0)
                     elif two:
                         gemm_panels2_rows(kc, wf, a, k * MR, src, 0, rows, kb, acc, 0, pp, pp, kb > 0)
                     else:
@@ -441,9 +475,10 @@ def _planes_out(wf, a, k, two, src, rows, acc, pp, mb, of, rf, bias, dims, ow, w
 
 
 @numba.njit(**SEQ)
-def _pointwise_out(wf, a, k, two, src, b0, ldb, acc, pp, mb, of, rf, bias, dims, out, acts, params):
+def _pointwise_out(wf, a, k, two, src, b0, ldb, main, tail, acc, pp, mb, of, rf, bias, dims, out, acts, params):
     """Channel panel mb (and mb + 1 if two) of a 1x1 conv over its tile's p pixels (step r's at src[b0
-    + r * ldb]) in one reduction chunk of k steps, with a one-pass epilogue: each whole panel of pixels
+    + r * ldb], those from column `main` on at tail[r * NR / 2] instead) in one reduction chunk of k steps,
+    with a one-pass epilogue: each whole panel of pixels
     goes from the registers into the output through the epilogue (micro_gemm_out); the last columns,
     under a panel, through the accumulators (acc, rows pp apart) and _one_pass_rows. Copied out of the
     accumulators, an expansion's blocks stalled on the output's cache misses after each row of
@@ -458,7 +493,7 @@ def _pointwise_out(wf, a, k, two, src, b0, ldb, acc, pp, mb, of, rf, bias, dims,
     lo, hi, top = np.float32(bounds[0]), np.float32(bounds[1]), np.float32(bounds[2])
     c0 = g * og + mb * MR  # the first output channel
     o0 = (n * o_n + c0) * p_n + p0
-    full = p // nr * nr
+    full = min(p, main) // nr * nr
     rows = min(og - mb * MR, (2 if two else 1) * MR)  # the panels' channels, but their padding
     for j in range(0, full, nr):
         if two and rows < 2 * MR:
@@ -469,11 +504,16 @@ def _pointwise_out(wf, a, k, two, src, b0, ldb, acc, pp, mb, of, rf, bias, dims,
             micro_gemm_out_rows(k, wf, a, src, b0 + j, ldb, of, o0 + j, p_n, bias, c0, lo, hi, top, rf, rows)
         else:
             micro_gemm_out(k, wf, a, src, b0 + j, ldb, of, o0 + j, p_n, bias, c0, lo, hi, top, rf)
-    if full < p:  # (np.int64, np.bool_: not literals, common.py)
-        if two:
-            gemm_panels2(k, wf, a, k * MR, src, b0 + full, ldb, acc, 0, pp, half_panels(p - full), np.bool_(False))
-        else:
-            gemm_panels(k, wf, a, src, b0 + full, ldb, acc, 0, pp, half_panels(p - full), np.bool_(False))
+    if full < p:  # (np.int64, np.bool_: not literals, common.py) columns full.. main in place, then the tail's
+        half, first = nr // 2, min(main, pp) - full
+        if first > 0 and two:
+            gemm_panels2(k, wf, a, k * MR, src, b0 + full, ldb, acc, 0, pp, first, np.bool_(False))
+        elif first > 0:
+            gemm_panels(k, wf, a, src, b0 + full, ldb, acc, 0, pp, first, np.bool_(False))
+        if main < pp and two:
+            gemm_panels2(k, wf, a, k * MR, tail, np.int64(0), half, acc, first, pp, half, np.bool_(False))
+        elif main < pp:
+            gemm_panels(k, wf, a, tail, np.int64(0), half, acc, first, pp, half, np.bool_(False))
         _one_pass_rows(acc, np.int64(0), pp, rows, of, o0 + full, p_n, p - full, bias, c0, np.bool_(True), rf, bounds)
     if late:  # each channel's run of the tile's pixels, just written (in L2), through the activation in place
         for r in range(rows):

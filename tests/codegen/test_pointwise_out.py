@@ -9,7 +9,7 @@ import numba
 import numpy as np
 import pytest
 
-from codegen.kernels.conv_packed import K_CHUNK, conv1x1_packed
+from codegen.kernels.conv_packed import K_CHUNK, conv1x1_packed, tile_start
 from codegen.kernels.epilogue import ACTIVATION_CODES
 from codegen.kernels.microkernel import micro_gemm_out, pack_weights, panel_width
 from tests.codegen.rules import read_only, zero_bias
@@ -102,6 +102,38 @@ def test_a_reducing_pointwise_conv_on_one_image_cuts_its_pixels_between_threads(
     tile of the image's pixels (conv_packed.CUT_MIN_PIXELS) rather than a block of its channels."""
     x, w, bias, residual = operands(1, c, o, hw, 1, seed=c + o)
     residual = residual if with_residual else None
+    threads = numba.get_num_threads()
+    numba.set_num_threads(min(2, numba.config.NUMBA_NUM_THREADS))
+    try:
+        got = run(x, w, bias, residual, act, "none", 1)
+    finally:
+        numba.set_num_threads(threads)
+    np.testing.assert_allclose(got, reference(x, w, bias, residual, act, "none", 1), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("pixels", [1, NR // 2 - 1, NR // 2, NR + 3, 2 * NR, 196, 12 * NR + NR // 2 + 5, 3136])
+@pytest.mark.parametrize("n_p", [1, 2, 3, 8])
+def test_1x1_tiles_share_whole_half_panels_evenly(pixels, n_p):
+    """conv_packed.tile_start: the tiles cover the pixels in order, every start on a half panel, the tiles'
+    whole half panels differing by one at most, and only the last tile's end off a half panel."""
+    half = NR // 2
+    n_p = max(1, min(n_p, pixels // half))  # (as conv1x1_packed asks)
+    starts = [tile_start(i, n_p, pixels) for i in range(n_p + 1)]
+    assert starts[0] == 0 and starts[-1] == pixels and starts == sorted(starts)
+    assert all(s % half == 0 for s in starts[:-1])
+    units = [(b - a) // half for a, b in zip(starts, starts[1:])]
+    assert max(units) - min(units) <= 1 and all(b > a for a, b in zip(starts, starts[1:]))
+
+
+@pytest.mark.parametrize("hw", [(14, 14), (3, 11), (5, 7), (1, 3 * NR + 1), (2, NR // 2 + 3)])
+@pytest.mark.parametrize("c, o, act", [(96, 24, "relu"), (K_CHUNK + 8, 18, "none"), (40, 30, "silu")])
+@pytest.mark.parametrize("n", [1, 3])
+def test_a_last_partial_half_panel_is_copied_alone(hw, c, o, act, n):
+    """Each tile's pixels read in place but the last tile's partial half panel (copied into the task's
+    scratch with zeros past it): one chunk straight out of the registers, two chunks through a block, a
+    late activation; at batch 1 on two threads the pixels cut between them, at batch 3 whole images. The
+    input's pitch is its plane: a tail read in place past the plane would read the next channel's pixels."""
+    x, w, bias, residual = operands(n, c, o, hw, 1, seed=c + hw[1])
     threads = numba.get_num_threads()
     numba.set_num_threads(min(2, numba.config.NUMBA_NUM_THREADS))
     try:
