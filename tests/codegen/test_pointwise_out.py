@@ -43,6 +43,16 @@ def run(x, w, bias, residual, act, post, groups, out=None):
     return out
 
 
+def run_on_two_threads(x, w, bias, residual, act):
+    """run() with numba on two threads (as many as it has, if fewer), its thread count back after."""
+    threads = numba.get_num_threads()
+    numba.set_num_threads(min(2, numba.config.NUMBA_NUM_THREADS))
+    try:
+        return run(x, w, bias, residual, act, "none", 1)
+    finally:
+        numba.set_num_threads(threads)
+
+
 def operands(n, c, o, hw, groups, seed):
     rng = np.random.default_rng(seed)
     x = rng.standard_normal((n, c, *hw)).astype(np.float32)
@@ -92,7 +102,7 @@ def test_pointwise_convs_off_the_direct_path_still_match(c, act):
 
 
 @pytest.mark.parametrize("c, o, hw, act, with_residual", [
-    (384, 64, (14, 14), "relu", True),  # two reduction chunks, a block of sums: tiles of 112 and 84 pixels
+    (384, 64, (14, 14), "relu", True),  # two reduction chunks, a block of sums: tiles of 96 and 100 pixels
     (144, 32, (12, 15), "clamp", True),  # one chunk, straight out of the registers, a partial last tile
     (200, 80, (11, 13), "silu", False),  # the late activation over each tile's runs
     (96, 24, (16, 9), "none", False),
@@ -102,12 +112,7 @@ def test_a_reducing_pointwise_conv_on_one_image_cuts_its_pixels_between_threads(
     tile of the image's pixels (conv_packed.CUT_MIN_PIXELS) rather than a block of its channels."""
     x, w, bias, residual = operands(1, c, o, hw, 1, seed=c + o)
     residual = residual if with_residual else None
-    threads = numba.get_num_threads()
-    numba.set_num_threads(min(2, numba.config.NUMBA_NUM_THREADS))
-    try:
-        got = run(x, w, bias, residual, act, "none", 1)
-    finally:
-        numba.set_num_threads(threads)
+    got = run_on_two_threads(x, w, bias, residual, act)
     np.testing.assert_allclose(got, reference(x, w, bias, residual, act, "none", 1), rtol=1e-4, atol=1e-4)
 
 
@@ -134,12 +139,7 @@ def test_a_last_partial_half_panel_is_copied_alone(hw, c, o, act, n):
     late activation; at batch 1 on two threads the pixels cut between them, at batch 3 whole images. The
     input's pitch is its plane: a tail read in place past the plane would read the next channel's pixels."""
     x, w, bias, residual = operands(n, c, o, hw, 1, seed=c + hw[1])
-    threads = numba.get_num_threads()
-    numba.set_num_threads(min(2, numba.config.NUMBA_NUM_THREADS))
-    try:
-        got = run(x, w, bias, residual, act, "none", 1)
-    finally:
-        numba.set_num_threads(threads)
+    got = run_on_two_threads(x, w, bias, residual, act)
     np.testing.assert_allclose(got, reference(x, w, bias, residual, act, "none", 1), rtol=1e-4, atol=1e-4)
 
 
