@@ -406,14 +406,8 @@ def _packed_task_for(pointwise: bool, name: str):
                     continue
                 for kb in range(0, k, K_CHUNK):
                     kc, a = min(K_CHUNK, k - kb), a0 + ((mb - mb0) * k + kb) * MR
-                    if pointwise and two:  # rows ldb apart; then the tail's half panel, rows a half panel apart
-                        gemm_panels2(kc, wf, a, k * MR, src, rows[kb], ldb, acc, 0, pp, main, kb > 0)
-                        if main < pp:
-                            gemm_panels2(kc, wf, a, k * MR, tail, kb * half, half, acc, main, pp, half, kb > 0)
-                    elif pointwise:
-                        gemm_panels(kc, wf, a, src, rows[kb], ldb, acc, 0, pp, main, kb > 0)
-                        if main < pp:
-                            gemm_panels(kc, wf, a, tail, kb * half, half, acc, main, pp, half, kb > 0)
+                    if pointwise:  # rows ldb apart; then the tail's half panel, rows a half panel apart
+                        _tile_panels(kc, wf, a, k * MR, two, src, rows[kb], ldb, main, tail, kb * half, acc, pp, kb > 0)
                     elif two:
                         gemm_panels2_rows(kc, wf, a, k * MR, src, 0, rows, kb, acc, 0, pp, pp, kb > 0)
                     else:
@@ -474,6 +468,23 @@ def _planes_out(wf, a, k, two, src, rows, acc, pp, mb, of, rf, bias, dims, ow, w
                 y += 1
 
 
+@numba.njit(inline="always", **SEQ)
+def _tile_panels(kc, wf, a, ps, two, src, b0, ldb, n, tail, t0, acc, pp, accumulate):
+    """A 1x1 conv's block of sums (acc, rows pp apart) over kc reduction steps from weight panel a (and a + ps if
+    two): columns 0.. n from src (step r's at src[b0 + r * ldb], n whole half panels), then, if the tile's last
+    partial half panel was copied (tail not empty), its half panel of columns from tail (step r's at
+    tail[t0 + r * NR / 2])."""
+    half = panel_width() // 2
+    if two:
+        gemm_panels2(kc, wf, a, ps, src, b0, ldb, acc, 0, pp, n, accumulate)
+    else:
+        gemm_panels(kc, wf, a, src, b0, ldb, acc, 0, pp, n, accumulate)
+    if tail.size != 0 and two:
+        gemm_panels2(kc, wf, a, ps, tail, t0, half, acc, n, pp, half, accumulate)
+    elif tail.size != 0:
+        gemm_panels(kc, wf, a, tail, t0, half, acc, n, pp, half, accumulate)
+
+
 @numba.njit(**SEQ)
 def _pointwise_out(wf, a, k, two, src, b0, ldb, main, tail, acc, pp, mb, of, rf, bias, dims, out, acts, params):
     """Channel panel mb (and mb + 1 if two) of a 1x1 conv over its tile's p pixels (step r's at src[b0
@@ -505,15 +516,8 @@ def _pointwise_out(wf, a, k, two, src, b0, ldb, main, tail, acc, pp, mb, of, rf,
         else:
             micro_gemm_out(k, wf, a, src, b0 + j, ldb, of, o0 + j, p_n, bias, c0, lo, hi, top, rf)
     if full < p:  # (np.int64, np.bool_: not literals, common.py) columns full.. main in place, then the tail's
-        half, first = nr // 2, min(main, pp) - full
-        if first > 0 and two:
-            gemm_panels2(k, wf, a, k * MR, src, b0 + full, ldb, acc, 0, pp, first, np.bool_(False))
-        elif first > 0:
-            gemm_panels(k, wf, a, src, b0 + full, ldb, acc, 0, pp, first, np.bool_(False))
-        if main < pp and two:
-            gemm_panels2(k, wf, a, k * MR, tail, np.int64(0), half, acc, first, pp, half, np.bool_(False))
-        elif main < pp:
-            gemm_panels(k, wf, a, tail, np.int64(0), half, acc, first, pp, half, np.bool_(False))
+        _tile_panels(k, wf, a, k * MR, two, src, b0 + full, ldb, min(main, pp) - full, tail, np.int64(0), acc, pp,
+                     np.bool_(False))
         _one_pass_rows(acc, np.int64(0), pp, rows, of, o0 + full, p_n, p - full, bias, c0, np.bool_(True), rf, bounds)
     if late:  # each channel's run of the tile's pixels, just written (in L2), through the activation in place
         for r in range(rows):
