@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
 import sys
 
 import numba
@@ -74,6 +76,66 @@ def test_serial_runs_every_task_on_the_calling_thread(serial):
     finally:
         numba.set_num_threads(numba.config.NUMBA_NUM_THREADS)
     assert len(seen) == (1 if serial else 2)
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 5, 7, 64, 101])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_shares_of_any_size_run_every_task_once(n, threads):
+    numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
+    try:
+        hits, _ = _count_all(n, 1000)
+    finally:
+        numba.set_num_threads(numba.config.NUMBA_NUM_THREADS)
+    assert hits.tolist() == [1] * n
+
+
+_MANY_THREADS = """
+import numba, numpy as np
+from codegen.kernels.tasks import run_tasks
+
+@numba.njit(nogil=True)
+def hit(t, hits):
+    hits[t] += 1
+
+@numba.njit(nogil=True)
+def run(n):
+    hits = np.zeros(max(n, 1), np.int64)
+    run_tasks(hit, n, (hits,))
+    return hits
+
+for threads in (3, 4, 5, 17):  # 17: more than OWNED_MAX, one shared counter
+    numba.set_num_threads(threads)
+    for n in (1, 2, 4, 5, 16, 17, 99, 1000):
+        assert run(n)[:n].tolist() == [1] * n, (threads, n)
+print("ok")
+"""
+
+
+def test_shares_on_more_threads_than_cores_run_every_task_once():
+    """Shares of 3, 4 and 5 threads (this machine may have 2 cores) and the one counter past OWNED_MAX."""
+    result = subprocess.run([sys.executable, "-c", _MANY_THREADS], capture_output=True, text=True, timeout=300,
+                            env={**os.environ, "NUMBA_NUM_THREADS": "17"})
+    assert result.returncode == 0 and result.stdout.strip() == "ok", result.stderr[-2000:]
+
+
+def test_each_thread_takes_its_own_share_first():
+    """Two threads, 64 tasks: thread 0's share is tasks 0-31, thread 1's 32-63. Each takes its share's first
+    task first and runs most of its share itself (the one that finishes first takes what is left of the
+    other's). Tasks taken from one counter in turns would split each half between the two threads."""
+    if numba.config.NUMBA_NUM_THREADS < 2:
+        pytest.skip("needs two threads")
+    numba.set_num_threads(2)
+    try:
+        for _ in range(ATTEMPTS):  # (a run in which one thread took every task, descheduled, says nothing)
+            hits, ids = _count_all(64, 200_000)
+            assert hits.tolist() == [1] * 64
+            if len(set(ids.tolist())) > 1:
+                break
+    finally:
+        numba.set_num_threads(numba.config.NUMBA_NUM_THREADS)
+    first, second = ids[:32].tolist(), ids[32:].tolist()
+    assert ids[0] != ids[32]
+    assert first.count(ids[0]) >= 24 and second.count(ids[32]) >= 24
 
 
 def test_no_tasks_runs_nothing():
