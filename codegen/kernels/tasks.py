@@ -16,15 +16,15 @@ their tasks image by image and band by band, so a thread's share of one layer is
 tensor its share of the layer before wrote, still in its core's cache: with every task from one shared
 counter, two threads took them in turns, and each read about half of its input from the other core's
 writes (whole forwards, alternating processes, Intel Xeon, 2 threads, shares / one counter: MobileNetV2
-0.97 at batch 1 and 0.95 at batch 8, RegNetY-800MF 0.93 and 0.95). Runs on more than OWNED_MAX threads
-share one counter. Each thread runs its tasks with denormal floats flushed to zero (x86's MXCSR FTZ and DAZ
-bits, set on entry and restored on exit, as TensorFlow's executor runs its kernels): an Intel core
-computes a product with a denormal input or result by a microcode assist, and a conv whose inputs
-or weights make such products ran 4-10x slower there (YOLOv5s's head on an Intel Xeon, at silu's old
-floor of -5.3e-37). A flushed value is below 1.2e-38. With one thread, one task or `serial` true
-(work too small to share), the body runs on the calling thread, tasks in order, flushed likewise.
-An exception in a task stops the handing out and raises RuntimeError once all threads are done (the task's
-own message cannot cross threads).
+0.97 at batch 1 and 0.95 at batch 8, RegNetY-800MF 0.93 and 0.95). A run cuts OWNED_MAX shares at most;
+past that many threads, thread t takes share t % OWNED_MAX with the others of its residue. Each thread
+runs its tasks with denormal floats flushed to zero (x86's MXCSR FTZ and DAZ bits, set on entry and
+restored on exit, as TensorFlow's executor runs its kernels): an Intel core computes a product with a
+denormal input or result by a microcode assist, and a conv whose inputs or weights make such products
+ran 4-10x slower there (YOLOv5s's head on an Intel Xeon, at silu's old floor of -5.3e-37). A flushed
+value is below 1.2e-38. With one thread, one task or `serial` true (work too small to share), the body
+runs on the calling thread, tasks in order, flushed likewise. An exception in a task stops the handing
+out and raises RuntimeError once all threads are done (the task's own message cannot cross threads).
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ _launch_threads()  # registers numba_parallel_for and get_num_threads, which the
 _names = itertools.count()
 # MXCSR's flush-to-zero (bit 15) and denormals-are-zero (bit 6); x86-64 only
 FLUSH_DENORMALS = 0x8040 if platform.machine().lower() in ("x86_64", "amd64") else 0
-OWNED_MAX = 16  # runs on up to this many threads give each thread its own share of the tasks first
+OWNED_MAX = 16  # shares a run's tasks are cut into, at most (threads past them share theirs)
 LINE = 8  # intp slots from one thread's counter to the next's: a cache line
 
 
@@ -66,8 +66,8 @@ def run_tasks(typingctx, body, n, args, serial=None):
         result = body.dispatcher.overloads[tuple(body_sig.args)]
         context.add_linking_libs([result.library])
         intp = context.get_value_type(types.intp)
-        # what each thread reads: {next task, task count, failed, args, threads, each thread's next task}
-        data_t = ir.LiteralStructType([intp, intp, intp, context.get_value_type(args), intp,
+        # what each thread reads: {shares, task count, failed, args, each share's next task}
+        data_t = ir.LiteralStructType([intp, intp, intp, context.get_value_type(args),
                                        ir.ArrayType(intp, OWNED_MAX * LINE)])
         data = cgutils.alloca_once(builder, data_t)
         zero = intp(0)
@@ -83,11 +83,12 @@ def run_tasks(typingctx, body, n, args, serial=None):
         if isinstance(serial, types.Boolean):
             threads = builder.select(context.cast(builder, llargs[3], signature.args[3], types.boolean),
                                      intp(1), threads)
-        builder.store(threads, _field(builder, data, 4))
-        # thread i's own share: tasks i * n / threads .. (i + 1) * n / threads - 1, from its own counter
-        owned = builder.select(builder.icmp_signed("<=", threads, intp(OWNED_MAX)), threads, zero)
-        with cgutils.for_range(builder, owned) as loop:
-            start = builder.sdiv(builder.mul(loop.index, tasks), threads)
+        # share i: tasks i * n / shares .. (i + 1) * n / shares - 1, from a counter of its own
+        shares = builder.select(builder.icmp_signed("<=", threads, intp(OWNED_MAX)), threads, intp(OWNED_MAX))
+        shares = builder.select(builder.icmp_signed("<", shares, intp(1)), intp(1), shares)  # (no tasks: one)
+        builder.store(shares, _field(builder, data, 0))
+        with cgutils.for_range(builder, shares) as loop:
+            start = builder.sdiv(builder.mul(loop.index, tasks), shares)
             builder.store(start, _counter(builder, data, loop.index))
         dims = cgutils.alloca_once_value(builder, threads)
         steps = cgutils.alloca_once_value(builder, zero)
@@ -111,14 +112,14 @@ def run_tasks(typingctx, body, n, args, serial=None):
 
 
 def _field(builder, data, i):
-    """Pointer to field i of the run's data struct: 0 next task, 1 task count, 2 failed, 3 args."""
+    """Pointer to field i of the run's data struct: 0 shares, 1 task count, 2 failed, 3 args, 4 the counters."""
     return builder.gep(data, [ir.Constant(ir.IntType(32), 0), ir.Constant(ir.IntType(32), i)])
 
 
 def _counter(builder, data, i):
-    """Pointer to thread i's next-task counter (a cache line of its own)."""
+    """Pointer to share i's next-task counter (a cache line of its own)."""
     i32 = ir.IntType(32)
-    return builder.gep(data, [i32(0), i32(5), builder.mul(i, ir.Constant(i.type, LINE))])
+    return builder.gep(data, [i32(0), i32(4), builder.mul(i, ir.Constant(i.type, LINE))])
 
 
 def _borrowed(builder, value, typ):
@@ -135,9 +136,9 @@ def _borrowed(builder, value, typ):
 
 def _worker(context, module, data_t, fndesc, body_sig, args_type) -> ir.Function:
     """void worker(char **args, intp *dims, intp *steps, void *data): take tasks until none are left, calling
-    the body on each (numba's calling convention): from the thread's own share's counter, then the next
-    threads' (thread id + 1, + 2, ... modulo the run's threads); on one thread or more than OWNED_MAX, from
-    data's one counter."""
+    the body on each (numba's calling convention): from the thread's own share's counter (share thread id
+    modulo the run's shares), then the next shares' (+ 1, + 2, ... modulo the shares). A failed task stops
+    every thread before its next task."""
     intp = context.get_value_type(types.intp)
     voidptr = ir.IntType(8).as_pointer()
     fnty = ir.FunctionType(ir.VoidType(), [voidptr.as_pointer(), intp.as_pointer(), intp.as_pointer(), voidptr])
@@ -155,42 +156,19 @@ def _worker(context, module, data_t, fndesc, body_sig, args_type) -> ir.Function
     values = [_borrowed(builder, context.cast(builder, builder.extract_value(packed, i), t, to), to)
               for i, (t, to) in enumerate(zip(args_type.types, body_sig.args[1:]))]
     callee = context.declare_function(module, fndesc)
-    threads = builder.load(field(4))
+    shares = builder.load(field(0))
     done = fn.append_basic_block("done")
-    shared, owned = fn.append_basic_block("shared"), fn.append_basic_block("owned")
-    builder.cbranch(builder.and_(builder.icmp_signed(">", threads, intp(1)),
-                                 builder.icmp_signed("<=", threads, intp(OWNED_MAX))), owned, shared)
-
-    def run(task):  # the body on one task; on an error, no more tasks for anyone
-        status, _ = context.call_conv.call_function(builder, callee, types.none, body_sig.args, [task, *values])
-        with builder.if_then(status.is_error, likely=False):
-            builder.store(intp(1), field(2))
-            builder.store(count, field(0))
-
-    # one counter for every thread (one thread, or more than OWNED_MAX)
-    builder.position_at_end(shared)
-    loop = fn.append_basic_block("next")
-    builder.branch(loop)
-    builder.position_at_end(loop)
-    task = builder.atomic_rmw("add", field(0), intp(1), "monotonic")
-    with builder.if_then(builder.icmp_signed(">=", task, count)):
-        builder.branch(done)
-    run(task)
-    builder.branch(loop)
-
-    # each thread its own share first, then what is left of the others' (thread tid + j's, j = 1, 2, ...)
-    builder.position_at_end(owned)
     get_id = cgutils.get_or_insert_function(module, ir.FunctionType(intp, []), "get_thread_id")
-    tid = builder.srem(builder.call(get_id, []), threads)
+    own = builder.srem(builder.call(get_id, []), shares)
     share, take, after = (fn.append_basic_block(name) for name in ("share", "take", "after"))
     j_slot = cgutils.alloca_once_value(builder, intp(0))
     builder.branch(share)
-    builder.position_at_end(share)  # share j: thread (tid + j) % threads's, up to its end
+    builder.position_at_end(share)  # share j from the thread's own: (own + j) % shares, up to its end
     j = builder.load(j_slot)
-    with builder.if_then(builder.icmp_signed(">=", j, threads)):
+    with builder.if_then(builder.icmp_signed(">=", j, shares)):
         builder.branch(done)
-    owner = builder.srem(builder.add(tid, j), threads)
-    end = builder.sdiv(builder.mul(builder.add(owner, intp(1)), count), threads)
+    owner = builder.srem(builder.add(own, j), shares)
+    end = builder.sdiv(builder.mul(builder.add(owner, intp(1)), count), shares)
     builder.branch(take)
     builder.position_at_end(take)
     with builder.if_then(builder.icmp_signed("!=", builder.load(field(2)), intp(0)), likely=False):
@@ -198,7 +176,9 @@ def _worker(context, module, data_t, fndesc, body_sig, args_type) -> ir.Function
     task = builder.atomic_rmw("add", _counter(builder, data, owner), intp(1), "monotonic")
     with builder.if_then(builder.icmp_signed(">=", task, end)):
         builder.branch(after)
-    run(task)
+    status, _ = context.call_conv.call_function(builder, callee, types.none, body_sig.args, [task, *values])
+    with builder.if_then(status.is_error, likely=False):
+        builder.store(intp(1), field(2))
     builder.branch(take)
     builder.position_at_end(after)
     builder.store(builder.add(j, intp(1)), j_slot)

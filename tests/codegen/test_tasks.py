@@ -103,7 +103,7 @@ def run(n):
     run_tasks(hit, n, (hits,))
     return hits
 
-for threads in (3, 4, 5, 17):  # 17: more than OWNED_MAX, one shared counter
+for threads in (3, 4, 5, 17):  # 17: more than OWNED_MAX, two threads to a share
     numba.set_num_threads(threads)
     for n in (1, 2, 4, 5, 16, 17, 99, 1000):
         assert run(n)[:n].tolist() == [1] * n, (threads, n)
@@ -112,7 +112,7 @@ print("ok")
 
 
 def test_shares_on_more_threads_than_cores_run_every_task_once():
-    """Shares of 3, 4 and 5 threads (this machine may have 2 cores) and the one counter past OWNED_MAX."""
+    """Shares of 3, 4 and 5 threads (this machine may have 2 cores) and 17, past OWNED_MAX: threads sharing shares."""
     result = subprocess.run([sys.executable, "-c", _MANY_THREADS], capture_output=True, text=True, timeout=300,
                             env={**os.environ, "NUMBA_NUM_THREADS": "17"})
     assert result.returncode == 0 and result.stdout.strip() == "ok", result.stderr[-2000:]
