@@ -36,8 +36,12 @@ PARALLEL_2X2_ELEMENTS = 1 << 18
 BLOCK_ELEMENTS = 2048  # window pooling works on blocks of rows of about this many elements
 # unpadded 3x3 stride-2 max pools with output rows this long or longer go row by row (_max3x3s2_chunk),
 # shorter ones flat (_inside_chunk): 96 x 55 x 55 37.8 against 44.6 us, 64 x 47 x 47 level,
-# 256 x 27 x 27 30.5 against 28.8, 256 x 13 x 13 15.3 against 8.1 (AVX-512 EPYC, 2 threads)
-ROWS_3X3S2_WIDTH = 24
+# 256 x 27 x 27 30.5 against 28.8, 256 x 13 x 13 15.3 against 8.1 (AVX-512 EPYC, 2 threads). On an Intel
+# Xeon (AVX-512, 2 threads, the pool alone, two alternating runs, row by row against flat): Inception-v3's
+# 288 x 35 x 35 (rows of 17) 67 against 82 us, 128 x 39 x 39 (19) 40-42 against 48, 64 x 47 x 47 (23) 32
+# against 37; 192 x 31 x 31 (15) 48-49 against 46-47, 256 x 27 x 27 (13) level, 768 x 17 x 17 (8) 67
+# against 53
+ROWS_3X3S2_WIDTH = 16
 
 
 @numba.njit(inline="always", cache=True, nogil=True)

@@ -62,6 +62,7 @@ WINDOWS = [  # shape, kernel, stride, padding (t, l, b, r), ceil_mode
     ((1, 2, 13, 9), (5, 3), (2, 3), (0, 0, 0, 0), True),  # 5 rows (a loop of taps), ceil mode inside
     ((1, 40, 31, 31), (3, 3), (2, 2), (0, 0, 0, 0), False),  # the same on the threads
     ((1, 2, 60, 60), (3, 3), (2, 2), (0, 0, 0, 0), False),  # rows of 29: row by row (_max3x3s2_chunk)
+    ((1, 3, 35, 35), (3, 3), (2, 2), (0, 0, 0, 0), False),  # rows of 17 (ROWS_3X3S2_WIDTH): row by row too
 ]
 
 
@@ -97,6 +98,8 @@ def test_windows_take_every_path_of_the_window_kernels():
 @pytest.mark.parametrize("shape, kernel, stride, padding, ceil_mode, max_path, avg_path", [
     ((1, 64, 112, 112), (3, 3), (2, 2), (1, 1, 1, 1), False, ROWS_3X3S2, ROWS),  # ResNet's stem
     ((1, 64, 111, 111), (3, 3), (2, 2), (0, 0, 0, 0), False, ROWS_3X3S2, INSIDE),  # AlexNet's: rows of 55
+    ((1, 288, 35, 35), (3, 3), (2, 2), (0, 0, 0, 0), False, ROWS_3X3S2, INSIDE),  # Inception-v3's: rows of 17
+    ((1, 64, 31, 31), (3, 3), (2, 2), (0, 0, 0, 0), False, INSIDE, INSIDE),  # rows of 15
     ((1, 64, 27, 27), (3, 3), (2, 2), (0, 0, 0, 0), False, INSIDE, INSIDE),  # rows of 13
     ((1, 16, 64, 64), (2, 2), (2, 2), (0, 0, 0, 0), False, TWO_BY_TWO, TWO_BY_TWO),  # UNet's
     ((1, 16, 7, 7), (2, 2), (2, 2), (0, 0, 0, 0), True, ROWS, ROWS),  # ceil mode: a last window past the input
