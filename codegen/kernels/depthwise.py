@@ -46,7 +46,8 @@ and sums the taps of PIXEL_GROUP output pixels at once across the CB channels in
 AVX2). They come before any other path (channel_blocks_first) on AVX2 (8-float vectors) for padded
 input planes up to 8192 pixels (16384 strided: AVX2_LARGE_BLOCK_FLOATS), and on AVX-512 for strided
 convs on padded input planes under 4096 pixels (WIDE_STRIDED_BLOCK_FLOATS: 56 x 56 inputs and less), or output
-planes up to 8 x 8, and others up to 4 x 4 (STRIDED_BLOCK_PIXELS, BLOCK_FIRST_PIXELS): the
+planes up to 8 x 8, and others up to 4 x 4, or 8 x 8 for kernels over 3x3 (STRIDED_BLOCK_PIXELS,
+BLOCK_FIRST_PIXELS, LARGE_KERNEL_BLOCK_FIRST_PIXELS): the
 phase planes' split of every input row cost more than the taps (576 channels 3x3 stride 2 from
 14 x 14 at batch 8: 196 -> 107 us, AVX-512 EPYC), and on AVX2 the register rows' masked loads did.
 A transpose of a whole block (a vector of channels by a vector of columns or pixels) takes plain
@@ -102,6 +103,12 @@ CHANNEL_BLOCK_FLOATS = 1 << 14  # and CB padded input planes fit in 64 KiB (floa
 # channels 5x5 on 4 x 4 25 -> 14 us; on 8 x 8, 3x3 14 -> 20 at batch 8 and 7 x 7 3x3 88 -> 121)
 STRIDED_BLOCK_PIXELS = 64
 BLOCK_FIRST_PIXELS = 16
+# ... and up to 8 x 8 for kernels larger than 3x3, whose taps outweigh the transposes: one layer alone, Intel
+# Xeon (AVX-512), flat -> channel blocks, us: 960 channels 5x5 on 7 x 7 (MobileNetV3-L's) 49.8 -> 36.4 on 2
+# threads, 80.5 -> 66.2 on one, batch 8 312 -> 285; 1152 (EfficientNet-B0's) 56.1 -> 48.4; 240 on 8 x 8 21.5 ->
+# 14.8. 3x3 stays flat there (1152 on 7 x 7 27.9 against 30.6), and at 14 x 14 the register rows win (672
+# channels 5x5 49 against 70)
+LARGE_KERNEL_BLOCK_FIRST_PIXELS = 64
 # and strided convs whose CB padded input planes hold up to this many floats (64 x 64 pixels of 16 channels:
 # the 56 x 56, 28 x 28 and 14 x 14 inputs of MobileNets' and EfficientNets' stride-2 layers), before the
 # register rows, whose stride-2 taps are two masked loads and shuffles a vector. One layer alone, 2 threads,
@@ -211,7 +218,7 @@ def depthwise_path(dtype: str, x_shape, weight_shape, out_shape, stride, padding
     (_, _, h, w), (_, _, kh, kw), (oh, ow) = x_shape, weight_shape, out_shape[2:]
     (sh, sw), (dh, dw) = stride, dilation
     hp, wp = (oh - 1) * sh + (kh - 1) * dh + 1, (ow - 1) * sw + (kw - 1) * dw + 1  # the padded input the windows read
-    if channel_blocks_first.py_func(lanes, hp, wp, oh, ow, sh * sw > 1):
+    if channel_blocks_first.py_func(lanes, hp, wp, oh, ow, sh * sw > 1, kh * kw):
         return CHANNEL_BLOCKS
     float32 = dtype == "float32"
     if float32 and takes_register_rows.py_func(kh, kw, sh, sw, dh, ow, w, lanes) and not (
@@ -227,18 +234,18 @@ def depthwise_path(dtype: str, x_shape, weight_shape, out_shape, stride, padding
 
 
 @numba.njit(**SEQ)
-def channel_blocks_first(lanes, hp, wp, oh, ow, strided):
+def channel_blocks_first(lanes, hp, wp, oh, ow, strided, taps):
     """Whether a conv whose vectors hold `lanes` floats, on padded input planes hp x wp and output planes
-    oh x ow, takes the channel blocks before any other path: on AVX2 (lanes < AVX2_BLOCK_FIRST) planes
-    up to AVX2_LARGE_BLOCK_FLOATS (AVX2_STRIDED_BLOCK_FLOATS strided), on AVX-512 strided convs on planes
-    below WIDE_STRIDED_BLOCK_FLOATS and small output planes (STRIDED_BLOCK_PIXELS, BLOCK_FIRST_PIXELS) whose
-    blocks fit in CHANNEL_BLOCK_FLOATS."""
+    oh x ow, with a kernel of `taps` taps, takes the channel blocks before any other path: on AVX2 (lanes <
+    AVX2_BLOCK_FIRST) planes up to AVX2_LARGE_BLOCK_FLOATS (AVX2_STRIDED_BLOCK_FLOATS strided), on AVX-512
+    strided convs on planes below WIDE_STRIDED_BLOCK_FLOATS and small output planes (STRIDED_BLOCK_PIXELS,
+    BLOCK_FIRST_PIXELS, LARGE_KERNEL_BLOCK_FIRST_PIXELS past 9 taps) whose blocks fit in CHANNEL_BLOCK_FLOATS."""
     if lanes < AVX2_BLOCK_FIRST:
         return hp * wp * lanes <= (AVX2_STRIDED_BLOCK_FLOATS if strided else AVX2_LARGE_BLOCK_FLOATS)
     if strided and hp * wp * lanes < WIDE_STRIDED_BLOCK_FLOATS:
         return True
-    return hp * wp * lanes <= CHANNEL_BLOCK_FLOATS and oh * ow <= (
-        STRIDED_BLOCK_PIXELS if strided else BLOCK_FIRST_PIXELS)
+    most = STRIDED_BLOCK_PIXELS if strided else (LARGE_KERNEL_BLOCK_FIRST_PIXELS if taps > 9 else BLOCK_FIRST_PIXELS)
+    return hp * wp * lanes <= CHANNEL_BLOCK_FLOATS and oh * ow <= most
 
 
 @numba.njit(inline="always", **SEQ)

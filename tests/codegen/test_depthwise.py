@@ -157,7 +157,8 @@ def _row_blocks(geometry):
         wp = (ow - 1) * stride[1] + (kernel[1] - 1) * dilation[1] + 1
         strided = stride != (1, 1)
         if oh * ow > CHANNEL_BLOCK_PIXELS and not any(
-                channel_blocks_first.py_func(lanes, hp, wp, oh, ow, strided) for lanes in (8, 16)):
+                channel_blocks_first.py_func(lanes, hp, wp, oh, ow, strided, kernel[0] * kernel[1])
+                for lanes in (8, 16)):
             return (n, c, h, w), mult, kernel, stride, padding, dilation
         h, w = h + 8, w + 8
 
