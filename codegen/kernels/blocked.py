@@ -48,7 +48,7 @@ from llvmlite import ir
 from numba.core import cgutils, types
 from numba.extending import intrinsic
 
-from codegen.kernels.common import PARALLEL_MIN_ELEMENTS, SEQ, compiled_as, num_threads, thread_id, u
+from codegen.kernels.common import PARALLEL_MIN_ELEMENTS, SEQ, aligned_empty, compiled_as, num_threads, thread_id, u
 from codegen.kernels.conv_channels import pack_channel_panels
 from codegen.kernels.epilogue import ONE_PASS, epilogue_run, one_pass_bounds, residual_run
 from codegen.kernels.gemm import PACKED_K_CHUNK, PARALLEL_MIN_MACS
@@ -331,7 +331,7 @@ def _subsampled(x, sh, sw, oh, ow):
     """The pixels (oy * sh, ox * sw) of x (N, CB, H, W, B) for oy < oh, ox < ow (inside x: checked by the
     caller): (N, CB, oh, ow, B), a task a plane of blocks."""
     n_n, cb_n, h, w, b = x.shape
-    out = np.empty((n_n, cb_n, oh, ow, b), np.float32)
+    out = aligned_empty(n_n * cb_n * oh * ow * b, np.float32).reshape((n_n, cb_n, oh, ow, b))
     serial = out.size < PARALLEL_MIN_ELEMENTS
     run_tasks(_subsample_task, n_n * cb_n, (x.reshape(-1), out.reshape(-1), (h, w, b, sh, sw, oh, ow)), serial)
     return out
@@ -375,7 +375,7 @@ def _conv1x1_blocked_at(x, wt, bias, residual, out, stride, acts, params, prolog
     tasks = n_n * chunks * n_g
     # a prologue's scratch, a chunk's input pixels through it: reduction step c at rows_in[c] from the pixel
     size = cb_n * cg * MR * b if prologue[0].size != 0 else 0
-    scratch = np.empty((1 if serial else min(num_threads(), tasks)) * size, np.float32)
+    scratch = aligned_empty((1 if serial else min(num_threads(), tasks)) * size, np.float32)
     rows_in = _lane_rows(k if size else 0, cg * MR, b)
     data = (x.reshape(-1), wt.reshape(-1), bias, residual_run(residual, out), out.reshape(-1), pix, rows,
             (n_n, c_n, k, h * w, hw, ob_n, b, chunks, cg, n_g, per, half_q), acts, params, prologue, rows_in, scratch)
@@ -488,7 +488,7 @@ def _out_plan(k, p0, p1, b):
     few = p1 - whole <= FEW_PIXELS  # the last pixels one at a time (micro_gemm_taps_pixel), else as a group
     # the pixels summed chunk by chunk into acc (all but a few last ones, if chunked), or the last group's
     n_acc = (whole - p0 if few else -(-(p1 - p0) // MR) * MR) if chunked else (0 if few else MR)
-    acc = np.empty(max(n_acc, 1 if whole < p1 else 0) * b, np.float32)  # a few last pixels' sums: acc[:b]
+    acc = aligned_empty(max(n_acc, 1 if whole < p1 else 0) * b, np.float32)  # a few last pixels' sums: acc[:b]
     return (chunked, kc, last, whole, n_acc, few), acc
 
 
@@ -688,7 +688,7 @@ def _conv2d_blocked(xf, n_n, cb_n, c_n, h, w, nchw, wt, bias, residual, out, ker
     tasks = n_n * bands * n_g
     size = 0 if direct else (c_n if nchw else gathered * b) * hin * wp
     scratch_n = 1 if serial else min(num_threads(), tasks)
-    scratch = np.empty(scratch_n * size, np.float32)
+    scratch = aligned_empty(scratch_n * size, np.float32)
     held = np.full(scratch_n, -1, np.int64)  # the band (image * bands + band) each thread's scratch holds
     data = (xf, wt.reshape(-1), bias, residual_run(residual, out), out.reshape(-1), rows,
             (n_n, cb_n, h, w, b, ob_n, oh, ow, k, c_n, nchw, direct, half_q, group_lanes),
@@ -822,7 +822,7 @@ def _small_groups_out_for(lanes: bool, name: str):
         one_pass, (lo, hi, top), res = _one_pass(acts, params, rf)
         n = LANE_GROUP_PIXELS if lanes else MR
         whole = p0 + (p1 - p0) // n * n
-        acc = np.empty(n * b, np.float32)
+        acc = aligned_empty(n * b, np.float32)
         for q in range(q0, q1):
             aq, w0, o0 = a0 + q * block_size, q * k * b, (ob0 + q) * hw * b
             if not lanes and q == half_q:
@@ -924,7 +924,7 @@ def _conv_transpose_task(t, xf, wf, bias, of, pix, rows, dims):
     a0 = (n * cb_n * h + y) * w * b  # the row's first pixel in block 0
     lo, hi = np.float32(-np.inf), np.float32(np.inf)
     whole = w // MR * MR
-    acc = np.empty(MR * b, np.float32)
+    acc = aligned_empty(MR * b, np.float32)
     for tap in range(sh * sw):
         i, j = tap // sw, tap % sw
         for q in range(gi * per, min(ob_n, (gi + 1) * per)):
@@ -1125,8 +1125,8 @@ def winograd_blocked(x, up, bias, residual, out, pt, pl, act, alpha, beta, post,
     per_row = planes * max(c_n, ob_n * b) * tw * 4  # bytes of V or M per tile row
     run = max(1, min(rows_n, RUN_BYTES // per_row))
     t_max = run * tw
-    vbuf = np.empty(planes * cb_n * t_max * b, np.float32)
-    mbuf = np.empty(planes * ob_n * t_max * b, np.float32)
+    vbuf = aligned_empty(planes * cb_n * t_max * b, np.float32)
+    mbuf = aligned_empty(planes * ob_n * t_max * b, np.float32)
     pix = np.zeros(t_max + MR, np.int64)  # tile t's block of channels at t * B
     pix[:t_max] = np.arange(t_max) * b
     rows = np.empty(k, np.int64)
@@ -1158,7 +1158,7 @@ def _wino_input_task(t, xf, vf, dims, r0, r1, v_plane):
     n, ty = rr // th, rr % th
     t_n = (r1 - r0) * tw
     n_v = vector_floats()
-    d = np.empty(a * a * b, np.float32)  # an edge window: pixel (r, q)'s B channels at (a*r + q) * B
+    d = aligned_empty(a * a * b, np.float32)  # an edge window: pixel (r, q)'s B channels at (a*r + q) * B
     x0 = (n * cb_n + cb) * h * w * b
     iy0 = tile * ty - pt
     for tx in range(tw):
@@ -1215,7 +1215,7 @@ def _wino_output_task(t, mf, of, bias, rf, dims, r0, r1, m_plane, acts, params):
     n, ty = rr // th, rr % th
     t_n = (r1 - r0) * tw
     n_v = vector_floats()
-    y = np.empty(tile * tile * b, np.float32)  # an edge tile's outputs (i, jx) at (tile * i + jx) * B
+    y = aligned_empty(tile * tile * b, np.float32)  # an edge tile's outputs (i, jx) at (tile * i + jx) * B
     no = np.float32(-np.inf)
     o0 = (n * ob_n + ob) * oh * ow * b
     for tx in range(tw):
@@ -1345,7 +1345,7 @@ def _depthwise_bands(n_n, cb_n, b, oh, ow, kernel, stride, padding, dilation, se
         for j in range(kw):
             offsets[i * kw + j] = (i * dh * wp + j * dw) * b
     tasks = n_n * cb_n * bands
-    scratch = np.empty((1 if serial else min(num_threads(), tasks)) * hin * wp * b, np.float32)
+    scratch = aligned_empty((1 if serial else min(num_threads(), tasks)) * hin * wp * b, np.float32)
     return (sh, sw, pt, pl, hin, wp, rpb, bands), offsets, scratch, tasks
 
 
@@ -1426,7 +1426,7 @@ def expand_depthwise_blocked(x, we, be, wt, bias, residual, out, kernel, stride,
                                                        serial)
     hin = window[4]
     # each thread's expansion rows (hin of w pixels), after its band's scratch
-    scratch = np.empty(scratch.size // (hin * window[5] * b) * hin * (window[5] + w) * b, np.float32)
+    scratch = aligned_empty(scratch.size // (hin * window[5] * b) * hin * (window[5] + w) * b, np.float32)
     pix = np.zeros(h * w + MR, np.int64)  # pixel p of the image (MR entries past it for the last group's calls)
     for p in range(h * w):
         pix[p] = p * b
@@ -1598,7 +1598,7 @@ def _pool_task(m, xf, of, segments, c_n, cb_n, hw, b):
     if real == b:
         _block_sums(xf, m * hw * b, hw, of, o0, 1.0 / hw)
         return
-    sums = np.empty(b, np.float32)
+    sums = aligned_empty(b, np.float32)
     _block_sums(xf, m * hw * b, hw, sums, 0, 1.0 / hw)
     for j in range(real):
         of[u(o0 + j)] = sums[j]
@@ -1627,7 +1627,7 @@ def channel_scale_blocked(x, scale, out):
     c_n = scale.shape[1]
     if scale.shape != (n_n, c_n, 1, 1) or not (cb_n - 1) * b < c_n <= cb_n * b or out.shape != x.shape:
         raise ValueError("channel_scale_blocked: operands of mismatched shapes")
-    sf = np.empty(n_n * cb_n * b, np.float32)  # each image's scale, its padding lanes' zero
+    sf = aligned_empty(n_n * cb_n * b, np.float32)  # each image's scale, its padding lanes' zero
     for n in range(n_n):
         s0 = n * cb_n * b
         sf[s0:s0 + c_n] = scale[n, :, 0, 0]

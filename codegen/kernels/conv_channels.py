@@ -26,7 +26,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from codegen.kernels.common import SEQ, blocks, num_threads, thread_id, u
+from codegen.kernels.common import SEQ, aligned_empty, aligned_zeros, blocks, line_floats, num_threads, thread_id, u
 from codegen.kernels.conv_packed import MIN_PANELS
 from codegen.kernels.epilogue import ONE_PASS, epilogue_run, one_pass_bounds, residual_run
 from codegen.kernels.gemm import PACKED_K_CHUNK, PACKED_ROWS, PARALLEL_MIN_MACS, gemm_row_groups
@@ -173,9 +173,9 @@ def conv2d_by_channels(x, wt, bias, residual, out, kernel, stride, padding, dila
     n_g, gpt = (1, rows // MR) if serial else blocks(n_b * n_c, rows // MR, MIN_GROUPS)
     kc = -(-k // -(-k // PACKED_K_CHUNK))  # reduction chunks of equal length (144 steps: 72 and 72, not 128 and 16)
     ldc = tw + ACC_PAD
-    planes, accs = 0 if direct else nb * image, gpt * MR * ldc
+    planes, accs = line_floats(0 if direct else nb * image), line_floats(gpt * MR * ldc)  # each on a cache line
     tasks = n_b * n_c * n_g
-    scratch = np.empty((1 if serial else min(num_threads(), tasks)) * (planes + accs), np.float32)
+    scratch = aligned_empty((1 if serial else min(num_threads(), tasks)) * (planes + accs), np.float32)
     data = (x.reshape(-1), wt.reshape(-1), bias, residual_run(residual, out), out.reshape(-1),
             (n_n, c_n, h, w, o_n, p_n, k, wt.shape[2], groups), (pt, pl, hq, wq, direct), taps, pix,
             (nb, n_c, cpt, n_g, gpt, ldc, kc), (act, post), (alpha, beta, post_alpha, post_beta), scratch,
@@ -305,14 +305,14 @@ def _by_channels_task(t, n_p, n_c, cpt, xf, wf, bias, rf, of, dims, acts, params
     groups = -(-p // MR)
     x0 = n * k * hw + p0
     partial = p % MR != 0
-    last = np.zeros(k * MR if partial else 0, np.float32)  # the last pixels, zero-padded to MR: [c][i]
+    last = aligned_zeros(k * MR if partial else 0, np.float32)  # the last pixels, zero-padded to MR: [c][i]
     if partial:
         full = (groups - 1) * MR
         for c in range(k):
             for i in range(p - full):
                 last[u(c * MR + i)] = xf[u(x0 + c * hw + full + i)]
     ldc = width + ACC_PAD  # rows a multiple of 2 KiB apart: 512 -> 2048 channels
-    acc = np.empty(groups * MR * ldc, np.float32)
+    acc = aligned_empty(groups * MR * ldc, np.float32)
     gemm_row_groups(xf, x0, 1, hw, groups, last, 1, MR, wf, k, c0, width, acc, ldc)
     # (not a literal: common.py)
     _channels_out(acc, np.int64(0), ldc, p, c0, c1, of, (n * o_n + c0) * hw + p0, hw, rf, bias, acts, params)

@@ -31,7 +31,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from codegen.kernels.common import SEQ, blocks, compiled_as, num_threads, thread_id, u
+from codegen.kernels.common import SEQ, aligned_empty, blocks, compiled_as, line_floats, num_threads, thread_id, u
 from codegen.kernels.epilogue import ONE_PASS, activate_block, activate_run, epilogue_run, one_pass_bounds, residual_run
 from codegen.kernels.gemm import PARALLEL_MIN_MACS
 from codegen.kernels.microkernel import (
@@ -234,11 +234,12 @@ def _conv2d_packed_for(pointwise: bool, name: str):
         else:
             inputs = cg * sh * sw * hq * wq + pp + wq
         accs = max(panels_per_call(), mbb) * MR * pp
+        inputs, accs = line_floats(inputs), line_floats(accs)  # each thread's part of the scratch on a line
         # below PARALLEL_MIN_MACS multiply-adds, the tasks in order in the calling thread, as the other kernels
         # run theirs: a wake-up and an uneven share cost more than the half saved (48 -> 96 1x1 on 4 x 4 and
         # 24 -> 48 on 8 x 8, 74k each, RegNetY's: 4.5-6.2 us on 2 threads against 3.9-4.6 on one, Zen 3 AVX2)
         serial = n_n * o_n * k * p_n < PARALLEL_MIN_MACS
-        scratch = np.empty((1 if serial else min(num_threads(), jobs * n_p * n_o)) * (inputs + accs), x.dtype)
+        scratch = aligned_empty((1 if serial else min(num_threads(), jobs * n_p * n_o)) * (inputs + accs), x.dtype)
         args = (xf, wf, of, rf, bias, (c_n, h, w, o_n, oh, ow, groups, n_mb, k), (kh, kw, sh, sw, pt, pl, dh, dw),
                 (tile, n_p, n_o, mbb, n_n * p_n if spans else 0), (hq, wq), taps, (act, post),
                 (alpha, beta, post_alpha, post_beta), scratch, (inputs, accs), pro)
@@ -537,7 +538,7 @@ def _panels_by_pixels(wf, a0, nb, k, src, rows, columns, acc, pp, valid):
     nr = panel_width()
     kcs = min(k, K_CHUNK)
     sub = min(pp, max(nr, SUB_BYTES // (src.itemsize * kcs) // nr * nr))
-    bp = np.empty(kcs * sub, src.dtype)
+    bp = aligned_empty(kcs * sub, src.dtype)
     for c0 in range(0, pp, sub):
         cn = min(sub, pp - c0)
         full = cn // nr * nr

@@ -65,7 +65,7 @@ from llvmlite import ir
 from numba.core import cgutils, types
 from numba.extending import intrinsic, overload
 
-from codegen.kernels.common import SEQ, blocks, num_threads, u
+from codegen.kernels.common import SEQ, aligned_empty, aligned_zeros, blocks, num_threads, u
 from codegen.kernels.depthwise_rows import EPILOGUE_FLOATS, depthwise_rows, takes_register_rows
 from codegen.kernels.epilogue import ONE_PASS, epilogue_run, one_pass_bounds, residual_run
 from codegen.kernels.planes import gather_planes, plane_pitch, tap_offset
@@ -336,8 +336,8 @@ def _depthwise_share(th, threads, xf, wf, of, rf, bias, dims, window, split, cla
     typed = of.dtype.type
     tasks = n_n * o_n * n_b
     # the flat loop reads up to a row and a vector past the last plane
-    p = np.zeros(sh * sw * hq * wq + wq + VEC, xf.dtype)
-    acc = np.empty(-(-rows * wq // VEC) * VEC, xf.dtype)
+    p = aligned_zeros(sh * sw * hq * wq + wq + VEC, xf.dtype)
+    acc = aligned_empty(-(-rows * wq // VEC) * VEC, xf.dtype)
     for t in range(tasks * th // threads, tasks * (th + 1) // threads):
         job, oy0 = t // n_b, t % n_b * rows
         o, nr = job % o_n, min(rows, oh - oy0)
@@ -431,14 +431,14 @@ def _channel_blocks(th, threads, xf, wf, of, rf, bias, dims, window, planes, act
     n_cb, pixels = -(-o_n // lanes), oh * ow
     # the padding is never written: zeros for every task; past the end, what a row's last group of
     # pixels reads (the pixels past the row are computed and dropped)
-    p = np.zeros((hp * wp + PIXEL_GROUP * sw) * lanes, xf.dtype)
-    wt = np.zeros(kh * kw * lanes, xf.dtype)
-    bv = np.zeros(lanes, xf.dtype)
+    p = aligned_zeros((hp * wp + PIXEL_GROUP * sw) * lanes, xf.dtype)  # (whole vectors a pixel, on a cache line)
+    wt = aligned_zeros(kh * kw * lanes, xf.dtype)
+    bv = aligned_zeros(lanes, xf.dtype)
     offsets = np.empty(kh * kw, np.int64)  # of each tap in p, from its window's first element
     for i in range(kh):
         for j in range(kw):
             offsets[i * kw + j] = (i * dh * wp + j * dw) * lanes
-    sums = np.empty((pixels + PIXEL_GROUP) * lanes, xf.dtype)  # pixel-major, as _pixel_taps writes them
+    sums = aligned_empty((pixels + PIXEL_GROUP) * lanes, xf.dtype)  # pixel-major, as _pixel_taps writes them
     y1, x1 = min(h, hp - pt), min(w, wp - pl)  # input rows and columns that some window reads
     tasks = n_n * n_cb
     loaded = -1  # the block whose weights and biases wt and bv hold
@@ -551,7 +551,7 @@ def _flat_share(th, threads, xf, wf, of, rf, bias, dims, strides, offsets, masks
     lo, hi = (vmin, vmax) if clamp else (np.float32(-np.inf), np.float32(np.inf))
     hq = -(-h // sh)
     in_place = sh == 1 and sw == 1 and ow == w
-    p = np.empty(0 if in_place else sh * sw * hq * ow, xf.dtype)  # masked lanes read nothing: no zeros needed
+    p = aligned_empty(0 if in_place else sh * sw * hq * ow, xf.dtype)  # masked lanes read nothing: no zeros needed
     gathered = -1  # the input plane p holds
     planes = n_n * o_n
     stop = planes * (th + 1) // threads

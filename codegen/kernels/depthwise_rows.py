@@ -40,7 +40,7 @@ from llvmlite import ir
 from numba.core import cgutils, types
 from numba.extending import intrinsic, overload
 
-from codegen.kernels.common import SEQ, num_threads
+from codegen.kernels.common import SEQ, aligned_zeros, num_threads
 from codegen.kernels.epilogue import epilogue_run
 from codegen.kernels.tasks import run_tasks
 from codegen.kernels.vectors import (
@@ -151,7 +151,7 @@ def _rows_share(th, threads, xf, wf, of, rf, bias, dims, layout, offsets, clamp,
     # one a block's rows at a time, rows the blocks share copied for each
     span = (oh - 1) * stride + kh  # the padded rows the plane's outputs read
     whole = span * pitch <= WHOLE_PLANE_FLOATS
-    p = np.zeros((span if whole else (ROWS[0] - 1) * stride + kh) * pitch, xf.dtype)
+    p = aligned_zeros((span if whole else (ROWS[0] - 1) * stride + kh) * pitch, xf.dtype)
     # where the copy puts a row's even and odd columns (stride 2): padded columns c + pl
     even = (pl % 2) * phase + pl // 2
     odd = ((pl + 1) % 2) * phase + (pl + 1) // 2

@@ -14,7 +14,18 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from codegen.kernels.common import SEQ, blocks, gemm, gemm_blocks, num_threads, thread_id, u
+from codegen.kernels.common import (
+    SEQ,
+    aligned_empty,
+    aligned_zeros,
+    blocks,
+    gemm,
+    gemm_blocks,
+    line_floats,
+    num_threads,
+    thread_id,
+    u,
+)
 from codegen.kernels.epilogue import ONE_PASS, activate_copy_run, epilogue_run, residual_run
 from codegen.kernels.microkernel import (
     MR,
@@ -194,12 +205,12 @@ def _linear_packed_task(t, n_c, cpt, tile, x, wt, bias, rf, out, acts, params):
     groups = -(-(m1 - m0) // MR)
     xf, wf, of = x.reshape(-1), wt.reshape(-1), out.reshape(-1)
     partial = (m1 - m0) % MR != 0
-    last = np.zeros(MR * k if partial else 0, np.float32)  # the last group's rows, zero-padded to MR
+    last = aligned_zeros(MR * k if partial else 0, np.float32)  # the last group's rows, zero-padded to MR
     if partial:
         full = m0 + (groups - 1) * MR
         for i in range((m1 - full) * k):
             last[i] = xf[u(full * k + i)]
-    acc = np.empty(groups * MR * width, np.float32)
+    acc = aligned_empty(groups * MR * width, np.float32)
     gemm_row_groups(xf, m0 * k, k, 1, groups, last, k, 1, wf, k, c0, width, acc, width)
     if bias is not None:
         for r in range(m1 - m0):
@@ -330,7 +341,7 @@ def matmul_small(a, b, out, batch, a_step, b_step):
     per = -(-count // tasks)
     tasks = -(-count // per)
     n_w, n_l, n_c = _small_scratch(m, k, n)
-    scratch = np.empty((1 if serial else min(num_threads(), tasks)) * (n_w + n_l + n_c), np.float32)
+    scratch = aligned_empty((1 if serial else min(num_threads(), tasks)) * (n_w + n_l + n_c), np.float32)
     data = (per, a.reshape(-1), b.reshape(-1), out.reshape(-1), (count, m, k, n), batch, a_step, b_step, scratch)
     run_tasks(_matmul_small_task, tasks, data, serial)
 
@@ -339,7 +350,8 @@ def matmul_small(a, b, out, batch, a_step, b_step):
 def _small_scratch(m, k, n):
     """matmul_small's scratch for one thread, in floats: (b's panels, a's last partial group, the product)."""
     groups = -(-m // MR)
-    return (-(-n // TRANSPOSED_PAD) * TRANSPOSED_PAD * k, MR * k if m % MR else 0, groups * MR * half_panels(n))
+    return (line_floats(-(-n // TRANSPOSED_PAD) * TRANSPOSED_PAD * k), line_floats(MR * k if m % MR else 0),
+            line_floats(groups * MR * half_panels(n)))
 
 
 @numba.njit(**SEQ)

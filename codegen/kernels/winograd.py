@@ -31,7 +31,7 @@ from llvmlite import ir
 from numba.core import cgutils, types
 from numba.extending import intrinsic
 
-from codegen.kernels.common import SEQ, blocks, num_threads, span, u
+from codegen.kernels.common import SEQ, aligned_empty, blocks, num_threads, span, u
 from codegen.kernels.epilogue import epilogue_run, residual_run
 from codegen.kernels.microkernel import MR, gemm_panels, gemm_panels2, half_panels, pack_weights, panels_per_call
 from codegen.kernels.tasks import run_tasks
@@ -230,7 +230,7 @@ def _input_task(task, xf, dims, run, vf, plane, ld):
     ty_n, half, width = tc // tw, tw + 1, vector_floats()
     (e_lo, e_hi), (o_lo, o_hi) = span(-pl, 2, w, half), span(1 - pl, 2, w, half)
     # the run's padded input rows of one channel, each split into its even columns, then its odd
-    buf = np.empty((2 * ty_n + 2) * 2 * half, np.float32)
+    buf = aligned_empty((2 * ty_n + 2) * 2 * half, np.float32)
     for c in range(cb * cpt, min(c_n, (cb + 1) * cpt)):
         x0, col = ((n0 + img) * c_n + c) * h * w, c * ld + img * tc
         for r in range(2 * ty_n + 2):
@@ -337,7 +337,7 @@ def _output_task(task, mf, plane, ld, run, of, out_shape, bias, rf, act, alpha, 
     n_ob = -(-o_n // cpt)
     img, ob = task // n_ob, task % n_ob
     n = n0 + img
-    rows = np.empty(4 * tw, np.float32)  # a tile row's two output rows, 2 * TW each
+    rows = aligned_empty(4 * tw, np.float32)  # a tile row's two output rows, 2 * TW each
     width = vector_floats()
     for o in range(ob * cpt, min(o_n, (ob + 1) * cpt)):
         bv = 0.0 if bias is None else float(bias[o])  # epilogue_run's float64 bias: one signature
@@ -374,8 +374,8 @@ def winograd_conv2d(x, up, bias, residual, out, pt, pl, act, alpha, beta, post, 
     # V's and the products' 16 planes lie PLANE_PAD floats further apart than their rows need: a
     # transform reads or writes all 16 for each tile, and planes a multiple of 4 KB apart would all
     # fall into one set of the L1 cache
-    vbuf = np.empty(16 * (c_n * ld_max + PLANE_PAD), np.float32)
-    mbuf = np.empty(16 * (o_rows * ld_max + PLANE_PAD), np.float32)
+    vbuf = aligned_empty(16 * (c_n * ld_max + PLANE_PAD), np.float32)
+    mbuf = aligned_empty(16 * (o_rows * ld_max + PLANE_PAD), np.float32)
     xf, uf, of = x.reshape(-1), up.reshape(-1), out.reshape(-1)
     rf = residual_run(residual, out)
     n_o, mbb = blocks(16, n_mb, MIN_PANELS)
