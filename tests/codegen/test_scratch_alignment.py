@@ -9,7 +9,7 @@ import pytest
 from codegen.kernels.common import LINE_BYTES, LINE_FLOATS, aligned_empty, aligned_zeros, line_floats
 
 
-@numba.njit(cache=True)
+@numba.njit  # (not cached: a stale cache of the kernels it calls would hide their change)
 def _allocate(sizes, zeros, dtype):
     """(address mod LINE_BYTES, size, sum) of an aligned array of each size, filled with its index first where
     not zeroed (so that a view past its own bytes would show in a neighbour's sum)."""
@@ -33,7 +33,7 @@ def test_aligned_arrays_start_a_cache_line_and_hold_exactly_n_elements(dtype, ze
     assert result[:, 2].tolist() == expected
 
 
-@numba.njit(cache=True)
+@numba.njit  # (not cached: a stale cache of the kernels it calls would hide their change)
 def _lines(values):
     return np.array([line_floats(v) for v in values])
 
