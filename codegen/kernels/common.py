@@ -34,7 +34,9 @@ LINE_FLOATS = LINE_BYTES // 4
 def aligned_empty(n, dtype):
     """An uninitialised 1-D array of n elements of dtype whose first one starts a cache line (LINE_BYTES):
     a view into an allocation a little larger. Scratch split between threads keeps each part on a line too
-    when the parts' sizes are whole lines (line_floats)."""
+    when the parts' sizes are whole lines (line_floats). The kernels' own scratch, inside numba: the arena
+    and the weights they are called on are aligned the same way, in Python, by codegen.memory_plan's
+    aligned_empty (its ALIGN is this LINE_BYTES)."""
     raw = np.empty(n + LINE_BYTES, dtype)
     step = LINE_BYTES // raw.itemsize
     skip = (-(raw.ctypes.data // raw.itemsize)) % step
