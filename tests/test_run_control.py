@@ -5,6 +5,7 @@ model runs the next call as before. The numba forward polls its stop flags befor
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 
@@ -41,11 +42,24 @@ def _stopped_mid_run(model, error: RunCancelledError) -> None:
 
 
 def test_a_deadline_stops_the_run_between_nodes(model):
+    """A deadline of a quarter of a run stops it mid-way. The runs that set "a run" may all have been
+    slowed by the other test worker (BLAS threads of the interpreter fighting its compile) and the
+    deadline's run not: a run that finished within its deadline gives the right output and the next try
+    halves the deadline; a deadline that never stops a run fails."""
     x = reference("resnet50")[0][:1]
     expected, seconds = _run_time(model, x)
-    with pytest.raises(RunTimeoutError, match=r"deadline of .* s; stopped before node") as info:
-        model.run(None, {"in0": x}, timeout=seconds / 4)
-    _stopped_mid_run(model, info.value)
+    timeout = seconds / 4
+    for _ in range(4):
+        try:
+            outputs = model.run(None, {"in0": x}, timeout=timeout)
+        except RunTimeoutError as error:
+            assert re.search(r"deadline of .* s; stopped before node", str(error)), str(error)
+            _stopped_mid_run(model, error)
+            break
+        np.testing.assert_array_equal(outputs[0], expected)
+        timeout /= 2
+    else:
+        pytest.fail(f"no deadline down to {timeout * 2:.2g} s stopped a run of about {seconds:.2g} s")
     np.testing.assert_array_equal(model.run(None, {"in0": x}, timeout=60)[0], expected)
 
 
