@@ -35,9 +35,10 @@ from codegen.kernels.microkernel import (
     micro_gemm_a_rows_vector,
     panel_width,
     rows_width,
+    taps_channels,
 )
 from codegen.kernels.tasks import run_tasks
-from codegen.kernels.vectors import copy_run, prefetch_run, vector_floats
+from codegen.kernels.vectors import copy_run, prefetch_run, target_vector_floats, vector_floats
 
 MIN_ROWS = 8  # rows (or output features) per block of a split product, at least
 GEMV_MAX_ROWS = 2  # products of this many rows or fewer run as dot products (see linear)
@@ -48,7 +49,6 @@ DOT = {**SEQ, "fastmath": {"reassoc", "contract"}}
 PARALLEL_MIN_MACS = 1 << 17
 PACKED_ROWS = 16 * MR  # rows per task of linear_packed, at most: a (96, 256) accumulator block, 96 KB
 PACKED_K_CHUNK = 128  # reduction steps per microkernel call: the weight panel (32 KB on AVX-512) stays in L1
-TRANSPOSED_PAD = 64  # transpose_padded's features, a multiple of this: whole panels for AVX2 and AVX-512
 # with this many row groups or more, gemm_row_groups asks for the next block's weights a share before each
 # group: only the first group to read a block would otherwise stream it from memory, the others computing
 # from L1 with the memory idle. A 7 x 7 conv's 9 groups, 2048 -> 512 channels with its weights out of
@@ -61,17 +61,32 @@ PREFETCH_MIN_GROUPS = 3
 SMALL_MATMUL_MACS = 1 << 17
 
 
+# transpose_padded's panel width inside a kernel: the widest micro_gemm_a_rows call's columns (rows_width(),
+# 64 on AVX-512, 16 on AVX2), so that a whole call reads its weights as one contiguous stream. Panels 64
+# wide on AVX2 put a 16-wide call's rows 256 bytes apart, a weight chunk's 128 rows on a quarter of L1's sets
+# where A's rows evicted them. linear_packed alone, in-process A/B, Zen 3 EPYC (AVX2), 16 against 64 wide,
+# GFLOP/s: 2048 x 2048 x 2048 79-80 against 69-70 on one thread, 146 against 122 on two; 784 x 768 -> 192
+# 78-80 / 71-74 and 137-149 / 122-137; 136 x 64 -> 192 73-75 / 71-72 and 106-120 / 103-114
+transposed_pad = rows_width
+
+
+def transposed_pad_floats() -> int:
+    """transposed_pad() of the code numba compiles in this process: the panel width transpose_padded lays
+    weights out in, in Python."""
+    return taps_channels(target_vector_floats())
+
+
 def transpose_padded(weight: np.ndarray) -> np.ndarray:
-    """A linear weight (O, K) as linear_packed takes it: panels of TRANSPOSED_PAD features, each
-    (K, TRANSPOSED_PAD) contiguous (wt[P, p, i] = weight[P * TRANSPOSED_PAD + i, p]), the last one
-    padded with zero features. A panel of the microkernel (16 or 64 features, or part of one) lies
-    inside one of them, so the kernel reads its weights as one contiguous stream, whatever the
-    machine's vector width."""
+    """A linear weight (O, K) as linear_packed takes it: panels of transposed_pad() features, each
+    (K, transposed_pad()) contiguous (wt[P, p, i] = weight[P * pad + i, p]), the last one padded with
+    zero features. A call of the microkernel (rows_width() features, or part of them) lies inside one
+    panel, so the kernel reads its weights as one contiguous stream."""
+    pad = transposed_pad_floats()
     o_n, k = weight.shape
-    panels = -(-o_n // TRANSPOSED_PAD)
-    padded = np.zeros((panels * TRANSPOSED_PAD, k), np.float32)
+    panels = -(-o_n // pad)
+    padded = np.zeros((panels * pad, k), np.float32)
     padded[:o_n] = weight
-    return padded.reshape(panels, TRANSPOSED_PAD, k).transpose(0, 2, 1).copy()
+    return padded.reshape(panels, pad, k).transpose(0, 2, 1).copy()
 
 
 @numba.njit(**SEQ)
@@ -237,8 +252,9 @@ def next_weights(kb, c, c0, last, k, cols):
     chunk kb and the `cols` features at c: the chunk's next columns, or when they are the task's last
     (`last`) the next chunk's first, at feature c0; count 0 after the last chunk."""
     nk, nc = (kb + PACKED_K_CHUNK, c0) if last else (kb, c + cols)
-    start = (nc // TRANSPOSED_PAD * k + nk) * TRANSPOSED_PAD + nc % TRANSPOSED_PAD
-    return start, min(PACKED_K_CHUNK, k - nk) * TRANSPOSED_PAD if nk < k else 0
+    pad = transposed_pad()
+    start = (nc // pad * k + nk) * pad + nc % pad
+    return start, min(PACKED_K_CHUNK, k - nk) * pad if nk < k else 0
 
 
 @numba.njit(inline="always", **SEQ)
@@ -246,7 +262,7 @@ def row_block_columns(c, j, width):
     """The columns of gemm_row_groups' call at feature c, column j of `width` (c and width whole
     numbers of vectors): rows_width(), else its half, else one vector, the most that stay in the
     row and in c's panel of transpose_padded (the call reads one panel's rows)."""
-    nr, room = rows_width(), TRANSPOSED_PAD - c % TRANSPOSED_PAD
+    nr, room = rows_width(), transposed_pad() - c % transposed_pad()
     cols = min(width - j, room)
     return nr if cols >= nr else nr // 2 if cols >= nr // 2 else vector_floats()
 
@@ -266,7 +282,7 @@ def gemm_row_groups(a, a0, lda, lds, groups, last, last_lda, last_lds, wf, k, c0
         while j < width:
             cols = row_block_columns(c0 + j, j, width)
             c = c0 + j
-            b0 = (c // TRANSPOSED_PAD * k + kb) * TRANSPOSED_PAD + c % TRANSPOSED_PAD
+            b0 = (c // transposed_pad() * k + kb) * transposed_pad() + c % transposed_pad()
             nb, count = next_weights(kb, c, c0, j + cols >= width, k, cols)
             share = -(-count // groups) if groups >= PREFETCH_MIN_GROUPS else 0
             for g in range(groups):
@@ -285,11 +301,11 @@ def a_rows_block(cols, kc, a, a0, lda, lds, wf, b0, c, c0, ldc, accumulate):
     """The micro_gemm_a_rows kernel of `cols` columns (row_block_columns'), on transpose_padded's rows."""
     nr = rows_width()
     if cols == nr:
-        micro_gemm_a_rows(kc, a, a0, lda, lds, wf, b0, TRANSPOSED_PAD, c, c0, ldc, accumulate)
+        micro_gemm_a_rows(kc, a, a0, lda, lds, wf, b0, transposed_pad(), c, c0, ldc, accumulate)
     elif cols == nr // 2:
-        micro_gemm_a_rows_half(kc, a, a0, lda, lds, wf, b0, TRANSPOSED_PAD, c, c0, ldc, accumulate)
+        micro_gemm_a_rows_half(kc, a, a0, lda, lds, wf, b0, transposed_pad(), c, c0, ldc, accumulate)
     else:
-        micro_gemm_a_rows_vector(kc, a, a0, lda, lds, wf, b0, TRANSPOSED_PAD, c, c0, ldc, accumulate)
+        micro_gemm_a_rows_vector(kc, a, a0, lda, lds, wf, b0, transposed_pad(), c, c0, ldc, accumulate)
 
 
 @numba.njit(**SEQ)
@@ -350,7 +366,7 @@ def matmul_small(a, b, out, batch, a_step, b_step):
 def _small_scratch(m, k, n):
     """matmul_small's scratch for one thread, in floats: (b's panels, a's last partial group, the product)."""
     groups = -(-m // MR)
-    return (line_floats(-(-n // TRANSPOSED_PAD) * TRANSPOSED_PAD * k), line_floats(MR * k if m % MR else 0),
+    return (line_floats(-(-n // transposed_pad()) * transposed_pad() * k), line_floats(MR * k if m % MR else 0),
             line_floats(groups * MR * half_panels(n)))
 
 
@@ -375,9 +391,10 @@ def _matmul_small_task(t, per, af, bf, of, dims, batch, a_step, b_step, scratch)
     for i in range(t * per, min(count, (t + 1) * per)):
         ia, ib = _operands(i, batch, a_step, b_step)
         if ib != laid:
-            for q in range(0, n, TRANSPOSED_PAD):
+            pad = transposed_pad()
+            for q in range(0, n, pad):
                 for p in range(k):
-                    copy_run(wp, q * k + p * TRANSPOSED_PAD, bf, (ib * k + p) * n + q, min(TRANSPOSED_PAD, n - q))
+                    copy_run(wp, q * k + p * pad, bf, (ib * k + p) * n + q, min(pad, n - q))
             laid = ib
         for r in range(full, m):
             copy_run(last, (r - full) * k, af, (ia * m + r) * k, k)

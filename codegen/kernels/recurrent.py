@@ -22,11 +22,11 @@ from numba.extending import overload
 from codegen.kernels.common import frozen
 from codegen.kernels.gemm import (
     PARALLEL_MIN_MACS,
-    TRANSPOSED_PAD,
     a_rows_block,
     linear_packed,
     row_block_columns,
     transpose_padded,
+    transposed_pad,
 )
 from codegen.kernels.microkernel import MR, half_panels, panel_width
 from codegen.kernels.vmath import fast_sigmoid, fast_tanh
@@ -60,7 +60,7 @@ def _gru_cell(gx, gh, h, hidden):
 
 def pack_directions(weight: np.ndarray) -> np.ndarray:
     """A float32 recurrent weight (directions, O, K) as each direction's linear_packed panels
-    (directions, panels, K, TRANSPOSED_PAD), laid out when the model compiles (codegen/emit/recurrent.py)
+    (directions, panels, K, transposed_pad()), laid out when the model compiles (codegen/emit/recurrent.py)
     instead of at every call."""
     return np.stack([transpose_padded(w) for w in weight])
 
@@ -101,7 +101,7 @@ def _small_times(a, packed, out):
         c = 0
         while c < o_n:
             cols = min(row_block_columns(c, c, width), nr)
-            b0 = c // TRANSPOSED_PAD * k * TRANSPOSED_PAD + c % TRANSPOSED_PAD
+            b0 = c // transposed_pad() * k * transposed_pad() + c % transposed_pad()
             if not partial and c + cols <= o_n:
                 a_rows_block(cols, k, af, r0 * k, k, 1, wf, b0, of, r0 * o_n + c, o_n, False)
             else:

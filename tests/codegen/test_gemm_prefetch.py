@@ -9,10 +9,10 @@ import pytest
 from codegen.kernels.gemm import (
     PACKED_K_CHUNK,
     PREFETCH_MIN_GROUPS,
-    TRANSPOSED_PAD,
     linear_packed,
     next_weights,
     transpose_padded,
+    transposed_pad_floats,
 )
 from codegen.kernels.microkernel import MR, rows_width
 from codegen.kernels.vectors import prefetch_run, vector_floats
@@ -20,6 +20,7 @@ from tests.codegen.rules import read_only, zero_bias
 
 NR = numba.njit(lambda: rows_width())()
 W = numba.njit(lambda: vector_floats())()
+PAD = transposed_pad_floats()
 
 
 def blocks_read(k, c0, width):
@@ -32,10 +33,10 @@ def blocks_read(k, c0, width):
         j = 0
         while j < width:
             c = c0 + j
-            room = min(width - j, TRANSPOSED_PAD - c % TRANSPOSED_PAD)
+            room = min(width - j, PAD - c % PAD)
             cols = NR if room >= NR else NR // 2 if room >= NR // 2 else W
-            b0 = (c // TRANSPOSED_PAD * k + kb) * TRANSPOSED_PAD + c % TRANSPOSED_PAD
-            out.append((kb, c, cols, j + cols >= width, b0, b0 + (kc - 1) * TRANSPOSED_PAD + cols))
+            b0 = (c // PAD * k + kb) * PAD + c % PAD
+            out.append((kb, c, cols, j + cols >= width, b0, b0 + (kc - 1) * PAD + cols))
             j += cols
     return out
 
@@ -62,7 +63,7 @@ def test_prefetch_run_reads_nothing_and_stops_at_no_boundary():
 
 
 @pytest.mark.parametrize("m, k, o", [(MR * PREFETCH_MIN_GROUPS, 2 * PACKED_K_CHUNK + 7, 3 * NR + NR // 2),
-                                     (MR * 9 - 1, 700, 2 * TRANSPOSED_PAD + 5),
+                                     (MR * 9 - 1, 700, 2 * PAD + 5),
                                      (MR * 4 + 1, 300, NR + NR // 2 + W - 3), (MR * 20, 40, 5 * NR // 2 + 7)])
 def test_linear_with_prefetched_weights_matches_float64(m, k, o):
     rng = np.random.default_rng(m)

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from codegen.kernels.epilogue import ACTIVATION_CODES
-from codegen.kernels.gemm import TRANSPOSED_PAD, linear_packed, transpose_padded
+from codegen.kernels.gemm import linear_packed, transpose_padded, transposed_pad_floats
 from codegen.kernels.microkernel import (
     MR,
     micro_gemm_a_rows,
@@ -48,6 +48,18 @@ def _a_rows_call(kind, kc, a, a0, lda, lds, b, b0, ldb, c, c0, ldc, accumulate):
         micro_gemm_a_rows_vector(kc, a, a0, lda, lds, b, b0, ldb, c, c0, ldc, accumulate)
 
 
+def test_a_whole_width_call_reads_its_weights_as_one_contiguous_run():
+    """transpose_padded's layout: the rows_width() features of a call at a panel's start (feature c), for
+    reduction steps p, lie one after another (W[c + i, p] at flat index b0 + p * NR + i), so the microkernel
+    streams them; panels wider than its call (64 on AVX2) spread them a row apart and ran 1.2-1.5x slower."""
+    o, k = 3 * NR + W, 40
+    w = np.arange(o * k, dtype=np.float32).reshape(o, k)
+    flat = transpose_padded(w).reshape(-1)
+    for c in range(0, o - NR + 1, NR):
+        b0 = int(np.flatnonzero(flat == w[c, 0])[0])
+        np.testing.assert_array_equal(flat[b0:b0 + k * NR].reshape(k, NR), w[c:c + NR].T)
+
+
 @pytest.mark.parametrize("kind, cols", [(0, NR), (1, NR // 2), (2, W)])
 @pytest.mark.parametrize("lda, lds", [(37, 1), (1, 11)])  # a linear layer's rows; a 1x1 conv's pixels
 @pytest.mark.parametrize("accumulate", [False, True])
@@ -58,13 +70,14 @@ def test_each_width_of_the_a_rows_kernel_writes_its_columns_only(kind, cols, lda
     rng = np.random.default_rng(kind + 3 * lds)
     kc, a0, c0, ldc = 30, 5, 3, NR + 9
     a = rng.standard_normal(a0 + MR * lda * (lds == 1) + kc * lds * (lda == 1) + 64).astype(np.float32)
-    w = rng.standard_normal((2 * TRANSPOSED_PAD, kc)).astype(np.float32)
+    pad = transposed_pad_floats()
+    w = rng.standard_normal((2 * pad, kc)).astype(np.float32)
     wt = transpose_padded(w).reshape(-1)
-    first = TRANSPOSED_PAD - cols if cols < TRANSPOSED_PAD else 0  # the call's columns end a panel
+    first = pad - cols if cols < pad else 0  # the call's columns end a panel
     b0 = first
     c = rng.standard_normal(c0 + MR * ldc + 8).astype(np.float32)
     before = c.copy()
-    _a_rows_call(kind, kc, a, a0, lda, lds, wt, b0, TRANSPOSED_PAD, c, c0, ldc, accumulate)
+    _a_rows_call(kind, kc, a, a0, lda, lds, wt, b0, pad, c, c0, ldc, accumulate)
     rows = np.array([[a[a0 + i * lda + p * lds] for p in range(kc)] for i in range(MR)], np.float64)
     expected = rows @ w[first:first + cols].T.astype(np.float64)
     got = np.array([c[c0 + i * ldc:c0 + i * ldc + cols] for i in range(MR)])
