@@ -23,6 +23,12 @@ W = numba.njit(lambda: vector_floats())()
 PAD = transposed_pad_floats()
 
 
+@numba.njit
+def _next_weights(kb, c, c0, last, k, cols):
+    """next_weights from Python, compiled once (a new jitted lambda a call compiled it 40 x ~10 times)."""
+    return next_weights(kb, c, c0, last, k, cols)
+
+
 def blocks_read(k, c0, width):
     """gemm_row_groups' blocks in its order: (kb, c, columns, last, first flat weight read, one past the
     last). A call reads NR columns, or NR / 2, or one vector: the most that stay in the row and in one panel of
@@ -48,7 +54,7 @@ def test_next_weights_is_the_next_block_read(k, c0, width):
     order = blocks_read(k, c0, width)
     assert sum(cols for _, _, cols, *_ in order) == width * -(-k // PACKED_K_CHUNK)
     for (kb, c, cols, last, _, _), following in zip(order, order[1:] + [None]):
-        start, count = numba.njit(lambda *a: next_weights(*a))(kb, c, c0, last, k, cols)
+        start, count = _next_weights(kb, c, c0, last, k, cols)
         if following is None:
             assert count == 0
         else:
