@@ -64,7 +64,7 @@ SMALL_MATMUL_MACS = 1 << 17
 # transpose_padded's panel width inside a kernel: the widest micro_gemm_a_rows call's columns (rows_width(),
 # 64 on AVX-512, 16 on AVX2), so that a whole call reads its weights as one contiguous stream. Panels 64
 # wide on AVX2 put a 16-wide call's rows 256 bytes apart, a weight chunk's 128 rows on a quarter of L1's sets
-# where A's rows evicted them. linear_packed alone, in-process A/B, Zen 3 EPYC (AVX2), 16 against 64 wide,
+# (shared with A's rows and the sums). linear_packed alone, in-process A/B, Zen 3 EPYC (AVX2), 16 against 64 wide,
 # GFLOP/s: 2048 x 2048 x 2048 79-80 against 69-70 on one thread, 146 against 122 on two; 784 x 768 -> 192
 # 78-80 / 71-74 and 137-149 / 122-137; 136 x 64 -> 192 73-75 / 71-72 and 106-120 / 103-114
 transposed_pad = rows_width

@@ -51,7 +51,7 @@ def _a_rows_call(kind, kc, a, a0, lda, lds, b, b0, ldb, c, c0, ldc, accumulate):
 def test_a_whole_width_call_reads_its_weights_as_one_contiguous_run():
     """transpose_padded's layout: the rows_width() features of a call at a panel's start (feature c), for
     reduction steps p, lie one after another (W[c + i, p] at flat index b0 + p * NR + i), so the microkernel
-    streams them; panels wider than its call (64 on AVX2) spread them a row apart and ran 1.2-1.5x slower."""
+    streams them; panels wider than its call (64 on AVX2) spread them a row apart and ran up to 1.2x slower."""
     o, k = 3 * NR + W, 40
     w = np.arange(o * k, dtype=np.float32).reshape(o, k)
     flat = transpose_padded(w).reshape(-1)
