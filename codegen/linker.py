@@ -59,7 +59,7 @@ from numba.core.typing import Signature
 from numba.extending import NativeValue, intrinsic, lower_builtin, models, register_model, typeof_impl, unbox
 
 from codegen.array_view import IN_NUMPY, INTRINSICS
-from codegen.compile_workers import Job, compile_jobs
+from codegen.compile_workers import Job, compile_cost, compile_jobs
 from codegen.interpreted import run_reference, skipped_when_linking
 from codegen.numba_cache import load_cached
 from ir.errors import LinkError
@@ -278,8 +278,18 @@ def _compiled(dispatcher: Dispatcher, argtypes: tuple[types.Type, ...]):
 
 def _compile_missing(namespace: dict, entry_points: dict[str, tuple], wanted: list[Job]) -> None:
     """Compile, on every core at once (codegen/compile_workers.py), the kernels the entry functions
-    call that are neither in memory nor in numba's cache: found by a dry run of each, whose
-    kernels return None (a run cut short by that still finds the calls before the cut)."""
+    call that are neither in memory nor in numba's cache (_missing)."""
+    missing, by_name = _missing(namespace, entry_points, wanted)
+    if missing:
+        missing.sort(key=lambda job: compile_cost(by_name[job.module, job.qualname]), reverse=True)
+        compile_jobs(missing, lambda job: by_name[job.module, job.qualname].compile(job.argtypes))
+
+
+def _missing(namespace: dict, entry_points: dict[str, tuple],
+             wanted: list[Job]) -> tuple[list[Job], dict[tuple[str, str], Dispatcher]]:
+    """The kernels the entry functions call that are neither in memory nor in numba's cache, found by
+    a dry run of each, whose kernels return None (a run cut short by that still finds the calls before
+    the cut); and the dispatchers of the namespace by (module, qualname)."""
     _Recorder.dry = True
     try:
         for name, arguments in entry_points.items():
@@ -293,8 +303,38 @@ def _compile_missing(namespace: dict, entry_points: dict[str, tuple], wanted: li
     by_name = {(d.py_func.__module__, d.py_func.__qualname__): d for d in dispatchers.values()}
     missing = [job for job in wanted if job.argtypes not in by_name[job.module, job.qualname].overloads
                and not _cached_on_disk(by_name[job.module, job.qualname], job.argtypes)]
-    if missing:
-        compile_jobs(missing, lambda job: by_name[job.module, job.qualname].compile(job.argtypes))
+    return missing, by_name
+
+
+def missing_kernels(source: str, module: ModuleType,
+                    entry_points: dict[str, tuple]) -> list[tuple[Job, Dispatcher]]:
+    """What link(source, module, entry_points) would compile: each kernel and signature its entry
+    functions call that is neither in memory nor in numba's cache, with its dispatcher. Nothing
+    compiles (compiler/warmup.py gathers these over many models and compiles them at once)."""
+    _, namespace, wanted = _recording_namespace(source, module, [])
+    missing, by_name = _missing(namespace, entry_points, wanted)
+    return [(job, by_name[job.module, job.qualname]) for job in missing]
+
+
+def _recording_namespace(source: str, module: ModuleType,
+                         recorded: list[_Call]) -> tuple[ast.Module, dict, list[Job]]:
+    """source parsed, and executed (undecorated: plain Python) in a namespace where each of module's
+    jitted functions is a _Recorder (its calls go to `recorded`; a dry run's jobs to the returned list)."""
+    filename = f"<unlinked {module.__name__}>"
+    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)  # numba's error messages
+    tree = ast.parse(source, filename)
+    for node in tree.body:  # typed as plain functions: the decorators would compile them
+        if isinstance(node, ast.FunctionDef):
+            node.decorator_list = []
+    wanted: list[Job] = []
+    namespace = {k: _Recorder(k, v, recorded, wanted) if isinstance(v, Dispatcher) else v
+                 for k, v in vars(module).items()}
+    exec(compile(tree, filename, "exec"), namespace)  # noqa: S102 - our own generated code
+    for k, v in list(namespace.items()):  # array_view's intrinsics, as numpy
+        namespace[k] = next((IN_NUMPY[name] for name, f in INTRINSICS.items() if v is f), v)
+        if v is run_reference:  # interpreted nodes would read what no kernel wrote
+            namespace[k] = skipped_when_linking
+    return tree, namespace, wanted
 
 
 def _stand_in(kind: types.Type, where: str, name: str):
@@ -338,26 +378,12 @@ def link(source: str, module: ModuleType, entry_points: dict[str, tuple]) -> Lin
     (arrays of the right types, shapes and dtypes: link() runs it once in Python with kernels
     that only record their calls). The linked source needs `module` no more: it gets its
     kernels from the table (bind(module, table))."""
-    filename = f"<unlinked {module.__name__}>"
-    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)  # numba's error messages
-    tree = ast.parse(source, filename)
-    for node in tree.body:  # typed as plain functions: the decorators would compile them
-        if isinstance(node, ast.FunctionDef):
-            node.decorator_list = []
     recorded: list[_Call] = []
-    wanted: list[Job] = []
-    namespace = {k: _Recorder(k, v, recorded, wanted) if isinstance(v, Dispatcher) else v
-                 for k, v in vars(module).items()}
-    exec(compile(tree, filename, "exec"), namespace)  # noqa: S102 - our own generated code
-    for k, v in list(namespace.items()):  # array_view's intrinsics, as numpy
-        namespace[k] = next((IN_NUMPY[name] for name, f in INTRINSICS.items() if v is f), v)
-        if v is run_reference:  # interpreted nodes would read what no kernel wrote
-            namespace[k] = skipped_when_linking
-
+    tree, namespace, wanted = _recording_namespace(source, module, recorded)
     functions = {node.name: node for node in tree.body if isinstance(node, ast.FunctionDef)}
     for name in entry_points:
         if name not in functions:
-            raise LinkError(f"{filename} defines no function {name}")
+            raise LinkError(f"<unlinked {module.__name__}> defines no function {name}")
     _compile_missing(namespace, entry_points, wanted)
     calls: dict[str, list[_Call]] = {}
     for name, arguments in entry_points.items():

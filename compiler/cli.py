@@ -210,7 +210,8 @@ def cmd_warmup(args: argparse.Namespace) -> int:
             bar.update()
 
         report = warmup(on_graph=step)
-    print(f"the kernel library is compiled for this CPU ({report.graphs} graphs' kernels, {report.seconds:.1f} s); "
+    print(f"the kernel library is compiled for this CPU ({report.graphs} graphs' kernels: {report.kernels} "
+          f"compiled now, the others were cached; {report.seconds:.1f} s); "
           f"numba caches it beside the package's kernels")
     return 0
 

@@ -33,17 +33,25 @@ def warmup_graphs() -> list[tuple[str, Graph]]:
 @dataclass(frozen=True)
 class WarmupReport:
     graphs: int
+    kernels: int  # kernel signatures compiled (the others were in numba's cache already)
     seconds: float
 
 
 def warmup(on_graph: Callable[[str], None] | None = None, names: list[str] | None = None) -> WarmupReport:
     """Compile (or find in numba's cache) every kernel the warmup graphs call (names: only these graphs).
-    on_graph(name) is called as each graph starts (a progress display)."""
+    on_graph(name) is called as each graph starts (a progress display).
+
+    First the kernels every graph is missing, gathered by dry runs of the graphs' forwards (each graph
+    takes well under a second); then all of them compiled at once on every core, longest first
+    (codegen/compile_workers.py's compile_cost), so that no core waits for another between graphs."""
+    from codegen.compile_workers import compile_cost, compile_jobs
     from codegen.emitter import generate_module  # imports numba: only here
-    from compiler.numba_backend import sample_arguments, write_modules
+    from codegen.linker import missing_kernels
+    from compiler.numba_backend import KERNELS, import_file, sample_arguments, write_atomic
 
     start = time.perf_counter()
     graphs = [(name, graph) for name, graph in warmup_graphs() if names is None or name in names]
+    missing = {}
     with tempfile.TemporaryDirectory(prefix="pnnx_jit_warmup_") as scratch:
         for name, graph in graphs:
             if on_graph:
@@ -51,9 +59,14 @@ def warmup(on_graph: Callable[[str], None] | None = None, names: list[str] | Non
             generated = generate_module(graph, comment=name)
             digest = hashlib.sha256((generated.kernels + generated.forward).encode()).hexdigest()[:16]
             directory = Path(scratch) / digest
-            directory.mkdir()
-            weights = list(generated.weights.arrays.values())
-            # linking types every kernel call and compiles the kernels numba's cache does not have
-            write_modules(generated, directory, f"pnnx_jit_warmup_{digest}",
-                          sample_arguments(graph, weights, generated.plan.arena_bytes), profile=False)
-    return WarmupReport(len(graphs), time.perf_counter() - start)
+            directory.mkdir(exist_ok=True)
+            write_atomic(directory / KERNELS, generated.kernels)
+            kernels = import_file(directory / KERNELS, f"pnnx_jit_warmup_{digest}_kernels")
+            arguments = sample_arguments(graph, list(generated.weights.arrays.values()), generated.plan.arena_bytes)
+            for job, dispatcher in missing_kernels(generated.forward, kernels, {"forward": arguments}):
+                missing.setdefault(job, dispatcher)
+        jobs = sorted(missing, key=lambda job: compile_cost(missing[job]), reverse=True)
+        if jobs:
+            compile_jobs(jobs, lambda job: missing[job].compile(job.argtypes))
+    return WarmupReport(len(graphs), len(jobs), time.perf_counter() - start)
+

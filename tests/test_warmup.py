@@ -4,6 +4,7 @@ the library (numba loads them all from its cache)."""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -44,6 +45,10 @@ def test_after_warmup_a_fresh_process_compiles_no_library_kernel(tmp_path):
     assert warmed.returncode == 0, warmed.stderr
     library = {d for d in _saved_dirs(warmed.stdout, cache) if d.startswith("kernels_")}
     assert library  # the linear kernels were compiled, into the empty cache
+    assert int(re.search(r"kernels=(\d+)", warmed.stdout)[1]) >= 2, warmed.stdout  # linear and linear_packed at least
+    again = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=900)
+    assert again.returncode == 0, again.stderr
+    assert "kernels=0," in again.stdout and not _saved_dirs(again.stdout, cache), again.stdout  # all found cached
     done = subprocess.run([sys.executable, "-c", COMPILE, str(export_zoo("mlp", batch=4))], env=env,
                           capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stderr

@@ -282,7 +282,7 @@ def _reorder_task(m, xf, of, segments, c_n, cb_n, hw, b, into, parts, run):
 
 
 @numba.njit(**SEQ)
-def conv1x1_blocked(x, wt, bias, residual, out, stride, act, alpha, beta, post, post_alpha, post_beta, out_channels=0):
+def conv1x1_blocked(x, wt, bias, residual, out, stride, act, alpha, beta, post, post_alpha, post_beta, out_channels):
     """out = post(act(conv1x1(x, W) + bias) + residual) on the blocked layout, unpadded, any stride: x (N,
     C / B, H, W, B), wt = conv_channels.pack_channel_panels(W, B) (O / B, C, B), out and residual (N, O /
     B, OH, OW, B) (residual None or empty for none; it may be out itself), B = taps_width(). The input
@@ -298,7 +298,7 @@ def conv1x1_blocked(x, wt, bias, residual, out, stride, act, alpha, beta, post, 
 
 @numba.njit(**SEQ)
 def conv1x1_blocked_prologue(x, scale, shift, in_act, wt, bias, residual, out, stride, act, alpha, beta, post,
-                             post_alpha, post_beta, out_channels=0):
+                             post_alpha, post_beta, out_channels):
     """conv1x1_blocked of in_act(x * scale + shift) (in_act 1: ReLU, 0: none), scale and shift one value per
     lane of x (zeros in its padding lanes): a BatchNorm and ReLU before the conv, DenseNet's norm1 and relu1
     (fused_affine_conv2d). Each task applies it to its chunk's input pixels into scratch, then reads them
@@ -584,7 +584,7 @@ _pixel_out_half = _pixel_out_intrinsic(True)
 
 @numba.njit(**SEQ)
 def conv2d_blocked(x, wt, bias, residual, out, kernel, stride, padding, dilation,
-                   act, alpha, beta, post, post_alpha, post_beta, out_channels=0, group_lanes=0):
+                   act, alpha, beta, post, post_alpha, post_beta, out_channels, group_lanes):
     """out = post(act(conv2d(x, W) + bias) + residual) on the blocked layout, ungrouped: x (N, C / B, H,
     W, B), wt = pack_channel_panels(W, B) (O / B, C * KH * KW, B), out and residual (N, O / B, OH, OW,
     B); padding (top, left, bottom, right) zeros. Tasks: (image, band of MR-pixel groups, group of
@@ -619,7 +619,7 @@ def conv2d_blocked(x, wt, bias, residual, out, kernel, stride, padding, dilation
 
 @numba.njit(**SEQ)
 def conv2d_blocked_nchw(x, wt, bias, residual, out, kernel, stride, padding, dilation,
-                        act, alpha, beta, post, post_alpha, post_beta, out_channels=0):
+                        act, alpha, beta, post, post_alpha, post_beta, out_channels):
     """conv2d_blocked of an NCHW x (N, C, H, W) into the blocked layout: a chain's first conv on an image's
     few channels (a stem's 3), whose input would take B lanes a pixel blocked. Each task gathers its band's
     rows of each channel as a plane of the scratch (a window's pixels one float apart, sharing cache lines),

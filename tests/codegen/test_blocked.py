@@ -117,7 +117,7 @@ def run(x, w, bias, residual, act, post, out_hw, stride=(1, 1), padding=(0, 0, 0
     if w.shape[2:] == (1, 1) and padding == (0, 0, 0, 0):
         conv1x1_blocked(blocked(x), wt, bias, res, out, stride, *codes, out_channels)
     else:
-        conv2d_blocked(blocked(x), wt, bias, res, out, w.shape[2:], stride, padding, dilation, *codes, out_channels)
+        conv2d_blocked(blocked(x), wt, bias, res, out, w.shape[2:], stride, padding, dilation, *codes, out_channels, 0)
     return unblocked(out, o)
 
 
@@ -249,7 +249,7 @@ def test_strided_1x1_blocked_conv_matches_float64_read_in_place_or_compacted(c, 
     codes = ACTIVATION_CODES["relu"], 0.0, 0.0, 0, 0.0, 0.0
     wt = read_only(pack_channel_panels(pad_to_blocks(w, B), B))
     conv1x1_blocked(nan_padded(x) if c % B else blocked(x), wt, block_bias(bias, o), blocked(residual), out, stride,
-                    *codes)
+                    *codes, 0)
     expected = reference(x, w, bias, residual, "relu", "none", stride)
     np.testing.assert_allclose(unblocked(out, o), expected, rtol=1e-5, atol=1e-5)
 
@@ -401,8 +401,9 @@ def test_a_conv_in_groups_of_half_blocks_runs_an_activation_of_more_passes_over_
                                          residual[:, i * g:(i + 1) * g], act, "none", (1, 1), (1, 1, 1, 1))
                                for i in range(groups)], axis=1)
     out = np.full((n, blocks(c), 9, 9, B), np.nan, np.float32)
-    conv2d_blocked(blocked(x), pack_grouped_blocked(w, groups, B), block_bias(bias, c), blocked(residual), out,
-                   (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), ACTIVATION_CODES[act], 0.0, 0.0, 0, 0.0, 0.0, c, g)
+    wt = read_only(pack_grouped_blocked(w, groups, B))
+    conv2d_blocked(blocked(x), wt, block_bias(bias, c), blocked(residual), out, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1),
+                   ACTIVATION_CODES[act], 0.0, 0.0, 0, 0.0, 0.0, c, g)
     np.testing.assert_allclose(unblocked(out, c), expected, rtol=1e-5, atol=1e-5)
 
 
@@ -419,7 +420,7 @@ def test_grouped_blocked_convs_refuse_groups_that_are_no_whole_blocks_half_ones_
     with pytest.raises(ValueError, match="neither whole blocks"):
         pack_grouped_blocked(np.zeros((48, 6, 3, 3), np.float32), 8, B)
     x = blocked(np.zeros((1, 2 * B, 5, 5), np.float32))
-    wt = pack_grouped_blocked(np.zeros((2 * B, B, 3, 3), np.float32), 2, B)
+    wt = read_only(pack_grouped_blocked(np.zeros((2 * B, B, 3, 3), np.float32), 2, B))
     for lanes, o in [(2 * B, 2 * B), (B, 3 * B), (B // 2, 2 * B), (B // 4, 2 * B)]:
         out = np.zeros((1, blocks(o), 5, 5, B), np.float32)
         with pytest.raises(ValueError, match="mismatched"):
@@ -479,10 +480,10 @@ def test_blocked_convs_refuse_blocks_of_another_width():
     w = read_only(pack_channel_panels(np.zeros((2 * B, 2 * B, 1, 1), np.float32), 2 * B))
     out = np.zeros((1, 1, 4, 4, 2 * B), np.float32)
     with pytest.raises(ValueError, match="blocks of another width"):
-        conv1x1_blocked(x, w, zero_bias(2 * B), out[:0], out, (1, 1), 0, 0.0, 0.0, 0, 0.0, 0.0)
+        conv1x1_blocked(x, w, zero_bias(2 * B), out[:0], out, (1, 1), 0, 0.0, 0.0, 0, 0.0, 0.0, 0)
     with pytest.raises(ValueError, match="blocks of another width"):
         conv2d_blocked(x, w, zero_bias(2 * B), out[:0], out, (1, 1), (1, 1), (0, 0, 0, 0), (1, 1),
-                       0, 0.0, 0.0, 0, 0.0, 0.0)
+                       0, 0.0, 0.0, 0, 0.0, 0.0, 0, 0)
 
 
 # (n, channels in blocks, out channels in blocks, (h, w), (top, left) padding): whole tiles, an odd
@@ -592,7 +593,7 @@ def run_depthwise(x, w, bias, residual, act, post, stride, padding, dilation, ou
     out = np.full((n, blocks(c), *out_hw, B), np.nan, np.float32) if out is None else out
     codes = ACTIVATION_CODES[act], -0.5, 0.75, ACTIVATION_CODES[post], 0.0, 0.0
     wd = read_only(pack_depthwise_blocked(w, B))
-    depthwise_blocked(blocked(x), wd, None if bias is None else block_bias(bias, c),
+    depthwise_blocked(blocked(x), wd, block_bias(bias, c),  # zeros for no bias, as a forward passes
                       out[:0] if residual is None else residual, out, w.shape[2:], stride, padding, dilation, *codes)
     return unblocked(out, c)
 
@@ -788,16 +789,16 @@ def test_blocked_reductions_skip_the_lanes_padding_the_inputs_last_block(kind):
     codes = ACTIVATION_CODES["relu"], 0.0, 0.0, 0, 0.0, 0.0
     want = reference(x, w, bias, None, "relu", "none", stride, padding)
     if kind == "1x1":
-        conv1x1_blocked(xb, wt, block_bias(bias, o), out[:0], out, stride, *codes)
+        conv1x1_blocked(xb, wt, block_bias(bias, o), out[:0], out, stride, *codes, 0)
     elif kind == "1x1 prologue":
         rng = np.random.default_rng(1)
         scale, shift = rng.uniform(0.5, 1.5, c).astype(np.float32), rng.standard_normal(c).astype(np.float32)
         conv1x1_blocked_prologue(xb, read_only(pad_bias(scale, B)), read_only(pad_bias(shift, B)), 1, wt,
-                                 block_bias(bias, o), out[:0], out, stride, *codes)
+                                 block_bias(bias, o), out[:0], out, stride, *codes, 0)
         normed = np.maximum(x.astype(np.float64) * scale[None, :, None, None] + shift[None, :, None, None], 0)
         want = reference(normed, w, bias, None, "relu", "none", stride)
     elif kind.startswith("3x3"):
-        conv2d_blocked(xb, wt, block_bias(bias, o), out[:0], out, kernel, stride, padding, (1, 1), *codes)
+        conv2d_blocked(xb, wt, block_bias(bias, o), out[:0], out, kernel, stride, padding, (1, 1), *codes, 0, 0)
     elif kind.startswith("winograd"):
         winograd_blocked(xb, read_only(pack_winograd_blocked(w, B, int(kind[-1]))), block_bias(bias, o), out[:0], out,
                          1, 1, *codes)
@@ -906,14 +907,14 @@ def test_a_blocked_conv_takes_a_weight_over_every_lane_of_the_input():
     for packed in (pad_to_blocks(w, B), every):
         out = np.full((1, 1, 7, 6, B), np.nan, np.float32)
         conv1x1_blocked(blocked(x), read_only(pack_channel_panels(packed, B)), block_bias(bias, o), out[:0], out,
-                        (1, 1), 0, 0.0, 0.0, 0, 0.0, 0.0)
+                        (1, 1), 0, 0.0, 0.0, 0, 0.0, 0.0, 0)
         outs.append(out)
     np.testing.assert_allclose(outs[0], outs[1], rtol=1e-6, atol=1e-6)
     out = outs[0]
     for lanes in (2 * B + 1, B):
         wide = read_only(pack_channel_panels(np.zeros((o, lanes, 1, 1), np.float32), B))
         with pytest.raises(ValueError, match="mismatched shapes"):
-            conv1x1_blocked(blocked(x), wide, block_bias(bias, o), out[:0], out, (1, 1), 0, 0.0, 0.0, 0, 0.0, 0.0)
+            conv1x1_blocked(blocked(x), wide, block_bias(bias, o), out[:0], out, (1, 1), 0, 0.0, 0.0, 0, 0.0, 0.0, 0)
 
 
 # (n, c, m, hw, kernel, stride, padding): MobileNetV2's 3x3 stride 1 and 2, EfficientNet's 5x5 stride 2,
@@ -1031,7 +1032,7 @@ def test_a_1x1_conv_after_a_per_channel_affine_matches_float64(n, c, o, hw, stri
     conv1x1_blocked_prologue(blocked(x), read_only(pad_bias(scale, B)), read_only(pad_bias(shift, B)),
                              int(in_act == "relu"), read_only(pack_channel_panels(pad_to_blocks(w, B), B)),
                              block_bias(bias, o), out[:0] if residual is None else blocked(residual), out, stride,
-                             ACTIVATION_CODES[act], 0.0, 0.0, 0, 0.0, 0.0)
+                             ACTIVATION_CODES[act], 0.0, 0.0, 0, 0.0, 0.0, 0)
     normed = ACTS[in_act](x.astype(np.float64) * scale[None, :, None, None] + shift[None, :, None, None])
     want = reference(normed, w, bias, residual, act, "none", stride)
     np.testing.assert_allclose(unblocked(out, o), want, rtol=1e-4, atol=2e-5)
@@ -1044,7 +1045,7 @@ def test_a_prologue_of_another_length_than_the_lanes_is_refused():
     with pytest.raises(ValueError, match="one value per lane"):
         conv1x1_blocked_prologue(x, read_only(np.ones(B - 1, np.float32)), zero_bias(B - 1), 1,
                                  read_only(np.zeros((1, B, B), np.float32)), zero_bias(B), out[:0], out, (1, 1),
-                                 0, 0.0, 0.0, 0, 0.0, 0.0)
+                                 0, 0.0, 0.0, 0, 0.0, 0.0, 0)
 
 
 # (n, c, o, hw, kernel, stride, padding, dilation): MobileNet's and EfficientNet's stem, AlexNet's 11x11 stride 4,
@@ -1074,7 +1075,7 @@ def test_a_stem_conv_from_an_nchw_input_matches_float64(n, c, o, hw, kernel, str
     out = np.full((n, blocks(o), *out_hw, B), np.nan, np.float32)
     conv2d_blocked_nchw(x, read_only(pack_channel_panels(w, B)), block_bias(bias, o),
                         out[:0] if residual is None else blocked(residual), out, kernel, stride, padding, dilation,
-                        ACTIVATION_CODES[act], -0.5, 0.75, 0, 0.0, 0.0)
+                        ACTIVATION_CODES[act], -0.5, 0.75, 0, 0.0, 0.0, 0)
     want = reference(x, w, bias, residual, act, "none", stride, padding, dilation)
     np.testing.assert_allclose(unblocked(out, o), want, rtol=1e-4, atol=2e-5)
     assert np.all(padding_lanes(out, o) == 0)

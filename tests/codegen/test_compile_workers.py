@@ -138,3 +138,39 @@ def test_an_error_here_stops_the_workers_and_propagates(monkeypatch):
     with pytest.raises(KeyboardInterrupt):
         compile_jobs([Job("codegen.kernels.pool", "pool2d", (i,)) for i in range(3)], fail)
     assert started and all(p.poll() is not None for p in started)  # killed, not left running
+
+
+def test_compile_cost_counts_the_jitted_functions_a_kernel_reaches():
+    """The order jobs start in (longest first): a kernel's own source and its jitted callees', each once."""
+    import inspect
+
+    from codegen.compile_workers import compile_cost
+    from codegen.kernels import blocked, control, conv_packed
+
+    own = len(inspect.getsource(control.check_stop.py_func))
+    assert compile_cost(control.check_stop) == own  # calls no jitted function
+    conv = compile_cost(blocked.conv1x1_blocked_prologue)
+    assert conv > 4 * len(inspect.getsource(blocked.conv1x1_blocked_prologue.py_func))  # its callees count
+    assert compile_cost(conv_packed.conv2d_packed) > conv > 10 * own
+
+
+def test_jobs_go_longest_first_but_apart_from_a_module_another_process_compiles():
+    """_Shared.take: a worker takes library kernels only, in the order given (the longest first), but one of a
+    module no other process is compiling before one of such a module (they share callees, which the first to
+    compile them caches for the other); the main process takes the kernels only it can compile first."""
+    from codegen.compile_workers import LIBRARY, _Shared
+
+    def job(module, name):
+        return Job(module if module.startswith("pnnx") else LIBRARY + module, name, ())
+
+    jobs = [job("blocked", "a"), job("blocked", "b"), job("conv_packed", "c"), job("pnnx_jit_ew_1", "e"),
+            job("blocked", "d")]
+    shared = _Shared(list(jobs))
+    first = shared.take(for_worker=True)
+    assert first.qualname == "a"
+    here = shared.take(for_worker=False)
+    assert here.qualname == "e"  # the generated kernel: no worker can import it
+    assert shared.take(for_worker=False, done=here).qualname == "c"  # blocked is being compiled by the worker
+    assert shared.take(for_worker=True, done=first).qualname == "b"  # blocked's "a" is done: in order again
+    assert shared.take(for_worker=True).qualname == "d"
+    assert shared.take(for_worker=True) is None and shared.take(for_worker=False) is None

@@ -657,8 +657,9 @@ def test_1x1_convs_on_a_batch_of_small_images_tile_across_images(n, c, o, side, 
     ref = then(first(v) + res.astype(np.float64))
     out = res.copy() if residual == "output" else np.full(res.shape, np.nan, np.float32)
     alpha, beta = (-0.5, 0.75) if act == "clamp" else (0.0, 0.0)
-    conv1x1_packed(x, read_only(pack_weights(wt, 1)), bias, out if residual == "output" else res, out, (1, 1), (1, 1),
-                   (0, 0, 0, 0), (1, 1), ACTIVATION_CODES[act], alpha, beta, ACTIVATION_CODES[post], 0.0, 0.0, None)
+    conv1x1_packed(x, read_only(pack_weights(wt, 1)), read_only(bias), out if residual == "output" else res, out,
+                   (1, 1), (1, 1), (0, 0, 0, 0), (1, 1), ACTIVATION_CODES[act], alpha, beta, ACTIVATION_CODES[post],
+                   0.0, 0.0, None)
     np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-4)
     if target_vector_floats() == 8:  # (AVX-512 reads two panels a call in place: no packing, no spanned tiles)
         assert spans_images(n, 1, side * side, c, -(-o // 6), True, 0)
@@ -704,7 +705,7 @@ def test_strided_convs_with_large_phase_planes_pack_their_pixels(n, o, act, resi
     v = np.einsum("ncyxij,ocij->noyx", windows, wt.astype(np.float64)) + bias[:, None, None]
     ref = {"relu": lambda a: np.maximum(a, 0), "silu": _silu}[act](v) + (res if residual else 0)
     out = np.full(ref.shape, np.nan, np.float32)
-    conv2d_packed(x, read_only(pack_weights(wt, 1)), bias, res if residual else out[:0], out, (3, 3), (2, 2),
+    conv2d_packed(x, read_only(pack_weights(wt, 1)), read_only(bias), res if residual else out[:0], out, (3, 3), (2, 2),
                   (1, 1, 1, 1), (1, 1), ACTIVATION_CODES[act], 0.0, 0.0, 0, 0.0, 0.0, None)
     np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-4)
     if target_vector_floats() == 8:  # (AVX-512 reads two panels a call in place: no packing)

@@ -7,6 +7,7 @@ import torch.nn as nn
 
 from ir.op_registry import get_op
 from ir.types import TensorType
+from tests.codegen.rules import read_only
 from tests.optest import check_module
 
 
@@ -189,13 +190,13 @@ def test_lstm_kernel_on_packed_raw_and_float64_weights(packed, dtype, batch, hid
     def stacked(name):
         return np.stack([params[name].detach().numpy(), params[name + "_reverse"].detach().numpy()]).astype(dtype)
 
-    w_ih, w_hh = stacked("weight_ih_l0"), stacked("weight_hh_l0")
-    if packed:
-        w_ih, w_hh = pack_directions(w_ih), pack_directions(w_hh)
+    w_ih, w_hh, b_ih, b_hh = (stacked(f"{kind}_l0") for kind in ("weight_ih", "weight_hh", "bias_ih", "bias_hh"))
+    if packed:  # as a forward passes its constants: read-only (and so the signature a model with states compiles)
+        w_ih, w_hh, b_ih, b_hh = map(read_only, (pack_directions(w_ih), pack_directions(w_hh), b_ih, b_hh))
     h0 = np.zeros((2, batch, hidden), dtype)
     y, h_n, c_n = np.empty((batch, 6, 2 * hidden), dtype), np.empty_like(h0), np.empty_like(h0)
-    recurrent_layer(KIND_CODES["lstm"], x.numpy().astype(dtype), h0, h0.copy(), w_ih, w_hh,
-                    stacked("bias_ih_l0"), stacked("bias_hh_l0"), w_hh[:0], y, h_n, c_n, True)
+    recurrent_layer(KIND_CODES["lstm"], x.numpy().astype(dtype), h0, h0.copy(), w_ih, w_hh, b_ih, b_hh, w_hh[:0],
+                    y, h_n, c_n, True)
     tol = 1e-5 if dtype == np.float32 else 1e-12
     np.testing.assert_allclose(y, y_ref.detach().numpy(), rtol=tol, atol=tol)
     np.testing.assert_allclose(h_n, h_ref.detach().numpy(), rtol=tol, atol=tol)
