@@ -36,7 +36,10 @@ import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
+
+if TYPE_CHECKING:
+    from numba.core.dispatcher import Dispatcher
 
 log = logging.getLogger(__name__)
 
@@ -138,13 +141,13 @@ class _Shared:
             if self.stopped:
                 return None
             fits = [i for i, job in enumerate(self.pending) if job.module.startswith(LIBRARY) or not for_worker]
-            if not for_worker:
-                fits.sort(key=lambda i: self.pending[i].module.startswith(LIBRARY))  # stable: in order otherwise
-            for i in sorted(fits, key=lambda i: self.running[self.pending[i].module] > 0) if fits else ():
-                job = self.pending.pop(i)
-                self.running[job.module] += 1
-                return job
-        return None
+            if not fits:
+                return None
+            job = self.pending.pop(min(fits, key=lambda i: (  # the first of the best: in order otherwise
+                self.running[self.pending[i].module] > 0,
+                not for_worker and self.pending[i].module.startswith(LIBRARY))))
+            self.running[job.module] += 1
+            return job
 
     def start_worker(self) -> subprocess.Popen | None:
         root = str(Path(__file__).resolve().parents[1])  # where `codegen` is imported from here
@@ -205,11 +208,11 @@ def _feed_worker(shared: _Shared) -> None:
         worker.wait()
 
 
-def compile_cost(dispatcher) -> int:
+def compile_cost(dispatcher: Dispatcher) -> int:
     """A kernel's compile time, roughly: the length of the source of its function and of every jitted
     function it reaches through its module's globals (correlation 0.79 with the measured times of the
     library's kernels). Jobs sorted by it, longest first, keep every process busy to the end."""
-    from numba.core.dispatcher import Dispatcher
+    from numba.core.dispatcher import Dispatcher  # at run time: this module imports numba lazily
 
     seen: set[int] = set()
 
@@ -234,6 +237,12 @@ def compile_cost(dispatcher) -> int:
         return total
 
     return reach(dispatcher.py_func)
+
+
+def compile_kernels(kernels: dict[Job, Dispatcher]) -> None:
+    """compile_jobs of each job's kernel (its dispatcher), the longest (compile_cost) first."""
+    jobs = sorted(kernels, key=lambda job: compile_cost(kernels[job]), reverse=True)
+    compile_jobs(jobs, lambda job: kernels[job].compile(job.argtypes))
 
 
 def compile_job(job: Job) -> None:

@@ -59,7 +59,7 @@ from numba.core.typing import Signature
 from numba.extending import NativeValue, intrinsic, lower_builtin, models, register_model, typeof_impl, unbox
 
 from codegen.array_view import IN_NUMPY, INTRINSICS
-from codegen.compile_workers import Job, compile_cost, compile_jobs
+from codegen.compile_workers import Job, compile_kernels
 from codegen.interpreted import run_reference, skipped_when_linking
 from codegen.numba_cache import load_cached
 from ir.errors import LinkError
@@ -281,8 +281,7 @@ def _compile_missing(namespace: dict, entry_points: dict[str, tuple], wanted: li
     call that are neither in memory nor in numba's cache (_missing)."""
     missing, by_name = _missing(namespace, entry_points, wanted)
     if missing:
-        missing.sort(key=lambda job: compile_cost(by_name[job.module, job.qualname]), reverse=True)
-        compile_jobs(missing, lambda job: by_name[job.module, job.qualname].compile(job.argtypes))
+        compile_kernels({job: by_name[job.module, job.qualname] for job in missing})
 
 
 def _missing(namespace: dict, entry_points: dict[str, tuple],

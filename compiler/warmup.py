@@ -43,8 +43,8 @@ def warmup(on_graph: Callable[[str], None] | None = None, names: list[str] | Non
 
     First the kernels every graph is missing, gathered by dry runs of the graphs' forwards (each graph
     takes well under a second); then all of them compiled at once on every core, longest first
-    (codegen/compile_workers.py's compile_cost), so that no core waits for another between graphs."""
-    from codegen.compile_workers import compile_cost, compile_jobs
+    (codegen/compile_workers.py's compile_kernels), so that no core waits for another between graphs."""
+    from codegen.compile_workers import compile_kernels
     from codegen.emitter import generate_module  # imports numba: only here
     from codegen.linker import missing_kernels
     from compiler.numba_backend import KERNELS, import_file, sample_arguments, write_atomic
@@ -65,8 +65,7 @@ def warmup(on_graph: Callable[[str], None] | None = None, names: list[str] | Non
             arguments = sample_arguments(graph, list(generated.weights.arrays.values()), generated.plan.arena_bytes)
             for job, dispatcher in missing_kernels(generated.forward, kernels, {"forward": arguments}):
                 missing.setdefault(job, dispatcher)
-        jobs = sorted(missing, key=lambda job: compile_cost(missing[job]), reverse=True)
-        if jobs:
-            compile_jobs(jobs, lambda job: missing[job].compile(job.argtypes))
-    return WarmupReport(len(graphs), len(jobs), time.perf_counter() - start)
+        if missing:
+            compile_kernels(missing)
+    return WarmupReport(len(graphs), len(missing), time.perf_counter() - start)
 
