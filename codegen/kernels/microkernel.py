@@ -173,7 +173,7 @@ def _micro_gemm_codegen(vectors, indirect: bool = False, a_rows: bool = False, p
             if not (indirect or a_rows or a_taps) and width >= PIXEL_PREFETCH_MIN_FLOATS:  # b: pixels
                 for j in range(nv * width // 16):  # the next panel's lines of this row
                     prefetch_ahead(b_row, ir.Constant(i64, PIXEL_PREFETCH_FLOATS + 16 * j))
-            if (a_rows or a_taps and width >= TAPS_PREFETCH_MIN_FLOATS) and B_PREFETCH_ROWS:  # b: a weight's rows
+            if (a_rows or a_taps and width >= TAPS_PREFETCH_MIN_FLOATS) and B_PREFETCH_ROWS and not grouped:
                 ahead = builder.gep(b_row, [builder.mul(ldb_, ir.Constant(i64, B_PREFETCH_ROWS))])
                 for j in range(nv * width // 16):  # each 64-byte line of the row
                     prefetch_ahead(ahead, ir.Constant(i64, 16 * j))
@@ -579,6 +579,67 @@ def micro_gemm_taps_out_grouped_half(typingctx, kc, a, a0, pix, q0, rows, r0, b,
             _micro_gemm_codegen(_half_taps, a_taps=True, epilogue=True, bias_columns=True, grouped=True))
 
 
+
+def _row_taps_codegen(vectors, sw: int, kw: int, dw: int):
+    """LLVM IR of micro_gemm_taps_out_grouped_row (vectors: taps_vectors, or _half_taps for its _half kind)."""
+    def codegen(context, builder, signature, args):
+        st = signature.args
+        kc_, a0_, r0_, b0_, ldb_, c0_, ldc_ = (context.cast(builder, args[i], st[i], types.int64)
+                                               for i in (0, 2, 4, 6, 7, 9, 10))
+        out_args, out_types = args[11:17], st[11:17]
+        width = vector_width(context)
+        nv = vectors(width)
+        f32, i32, i64 = ir.FloatType(), ir.IntType(32), ir.IntType(64)
+        vec = ir.VectorType(f32, width)
+        fma = fma_intrinsic(builder, vec)
+        a_ptr = _data_pointer(context, builder, st[1], args[1], a0_)
+        rows_ptr = _data_pointer(context, builder, st[3], args[3], r0_)
+        b_ptr = _data_pointer(context, builder, st[5], args[5], b0_)
+        c_ptr = _data_pointer(context, builder, st[8], args[8], c0_)
+        pixel = taps_channels(width)  # a pixel's lanes on the layout: the input's block
+        splat_mask = ir.Constant(ir.VectorType(i32, width), [0] * width)
+        readers = {}  # input column u of the window row: the (pixel, column) pairs that read it
+        for i in range(MR):
+            for j in range(kw):
+                readers.setdefault(i * sw + j * dw, []).append((i, j))
+
+        def step(s, accs):  # step s: a (lane, kernel row); its kw columns' weights, each input column once
+            first = builder.mul(s, ir.Constant(i64, kw))
+            a_step = builder.gep(a_ptr, [builder.load(builder.gep(rows_ptr, [first]))])
+            w_row = builder.gep(b_ptr, [builder.mul(first, ldb_)])
+            accs = list(accs)
+            for v in range(nv):  # vector v of the block, one at a time: its kw weights and MR sums in registers
+                weights = [builder.load(builder.bitcast(builder.gep(w_row, [builder.add(
+                    builder.mul(ir.Constant(i64, j), ldb_), ir.Constant(i64, v * width))]), vec.as_pointer()),
+                    align=4) for j in range(kw)]
+                for u, pairs in sorted(readers.items()):  # its group's lane of input column u: v * width on
+                    scalar = builder.load(builder.gep(a_step, [ir.Constant(i64, u * pixel + v * width)]))
+                    lane0 = builder.insert_element(ir.Constant(vec, ir.Undefined), scalar, ir.Constant(i32, 0))
+                    splat = builder.shuffle_vector(lane0, ir.Constant(vec, ir.Undefined), splat_mask)
+                    for i, j in pairs:
+                        accs[i * nv + v] = builder.call(fma, [splat, weights[j], accs[i * nv + v]])
+            return accs
+
+        zero = ir.Constant(vec, [0.0] * width)
+        results = vector_loop(builder, "row_taps", kc_, 1, [zero] * (MR * nv), step)
+        _store_through_epilogue(context, builder, out_args, out_types, results, MR, nv, c_ptr, c0_, ldc_, True)
+        return context.get_dummy_value()
+
+    return codegen
+
+
+def _row_taps_intrinsic(vectors, name: str, doc: str):
+    def typer(typingctx, kc, a, a0, rows, r0, b, b0, ldb, c, c0, ldc, bias, bias0, lo, hi, top, res, sw, kw, dw):
+        if not (_is_f32(a, b, c) and _is_i64(rows) and _is_out_epilogue(bias, res)
+                and all(isinstance(t, types.IntegerLiteral) for t in (sw, kw, dw))):
+            return None
+        return (types.void(kc, a, a0, rows, r0, b, b0, ldb, c, c0, ldc, bias, bias0, lo, hi, top, res, sw, kw, dw),
+                _row_taps_codegen(vectors, sw.literal_value, kw.literal_value, dw.literal_value))
+
+    typer.__doc__, typer.__name__, typer.__qualname__ = doc, name, name
+    return intrinsic(typer)
+
+
 LANE_GROUP_PIXELS = MR // 2  # pixels a call of the lane-group kernels: their inputs stay in registers across a group
 
 
@@ -673,6 +734,18 @@ def micro_gemm_taps_lanes_out(typingctx, kt, a, a0, pix, q0, rows, r0, b, b0, ld
 def _half_taps(width: int) -> int:
     """Vectors per accumulator row of the _half taps kernels: half of micro_gemm_taps'."""
     return taps_vectors(width) // 2
+
+micro_gemm_taps_out_grouped_row = _row_taps_intrinsic(taps_vectors, "micro_gemm_taps_out_grouped_row", """\
+    micro_gemm_taps_out_grouped (groups of one vector: lane v * W + r of the step's pixel for vector v) on MR
+    pixels of one output row, for a window kw columns wide at stride sw and dilation dw (literals): step s of
+    the kc = k / kw is a (lane, kernel row), its first column's offset at rows[r0 + s * kw] (rows as
+    micro_gemm_taps'), its kw columns' weights at b0 + (s * kw + j) * ldb, and pixel i's column j at
+    a[a0 + that + (i * sw + j * dw) * taps_width()] (a0: the first pixel's window). Each input column's lanes
+    are broadcast once a step for every (pixel, column) pair that reads it: 8 broadcasts for 18 of each
+    vector's FMAs at stride 1 and 3 columns, where micro_gemm_taps_grouped broadcasts once an FMA and is bound
+    by the loads (on Zen 5 its FMAs ran at 6 G a second a core in L1, the ungrouped kernel's at 8.6).""")
+micro_gemm_taps_out_grouped_row_half = _row_taps_intrinsic(_half_taps, "micro_gemm_taps_out_grouped_row_half", """\
+    micro_gemm_taps_out_grouped_row on half a panel of channels (j < taps_width() / 2: _half_taps).""")
 
 
 @intrinsic

@@ -41,7 +41,14 @@ from codegen.kernels.blocked import (
 from codegen.kernels.conv_channels import pack_channel_panels
 from codegen.kernels.epilogue import ACTIVATION_CODES
 from codegen.kernels.gemm import PACKED_K_CHUNK
-from codegen.kernels.microkernel import MR, micro_gemm_taps_pixel, micro_gemm_taps_pixel_half, taps_width
+from codegen.kernels.microkernel import (
+    MR,
+    micro_gemm_taps_out_grouped_row,
+    micro_gemm_taps_out_grouped_row_half,
+    micro_gemm_taps_pixel,
+    micro_gemm_taps_pixel_half,
+    taps_width,
+)
 from codegen.kernels.winograd import weight_transform
 from ir.ops.conv import conv_transpose2d
 from ir.ops.layout import blocked_array, lane_groups, vector_groups
@@ -384,6 +391,83 @@ def test_a_conv_in_groups_of_vectors_runs_a_half_filled_last_block_half_wide(gro
         np.testing.assert_allclose(unblocked(out, c), want, rtol=1e-5, atol=1e-5)
         if act == "relu":
             assert np.all(out[:, -1, ..., B // 2:] == (0 if out_channels else 7))
+
+
+@QUARTER
+@pytest.mark.parametrize("kernel, stride, dilation, width", [
+    ((3, 3), (1, 1), (1, 1), 7), ((3, 3), (1, 1), (1, 1), 20), ((3, 3), (2, 2), (1, 1), 27),
+    ((3, 3), (1, 2), (1, 1), 16), ((1, 3), (1, 1), (1, 1), 13), ((5, 3), (2, 1), (1, 1), 14),
+    ((3, 3), (1, 1), (2, 2), 15), ((3, 5), (1, 1), (1, 1), 12), ((3, 3), (3, 3), (1, 1), 25)])
+@pytest.mark.parametrize("groups", [4, 2])  # a whole block; half of one, computed half wide
+def test_a_conv_in_groups_of_vectors_matches_float64_on_every_window_geometry(kernel, stride, dilation, width, groups):
+    """Groups of one vector, MR pixels of one output row at a time where the window is 3 columns wide, undilated, at
+    stride 1 or 2 (micro_gemm_taps_out_grouped_row: each input column broadcast once for the columns that read it),
+    the pixels that straddle rows and the other windows (5 columns, dilated, stride 3) through
+    micro_gemm_taps_out_grouped: against float64 group by group, with bias, ReLU and a residual, on rows of 7 to
+    27 pixels (one row group or several, with tails)."""
+    g = B // 4
+    c = g * groups
+    rng = np.random.default_rng(width)
+    pad = ((kernel[0] - 1) // 2 * dilation[0], (kernel[1] - 1) // 2 * dilation[1]) * 2
+    x = rng.standard_normal((2, c, 9, width)).astype(np.float32)
+    w = (rng.standard_normal((c, g, *kernel)) / np.sqrt(g * kernel[0] * kernel[1])).astype(np.float32)
+    bias = rng.standard_normal(c).astype(np.float32)
+    out_hw = out_size((9, width), kernel, stride, pad, dilation)
+    residual = rng.standard_normal((2, c, *out_hw)).astype(np.float32)
+    want = np.concatenate([reference(x[:, i * g:(i + 1) * g], w[i * g:(i + 1) * g], bias[i * g:(i + 1) * g],
+                                     residual[:, i * g:(i + 1) * g], "relu", "none", stride, pad, dilation)
+                           for i in range(groups)], axis=1)
+    out = np.full((2, blocks(c), *out_hw, B), np.nan, np.float32)
+    conv2d_blocked(blocked(x), read_only(pack_grouped_blocked(w, groups, B)), block_bias(bias, c), blocked(residual),
+                   out, kernel, stride, pad, dilation, ACTIVATION_CODES["relu"], 0.0, 0.0, 0, 0.0, 0.0, c, g)
+    np.testing.assert_allclose(unblocked(out, c), want, rtol=1e-5, atol=1e-5)
+
+
+@QUARTER
+@pytest.mark.parametrize("sw", [1, 2])
+@pytest.mark.parametrize("half", [False, True])
+def test_the_row_kernel_of_a_conv_in_groups_of_vectors_sums_each_pixels_window_columns(sw, half):
+    """micro_gemm_taps_out_grouped_row (and its _half kind) alone: MR pixels of a row, sw apart, each vector of
+    the block over its own group's lanes and the 3 columns of each (lane, kernel row) step, bias and ReLU, against
+    the same sum in float64."""
+    g, kh, kw, pitch = B // 4, 2, 3, 40  # the input: kh rows of `pitch` pixels of B lanes
+    lanes = B // 2 if half else B
+    rng = np.random.default_rng(sw + 2 * half)
+    a = rng.standard_normal(kh * pitch * B).astype(np.float32)
+    steps = g * kh  # (lane, kernel row)
+    rows = np.array([r + i * pitch * B + j * B for r in range(g) for i in range(kh) for j in range(kw)], np.int64)
+    wf = read_only(rng.standard_normal(steps * kw * B).astype(np.float32))
+    bias = read_only(rng.standard_normal(B).astype(np.float32))
+    a0 = 3 * B  # the first pixel's window: column 3
+    want = np.zeros((MR, lanes))
+    for i in range(MR):
+        for v in range(lanes):
+            group = v // g * g
+            for s in range(steps):
+                for j in range(kw):
+                    want[i, v] += (float(a[a0 + rows[s * kw] + (i * sw + j) * B + group])
+                                   * float(wf[(s * kw + j) * B + v]))
+    want = np.maximum(want + bias[:lanes], 0)
+    got = np.full(MR * B, np.nan, np.float32)
+    _row_kernel(half, sw, steps, a, a0, rows, wf, got, bias)
+    np.testing.assert_allclose(got.reshape(MR, B)[:, :lanes], want, rtol=1e-5, atol=1e-5)
+    assert np.isnan(got.reshape(MR, B)[:, lanes:]).all()  # the half kind leaves the other lanes alone
+
+
+@numba.njit
+def _row_kernel(half, sw, steps, a, a0, rows, wf, c, bias):
+    lo, hi, top, res = 0.0, np.inf, -np.inf, c[:0]
+    if half:
+        if sw == 1:
+            micro_gemm_taps_out_grouped_row_half(steps, a, a0, rows, 0, wf, 0, B, c, 0, B, bias, 0, lo, hi, top, res,
+                                                 1, 3, 1)
+        else:
+            micro_gemm_taps_out_grouped_row_half(steps, a, a0, rows, 0, wf, 0, B, c, 0, B, bias, 0, lo, hi, top, res,
+                                                 2, 3, 1)
+    elif sw == 1:
+        micro_gemm_taps_out_grouped_row(steps, a, a0, rows, 0, wf, 0, B, c, 0, B, bias, 0, lo, hi, top, res, 1, 3, 1)
+    else:
+        micro_gemm_taps_out_grouped_row(steps, a, a0, rows, 0, wf, 0, B, c, 0, B, bias, 0, lo, hi, top, res, 2, 3, 1)
 
 
 @pytest.mark.parametrize("act", ["silu", "hardswish"])
