@@ -5,7 +5,8 @@ step is one small product of the hidden state (h @ W_hh^T + b_hh) and the gate a
 row, in loops LLVM vectorises (vmath's sigmoid and tanh). Products by float32 weights known when
 the model compiled run on our microkernel (gemm.linear_packed, the weights laid out in its panels
 then: pack_directions), others through np.dot. The
-steps are sequential; the layer runs on the calling thread (a step's product is a few rows).
+steps are sequential; a bidirectional layer's two directions run on two threads where its steps' products
+are small (recurrent_layer), else the layer runs on the calling thread.
 
 Operands as the op has them, with the direction first. The forward passes empty arrays (the
 emptied() of an array of the same type) for what a kind does not have: c0 and c_n for GRU and RNN,
@@ -29,6 +30,7 @@ from codegen.kernels.gemm import (
     transposed_pad,
 )
 from codegen.kernels.microkernel import MR, half_panels, panel_width
+from codegen.kernels.tasks import run_tasks
 from codegen.kernels.vmath import fast_sigmoid, fast_tanh
 
 LSTM, GRU, RNN_TANH, RNN_RELU = 0, 1, 2, 3
@@ -153,7 +155,10 @@ def _ol_times(a, packed, bias, out, zeros):
 
 @numba.njit(cache=True, nogil=True, error_model="numpy")
 def recurrent_layer(kind, x, h0, c0, w_ih, w_hh, b_ih, b_hh, w_hr, y, h_n, c_n, batch_first):
-    """y, h_n (and c_n) of one layer; x (T, N, I), or (N, T, I) with batch_first; kind: KIND_CODES."""
+    """y, h_n (and c_n) of one layer; x (T, N, I), or (N, T, I) with batch_first; kind: KIND_CODES.
+    Every direction's input projection first (each one product, on the threads where it is large), then the
+    directions' steps, one task each (_direction_steps): on two threads where every step's products are small
+    enough to run on the calling thread (_small_times) and the weights are float32 panels."""
     # (the weights may be panels already: pack_directions)
     directions, width = h0.shape[0], h0.shape[2]  # the hidden state's size: hidden, or an LSTM's proj_size
     hidden = c0.shape[2] if kind == LSTM else width
@@ -164,49 +169,61 @@ def recurrent_layer(kind, x, h0, c0, w_ih, w_hh, b_ih, b_hh, w_hr, y, h_n, c_n, 
     else:
         steps, batch = x.shape[0], x.shape[1]
     rows = x.reshape(steps * batch, features)
-    yf = y.reshape(steps * batch, directions * width)
-    projected = w_hr.shape[0] > 0
-    h_full = np.empty((batch, hidden), x.dtype)
-    gx = np.empty((steps * batch, gate_rows), x.dtype)
-    gh = np.empty((batch, gate_rows), x.dtype)
+    gx = np.empty((directions, steps * batch, gate_rows), x.dtype)
     zeros = np.zeros(max(gate_rows, width), np.float32)  # no bias, for _times
     for d in range(directions):
         # every step's input projection; b_hh adds to the same sum, but for GRU's n gate, whose part r scales
         bias = b_ih[d] + b_hh[d] if kind != GRU else b_ih[d].copy()
-        _times(rows, _pack(w_ih[d]), bias, gx, zeros)
-        w_hh_packed = _pack(w_hh[d])
-        w_hr_packed = _pack(w_hr[d]) if projected else w_hh_packed
-        h = h0[d].copy()
-        c = c0[d].copy() if kind == LSTM else h_full  # (GRU and RNN have no cell state)
-        for step in range(steps):
-            t = steps - 1 - step if d == 1 else step
-            _times(h, w_hh_packed, None, gh, zeros)  # (batch, gate_rows)
-            for n in range(batch):
-                row = gx[n * steps + t] if batch_first else gx[t * batch + n]
-                ghn = gh[n]
-                if kind == LSTM:
-                    for k in range(gate_rows):
-                        ghn[k] += row[k]
-                    _lstm_cell(ghn, c[n], h_full[n], hidden)
-                elif kind == GRU:
-                    for k in range(gate_rows):
-                        ghn[k] += b_hh[d, k]
-                    _gru_cell(row, ghn, h[n], hidden)
-                else:
-                    hn = h[n]
-                    for k in range(hidden):
-                        v = row[k] + ghn[k]
-                        hn[k] = np.tanh(v) if kind == RNN_TANH else (v if v > 0 else v * 0)
+        _times(rows, _pack(w_ih[d]), bias, gx[d], zeros)
+    small = batch * width * gate_rows < PARALLEL_MIN_MACS and batch * hidden * width < PARALLEL_MIN_MACS
+    serial = directions == 1 or not (small and w_hh.ndim == 4)  # (ndim 4: panels; else np.dot's)
+    run_tasks(_direction_steps, directions, (kind, gx, h0, c0, w_hh, b_hh, w_hr, y.reshape(steps * batch, -1), h_n,
+                                             c_n, zeros, (steps, batch, hidden, gate_rows), batch_first), serial)
+
+
+@numba.njit(cache=True, nogil=True, error_model="numpy")
+def _direction_steps(d, kind, gx, h0, c0, w_hh, b_hh, w_hr, yf, h_n, c_n, zeros, dims, batch_first):
+    """Direction d's steps of recurrent_layer (backwards for d = 1), from its input projection gx[d]: each a
+    product of the hidden state (h @ W_hh^T) and the gate arithmetic, row by row; its columns of y, h_n[d]
+    (and c_n[d])."""
+    steps, batch, hidden, gate_rows = dims
+    width = h0.shape[2]
+    projected = w_hr.shape[0] > 0
+    h_full = np.empty((batch, hidden), gx.dtype)
+    gh = np.empty((batch, gate_rows), gx.dtype)
+    w_hh_packed = _pack(w_hh[d])
+    w_hr_packed = _pack(w_hr[d]) if projected else w_hh_packed
+    h = h0[d].copy()
+    c = c0[d].copy() if kind == LSTM else h_full  # (GRU and RNN have no cell state)
+    for step in range(steps):
+        t = steps - 1 - step if d == 1 else step
+        _times(h, w_hh_packed, None, gh, zeros)  # (batch, gate_rows)
+        for n in range(batch):
+            row = gx[d, n * steps + t] if batch_first else gx[d, t * batch + n]
+            ghn = gh[n]
             if kind == LSTM:
-                if projected:
-                    _times(h_full, w_hr_packed, None, h, zeros)
-                else:
-                    h[:] = h_full
-            for n in range(batch):
-                out = yf[n * steps + t] if batch_first else yf[t * batch + n]
+                for k in range(gate_rows):
+                    ghn[k] += row[k]
+                _lstm_cell(ghn, c[n], h_full[n], hidden)
+            elif kind == GRU:
+                for k in range(gate_rows):
+                    ghn[k] += b_hh[d, k]
+                _gru_cell(row, ghn, h[n], hidden)
+            else:
                 hn = h[n]
-                for k in range(width):
-                    out[d * width + k] = hn[k]
-        h_n[d] = h
+                for k in range(hidden):
+                    v = row[k] + ghn[k]
+                    hn[k] = np.tanh(v) if kind == RNN_TANH else (v if v > 0 else v * 0)
         if kind == LSTM:
-            c_n[d] = c
+            if projected:
+                _times(h_full, w_hr_packed, None, h, zeros)
+            else:
+                h[:] = h_full
+        for n in range(batch):
+            out = yf[n * steps + t] if batch_first else yf[t * batch + n]
+            hn = h[n]
+            for k in range(width):
+                out[d * width + k] = hn[k]
+    h_n[d] = h
+    if kind == LSTM:
+        c_n[d] = c

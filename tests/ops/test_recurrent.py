@@ -173,12 +173,14 @@ def test_references_keep_float32():
 
 
 @pytest.mark.parametrize("packed, dtype", [(True, np.float32), (False, np.float32), (False, np.float64)])
-@pytest.mark.parametrize("batch, hidden", [(1, 40), (7, 40), (3, 21), (13, 21)])
+@pytest.mark.parametrize("batch, hidden", [(1, 40), (7, 40), (3, 21), (13, 21), (13, 96)])
 def test_lstm_kernel_on_packed_raw_and_float64_weights(packed, dtype, batch, hidden):
     """recurrent_layer itself: weights laid out at compile time (pack_directions) on the microkernel,
     raw float32 weights (a weight computed in the graph) and float64 through np.dot; against torch.
     160 gate rows are 5 whole panels, 84 end in a partial one; batches of 7 and 13 rows end in a
-    partial group of the microkernel's MR rows, 1 and 3 are fewer rows than a group."""
+    partial group of the microkernel's MR rows, 1 and 3 are fewer rows than a group. The two directions run
+    as two tasks where each step's products are small (packed float32 weights), one after the other where
+    they are not (13 rows by 96 -> 384: a product for the threads, linear_packed) or np.dot's."""
     from codegen.kernels.recurrent import KIND_CODES, pack_directions, recurrent_layer
 
     torch.manual_seed(batch)
