@@ -222,7 +222,11 @@ def uses_channel_vectors(node: Node, vector_floats: int) -> bool:
 # 0.77, 128 -> 256 from 28 x 28 0.83, 128 -> 128 from 32 x 32 0.86, 256 -> 256 and 192 -> 384 from 14 x 14 0.91;
 # 128 -> 256 from 40 x 40 and 64 -> 128 from 56 x 56 level; 384 -> 384 from 14 x 14 (5.3 MB of weights) level,
 # 256 -> 512 from 20 x 20 (4.7 MB) 1.06 (each of its two tasks streams half the weight past every pixel group).
-# Vectors of CHANNEL_TAPS_STRIDED_MIN_FLOATS floats (AVX-512) take it at any batch, as an unstrided conv.
+# Vectors of CHANNEL_TAPS_STRIDED_MIN_FLOATS floats (AVX-512) take it at any batch, as an unstrided conv,
+# and, unstrided, whatever its rows fill where its reduction has CHANNEL_TAPS_FULL_ROWS_MIN_STEPS steps:
+# DenseNet-121's 128 -> 32 channels 3x3 on 56 x 56 (56 of 58; 1152 steps), its six of them 0.85-0.88 of their
+# time on conv2d_packed in the model at batch 1 (profile per node, alternating processes, Zen 5 EPYC, 2
+# threads); YOLOv5s's 32 -> 32 on 80 x 80 (288 steps) level to 1.08, and AlexNet's strided stem level.
 # Unpadded, conv2d_by_channels reads the input's planes where they lie (no gathered copy) and takes
 # reductions down to CHANNEL_TAPS_UNPADDED_MIN_STEPS whatever its rows fill: against conv2d_packed (AVX2,
 # Zen 3 EPYC, 2 threads, in-process A/B, medians), 3x3: 24 -> 24 stride 2 from 15 x 15 0.68 at batch 8 and
@@ -232,6 +236,7 @@ def uses_channel_vectors(node: Node, vector_floats: int) -> bool:
 # 0.92. (Padded, 16 -> 24 and 24 -> 24 on 15 x 15 stay on conv2d_packed: 1.12-1.18.)
 CHANNEL_TAPS_UNPADDED_MIN_STEPS = 128
 CHANNEL_TAPS_STRIDED_MIN_FLOATS = 16
+CHANNEL_TAPS_FULL_ROWS_MIN_STEPS = 1024
 CHANNEL_TAPS_STRIDED_MAX_WEIGHT_BYTES = 3 << 20
 CHANNEL_TAPS_MIN_STEPS = 256
 CHANNEL_TAPS_MIN_FILL = 0.75
@@ -281,7 +286,8 @@ def uses_channel_taps(node: Node, vector_floats: int) -> bool:
     strided_any = strided and (y.shape[0] > 1 or narrow)  # it takes conv2d_by_channels whatever its rows fill
     unpadded = not any(a["padding"]) and c * kh * kw >= CHANNEL_TAPS_UNPADDED_MIN_STEPS
     return ((c * kh * kw >= CHANNEL_TAPS_MIN_STEPS or unpadded) and o >= CHANNEL_TAPS_MIN_FILL * -(-o // half) * half
-            and (ow < CHANNEL_TAPS_MAX_ROW_FILL * wq or strided_any or unpadded)
+            and (ow < CHANNEL_TAPS_MAX_ROW_FILL * wq or strided_any or unpadded
+                 or not (narrow or strided) and c * kh * kw >= CHANNEL_TAPS_FULL_ROWS_MIN_STEPS)
             and plane_bytes <= CHANNEL_TAPS_MAX_PLANE_BYTES)
 
 

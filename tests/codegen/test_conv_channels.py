@@ -228,6 +228,9 @@ def _conv_node(shape, o, kernel, stride=(1, 1), padding=(1, 1, 1, 1), groups=1, 
     ((1, 64, 56, 56), 128, (3, 3), (2, 2), 1, 8, True),  # 28 of 29 columns
     ((8, 32, 15, 15), 24, (3, 3), (2, 2), 1, 8, True),  # Inception's 3x3 stride 2, 24 channels: 3 half panels
     ((8, 64, 56, 56), 64, (3, 3), (1, 1), 1, 16, False),  # a batch at stride 1: 56 of 58 still
+    ((1, 128, 56, 56), 32, (3, 3), (1, 1), 1, 16, True),  # DenseNet's 1152 steps on AVX-512: whatever rows fill
+    ((1, 128, 56, 56), 32, (3, 3), (1, 1), 1, 8, False),  # not on AVX2
+    ((1, 128, 112, 112), 32, (3, 3), (2, 2), 1, 16, False),  # nor strided (56 of 57 columns)
     ((8, 64, 160, 160), 128, (3, 3), (2, 2), 1, 16, False),  # strided batch, 6.7 MB of planes an image
     ((1, 16, 32, 32), 32, (3, 3), (1, 1), 1, 16, False),  # 144 reduction steps: too short
     ((1, 64, 16, 16), 16, (3, 3), (1, 1), 1, 16, False),  # 16 channels fill half of a 32-channel call
