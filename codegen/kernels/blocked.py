@@ -721,7 +721,7 @@ def _conv2d_task(t, xf, wf, bias, rf, of, rows, dims, window, acts, params, scra
     n_n, cb_n, h, w, b, ob_n, oh, ow, k, c_n, nchw, direct, half_q, group_lanes = dims
     group_blocks = -(-group_lanes // b)  # the input blocks a group reads (half blocks: one)
     kh, dh, sh, sw, pt, pl, hin, wp, gpb, bands, n_g, per, gathered, kw, dw = window
-    row = (ow, sw, kw, dw)  # an output row's geometry (_vector_groups_out)
+    row = (ow, sw, kw, dw, group_lanes)  # an output row's geometry and the groups' lanes (_row_call)
     gi, bi, n = t % n_g, (t // n_g) % bands, t // (n_g * bands)
     ps = 1 if nchw else b  # a pixel's stride in the scratch: an NCHW input's channels gathered as planes
     p0 = bi * gpb * MR
@@ -879,15 +879,16 @@ def _vector_groups_half(a, aq, g, pix, p0, p1, whole, rows, k, wf, w0, bias, bia
 @numba.njit(inline="always", **SEQ)
 def _row_call(half, row, p, k, a, a0, rows, wf, w0, b, of, o0, bias, bias0, lo, hi, top, res):
     """_vector_groups_out's MR pixels from p through micro_gemm_taps_out_grouped_row (or its _half kind), each input
-    column's lanes broadcast once for the window columns that read it, where they lie in one output row and the
-    window is 3 columns wide, undilated, at stride 1 or 2 (the literals the kernel unrolls): whether it ran.
+    column's lanes broadcast once for the window columns that read it, where they lie in one output row, the
+    window is 3 columns wide, undilated, at stride 1 or 2 (the literals the kernel unrolls), and each group is
+    one vector (the kernel reads vector v's lanes at v * W): whether it ran.
     RegNetX-400MF's convs in groups of 16 alone (AVX-512, Zen 5, 2 threads, batch 1, against
     micro_gemm_taps_out_grouped on every pixel): 64 channels on 28 x 28 52-54 -> 38 us, 160 on 14 x 14 35-36 -> 28,
     384 on 7 x 7 (rows of 7: one row group each) 22-24 -> 22, 32 on 56 x 56 (half wide) 98-110 -> 75-79. Whole
     forwards, alternating processes: RegNetX-400MF 0.88-0.98 of the time at batch 1, 0.91-0.97 at 8; RegNetY-800MF
     0.92-0.95 and 0.88-0.92."""
-    ow, sw, kw, dw = row
-    if kw != 3 or dw != 1 or sw > 2 or p % ow + MR > ow:
+    ow, sw, kw, dw, g = row
+    if kw != 3 or dw != 1 or sw > 2 or p % ow + MR > ow or g != vector_floats():  # (its groups' lanes: v * W)
         return False
     if half:
         if sw == 1:
