@@ -579,6 +579,10 @@ def micro_gemm_taps_out_grouped_half(typingctx, kc, a, a0, pix, q0, rows, r0, b,
             _micro_gemm_codegen(_half_taps, a_taps=True, epilogue=True, bias_columns=True, grouped=True))
 
 
+def _half_taps(width: int) -> int:
+    """Vectors per accumulator row of the _half taps kernels: half of micro_gemm_taps'."""
+    return taps_vectors(width) // 2
+
 
 def _row_taps_codegen(vectors, sw: int, kw: int, dw: int):
     """LLVM IR of micro_gemm_taps_out_grouped_row (vectors: taps_vectors, or _half_taps for its _half kind)."""
@@ -629,6 +633,8 @@ def _row_taps_codegen(vectors, sw: int, kw: int, dw: int):
 
 
 def _row_taps_intrinsic(vectors, name: str, doc: str):
+    """The intrinsic `name` (micro_gemm_taps_out_grouped_row or its _half kind: `vectors`), typed for literal
+    stride, window width and dilation, which its code unrolls."""
     def typer(typingctx, kc, a, a0, rows, r0, b, b0, ldb, c, c0, ldc, bias, bias0, lo, hi, top, res, sw, kw, dw):
         if not (_is_f32(a, b, c) and _is_i64(rows) and _is_out_epilogue(bias, res)
                 and all(isinstance(t, types.IntegerLiteral) for t in (sw, kw, dw))):
@@ -638,6 +644,19 @@ def _row_taps_intrinsic(vectors, name: str, doc: str):
 
     typer.__doc__, typer.__name__, typer.__qualname__ = doc, name, name
     return intrinsic(typer)
+
+
+micro_gemm_taps_out_grouped_row = _row_taps_intrinsic(taps_vectors, "micro_gemm_taps_out_grouped_row", """\
+    micro_gemm_taps_out_grouped (groups of one vector: lane v * W + r of the step's pixel for vector v) on MR
+    pixels of one output row, for a window kw columns wide at stride sw and dilation dw (literals): step s of
+    the kc = k / kw is a (lane, kernel row), its first column's offset at rows[r0 + s * kw] (rows as
+    micro_gemm_taps'), its kw columns' weights at b0 + (s * kw + j) * ldb, and pixel i's column j at
+    a[a0 + that + (i * sw + j * dw) * taps_width()] (a0: the first pixel's window). Each input column's lanes
+    are broadcast once a step for every (pixel, column) pair that reads it: 8 broadcasts for 18 of each
+    vector's FMAs at stride 1 and 3 columns, where micro_gemm_taps_grouped broadcasts once an FMA and is bound
+    by the loads (on Zen 5 its FMAs ran at 6 G a second a core in L1, the ungrouped kernel's at 8.6).""")
+micro_gemm_taps_out_grouped_row_half = _row_taps_intrinsic(_half_taps, "micro_gemm_taps_out_grouped_row_half", """\
+    micro_gemm_taps_out_grouped_row on half a panel of channels (j < taps_width() / 2: _half_taps).""")
 
 
 LANE_GROUP_PIXELS = MR // 2  # pixels a call of the lane-group kernels: their inputs stay in registers across a group
@@ -731,21 +750,6 @@ def micro_gemm_taps_lanes_out(typingctx, kt, a, a0, pix, q0, rows, r0, b, b0, ld
             _lane_groups_codegen(True))
 
 
-def _half_taps(width: int) -> int:
-    """Vectors per accumulator row of the _half taps kernels: half of micro_gemm_taps'."""
-    return taps_vectors(width) // 2
-
-micro_gemm_taps_out_grouped_row = _row_taps_intrinsic(taps_vectors, "micro_gemm_taps_out_grouped_row", """\
-    micro_gemm_taps_out_grouped (groups of one vector: lane v * W + r of the step's pixel for vector v) on MR
-    pixels of one output row, for a window kw columns wide at stride sw and dilation dw (literals): step s of
-    the kc = k / kw is a (lane, kernel row), its first column's offset at rows[r0 + s * kw] (rows as
-    micro_gemm_taps'), its kw columns' weights at b0 + (s * kw + j) * ldb, and pixel i's column j at
-    a[a0 + that + (i * sw + j * dw) * taps_width()] (a0: the first pixel's window). Each input column's lanes
-    are broadcast once a step for every (pixel, column) pair that reads it: 8 broadcasts for 18 of each
-    vector's FMAs at stride 1 and 3 columns, where micro_gemm_taps_grouped broadcasts once an FMA and is bound
-    by the loads (on Zen 5 its FMAs ran at 6 G a second a core in L1, the ungrouped kernel's at 8.6).""")
-micro_gemm_taps_out_grouped_row_half = _row_taps_intrinsic(_half_taps, "micro_gemm_taps_out_grouped_row_half", """\
-    micro_gemm_taps_out_grouped_row on half a panel of channels (j < taps_width() / 2: _half_taps).""")
 
 
 @intrinsic
