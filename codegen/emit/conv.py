@@ -49,7 +49,7 @@ from codegen.kernels.conv_channels import pack_channel_panels
 from codegen.kernels.depthwise import DEPTHWISE_KERNELS, depthwise_path
 from codegen.kernels.epilogue import ACTIVATION_CODES, ONE_PASS
 from codegen.kernels.gemm import PACKED_ROWS, transpose_padded
-from codegen.kernels.microkernel import MR, pack_weights
+from codegen.kernels.microkernel import MR, pack_weights, taps_channels
 from codegen.kernels.norm import channel_affine
 from codegen.kernels.planes import plane_pitch
 from codegen.kernels.vectors import target_vector_floats
@@ -255,6 +255,30 @@ CHANNEL_TAPS_MAX_PLANE_BYTES = 1 << 22
 # at batch 1 7 x 7 0.92-0.95 and 14 x 14 0.86-1.0 (Zen 3 EPYC, AVX2, 2 threads, medians).
 GROUPED_CHANNEL_TAPS_MAX_PIXELS = 784
 GROUPED_CHANNEL_TAPS_MAX_PIXELS_ONE = 196
+# On AVX-512, ungrouped convs on small planes (an image's output pixels at most CHANNEL_TAPS_SMALL_MAX_PIXELS,
+# the batch's at most CHANNEL_TAPS_SMALL_MAX_BATCH_PIXELS) take it whatever their reduction's length (from
+# CHANNEL_TAPS_SMALL_MIN_STEPS) and rows, where their channels fill the kernel's calls (a panel, half of one,
+# or one vector of 16: micro_gemm_taps_vector) CHANNEL_TAPS_MIN_FILL: conv2d_packed pads a 7 x 7 image's
+# rows to 13 columns for a 1 x 7 kernel, then its pixels to 64 or 96. Kernel alone against conv2d_packed (2
+# threads, Zen 5 EPYC, batch 1, 3 x 3 unless named): 16 -> 16 on 4 x 4 0.46, on 7 x 7 0.61, 1 x 7 0.63, 7 x 1
+# 0.75, 5 x 5 0.76, on 8 x 8 0.91, on 10 x 10 1.02; 32 -> 32 on 7 x 7 0.75, on 10 x 10 0.78; 48 -> 48 1 x 3 and
+# 3 x 1 on 7 x 7 0.79-0.80, 3 x 3 0.83, on 10 x 10 0.90; 24 -> 24 0.89-0.96; 8 -> 16 on 8 x 8 0.71; 16 -> 16
+# stride 2 from 14 x 14 0.54, 48 -> 64 from 15 x 15 0.41; batch 8 of 7 x 7, 16 -> 16 0.88, 32 -> 32 0.76. Not
+# beyond: 16 -> 16 on 12 x 12 at batch 8 1.20, 16 -> 96 on 12 x 12 1.32, on 14 x 14 1.26, 24 -> 24 on 15 x 15
+# 1.45; nor a stem's short reduction (3 -> 16 on 12 x 12, 27 steps: 1.07)
+CHANNEL_TAPS_SMALL_MAX_PIXELS = 100
+CHANNEL_TAPS_SMALL_MAX_BATCH_PIXELS = 512
+CHANNEL_TAPS_SMALL_MIN_STEPS = 64
+
+
+def _channel_taps_fill(o: int, vector_floats: int) -> float:
+    """The share of the channels conv2d_by_channels computes that are o's own: whole panels of
+    taps_channels(vector_floats), the last one's channels in a panel's call, half of one, or one vector
+    (its _taps_task's choice)."""
+    panel = taps_channels(vector_floats)
+    rest = o % panel
+    last = 0 if rest == 0 else vector_floats if rest <= vector_floats else panel // 2 if rest <= panel // 2 else panel
+    return o / (o - rest + last)
 
 
 def uses_channel_taps(node: Node, vector_floats: int) -> bool:
@@ -281,6 +305,10 @@ def uses_channel_taps(node: Node, vector_floats: int) -> bool:
         return (w.shape[1] > 1 and (o // a["groups"]) % half == 0 and oh * ow <= most
                 and plane_bytes <= CHANNEL_TAPS_MAX_PLANE_BYTES)
     strided, narrow = (sh, sw) != (1, 1), vector_floats < CHANNEL_TAPS_STRIDED_MIN_FLOATS
+    small = oh * ow <= CHANNEL_TAPS_SMALL_MAX_PIXELS and y.shape[0] * oh * ow <= CHANNEL_TAPS_SMALL_MAX_BATCH_PIXELS
+    if (not narrow and small and c * kh * kw >= CHANNEL_TAPS_SMALL_MIN_STEPS
+            and _channel_taps_fill(o, vector_floats) >= CHANNEL_TAPS_MIN_FILL):
+        return plane_bytes <= CHANNEL_TAPS_MAX_PLANE_BYTES
     if strided and narrow and y.shape[0] == 1 and 4 * math.prod(w.shape) > CHANNEL_TAPS_STRIDED_MAX_WEIGHT_BYTES:
         return False
     strided_any = strided and (y.shape[0] > 1 or narrow)  # it takes conv2d_by_channels whatever its rows fill

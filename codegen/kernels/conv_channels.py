@@ -35,6 +35,7 @@ from codegen.kernels.microkernel import (
     half_panels,
     micro_gemm_taps,
     micro_gemm_taps_half,
+    micro_gemm_taps_vector,
     panel_width,
     taps_channels,
     taps_width,
@@ -218,13 +219,15 @@ def _taps_task(t, xf, wf, bias, rf, of, dims, window, taps, pix, split, acts, pa
             _gather_channels(xf, src, n0, n1, grp * cg, grp * cg + cg, dims, window, j == j0)
         c0 = grp * og + jj * tw
         c1 = min(grp * og + og, c0 + tw)
-        whole = c1 - c0 > half
+        # the microkernel's channels: the panel's, half of them, or one vector (AVX-512's 16, where a half
+        # panel would compute twice the products)
+        width = tw if c1 - c0 > half else half if c1 - c0 > vector_floats() else vector_floats()
         a0 = grp * cg * size if direct else 0  # the group's first channel's planes (pix: each image's)
         b0 = (grp * per_cp + jj * tw // cp) * k * cp + jj * tw % cp
         if direct:  # (two calls, not one of either array: a read-only input would not unify with scratch)
-            _panel_sums(xf, n0 * c_n * size + a0, pix, g0, g1, taps, k, chunk, wf, b0, cp, acc, ldc, whole)
+            _panel_sums(xf, n0 * c_n * size + a0, pix, g0, g1, taps, k, chunk, wf, b0, cp, acc, ldc, width)
         else:
-            _panel_sums(src, a0, pix, g0, g1, taps, k, chunk, wf, b0, cp, acc, ldc, whole)
+            _panel_sums(src, a0, pix, g0, g1, taps, k, chunk, wf, b0, cp, acc, ldc, width)
         v = v0
         while v < min(v1, g1 * MR):  # each image's part of the task's pixels
             m, pv = v // p_n, v % p_n
@@ -235,18 +238,21 @@ def _taps_task(t, xf, wf, bias, rf, of, dims, window, taps, pix, split, acts, pa
 
 
 @numba.njit(**SEQ)
-def _panel_sums(src, a0, pix, g0, g1, taps, k, chunk, wf, b0, cp, acc, ldc, whole):
+def _panel_sums(src, a0, pix, g0, g1, taps, k, chunk, wf, b0, cp, acc, ldc, width):
     """A panel's sums for pixel groups [g0, g1) into acc (group g at (g - g0) * MR rows of ldc): the
     reduction in chunks, each chunk's weights (at b0 + step * cp) in L1 across the groups; pixel i's
-    step reads src[a0 + pix[i] + taps[step]]. whole: all the microkernel's channels, else half."""
+    step reads src[a0 + pix[i] + taps[step]]. width: the channels of a call, taps_width(), half of it or
+    one vector."""
     for kb in range(0, k, chunk):
         kc = min(chunk, k - kb)
         for g in range(g0, g1):
             r = (g - g0) * MR * ldc
-            if whole:
+            if width == taps_width():
                 micro_gemm_taps(kc, src, a0, pix, g * MR, taps, kb, wf, b0 + kb * cp, cp, acc, r, ldc, kb > 0)
-            else:
+            elif width == taps_width() // 2:
                 micro_gemm_taps_half(kc, src, a0, pix, g * MR, taps, kb, wf, b0 + kb * cp, cp, acc, r, ldc, kb > 0)
+            else:
+                micro_gemm_taps_vector(kc, src, a0, pix, g * MR, taps, kb, wf, b0 + kb * cp, cp, acc, r, ldc, kb > 0)
 
 
 @numba.njit(**SEQ)

@@ -48,6 +48,9 @@ CHANNEL_CONVS = [
     ((1, 6, 9, 8), 20, (3, 3), (1, 3), (3, 0, 1, 4), (1, 1)),  # padding wider than the kernel
     ((2, 3, 20, 19), 32, (6, 6), (2, 2), (2, 2, 2, 2), (1, 1)),  # YOLOv5's stem
     ((1, 8, 5, 5), 24, (5, 5), (1, 1), (0, 0, 0, 0), (1, 1)),  # a 1x1 output
+    ((1, 16, 7, 7), 80, (1, 7), (1, 1), (0, 3, 0, 3), (1, 1)),  # a panel, then one vector (AVX-512) or a half
+    ((2, 48, 7, 7), 16, (7, 1), (1, 1), (3, 0, 3, 0), (1, 1)),  # one vector of channels (Inception's 7x1)
+    ((1, 16, 8, 8), 9, (3, 3), (2, 2), (1, 1, 1, 1), (1, 1)),  # 9 channels of a vector
 ]
 
 
@@ -253,6 +256,18 @@ def _conv_node(shape, o, kernel, stride=(1, 1), padding=(1, 1, 1, 1), groups=1, 
     ((8, 96, 4, 4), 72, (3, 3), (1, 1), 12, 8, False),  # groups of 6 channels: not whole half panels
     ((8, 32, 4, 4), 32, (3, 3), (1, 1), 32, 8, False),  # depthwise: a kernel of its own
     ((1, 512, 7, 7), 512, (1, 1), (1, 1), 1, 16, False),  # 1x1: conv1x1_by_channels or conv2d_packed
+    # AVX-512, planes of 100 pixels at most: any reduction from 64 steps, channels filling their calls
+    ((1, 16, 7, 7), 16, (3, 3), (1, 1), 1, 16, True),  # 144 steps, one vector of channels
+    ((1, 16, 10, 10), 48, (3, 3), (1, 1), 1, 16, True),  # 48 of a 64-channel call
+    ((1, 16, 10, 10), 24, (3, 3), (1, 1), 1, 16, True),  # 24 of a half call's 32
+    ((1, 16, 10, 10), 20, (3, 3), (1, 1), 1, 16, False),  # 20 of 32
+    ((1, 16, 10, 10), 80, (3, 3), (1, 1), 1, 16, True),  # a call of 64, then one of 16
+    ((1, 16, 14, 14), 16, (3, 3), (2, 2), 1, 16, True),  # strided to 7 x 7
+    ((1, 16, 11, 11), 16, (3, 3), (1, 1), 1, 16, False),  # 121 pixels
+    ((8, 16, 7, 7), 16, (3, 3), (1, 1), 1, 16, True),  # a batch of 392 pixels
+    ((12, 16, 7, 7), 16, (3, 3), (1, 1), 1, 16, False),  # of 588
+    ((1, 4, 8, 8), 16, (3, 3), (1, 1), 1, 16, False),  # 36 steps
+    ((1, 16, 7, 7), 16, (3, 3), (1, 1), 1, 8, False),  # not on AVX2
 ])
 def test_the_rule_takes_small_images_with_long_reductions(shape, o, kernel, stride, groups, width, expected):
     node = _conv_node(shape, o, kernel, stride, (0, 0, 0, 0) if kernel == (1, 1) else (1, 1, 1, 1), groups)

@@ -155,6 +155,7 @@ def no_channel_taps(monkeypatch):
     """conv2d_packed for every conv it can take, even those conv2d_by_channels takes on its own
     (tests/codegen/test_conv_channels.py)."""
     monkeypatch.setattr(emit_conv, "CHANNEL_TAPS_MIN_STEPS", 1 << 62)
+    monkeypatch.setattr(emit_conv, "CHANNEL_TAPS_SMALL_MAX_PIXELS", 0)
     monkeypatch.setattr(emit_conv, "GROUPED_CHANNEL_TAPS_MAX_PIXELS", 0)
     monkeypatch.setattr(emit_conv, "GROUPED_CHANNEL_TAPS_MAX_PIXELS_ONE", 0)
 
