@@ -255,7 +255,7 @@ CHANNEL_TAPS_MAX_PLANE_BYTES = 1 << 22
 # at batch 1 7 x 7 0.92-0.95 and 14 x 14 0.86-1.0 (Zen 3 EPYC, AVX2, 2 threads, medians).
 GROUPED_CHANNEL_TAPS_MAX_PIXELS = 784
 GROUPED_CHANNEL_TAPS_MAX_PIXELS_ONE = 196
-# On AVX-512, ungrouped convs on small planes (an image's output pixels at most CHANNEL_TAPS_SMALL_MAX_PIXELS,
+# Ungrouped convs on small planes (an image's output pixels at most CHANNEL_TAPS_SMALL_MAX_PIXELS,
 # the batch's at most CHANNEL_TAPS_SMALL_MAX_BATCH_PIXELS) take it whatever their reduction's length (from
 # CHANNEL_TAPS_SMALL_MIN_STEPS) and rows, where their channels fill the kernel's calls (a panel, half of one,
 # or one vector of 16: micro_gemm_taps_vector) CHANNEL_TAPS_MIN_FILL: conv2d_packed pads a 7 x 7 image's
@@ -265,7 +265,10 @@ GROUPED_CHANNEL_TAPS_MAX_PIXELS_ONE = 196
 # 3 x 1 on 7 x 7 0.79-0.80, 3 x 3 0.83, on 10 x 10 0.90; 24 -> 24 0.89-0.96; 8 -> 16 on 8 x 8 0.71; 16 -> 16
 # stride 2 from 14 x 14 0.54, 48 -> 64 from 15 x 15 0.41; batch 8 of 7 x 7, 16 -> 16 0.88, 32 -> 32 0.76. Not
 # beyond: 16 -> 16 on 12 x 12 at batch 8 1.20, 16 -> 96 on 12 x 12 1.32, on 14 x 14 1.26, 24 -> 24 on 15 x 15
-# 1.45; nor a stem's short reduction (3 -> 16 on 12 x 12, 27 steps: 1.07)
+# 1.45; nor a stem's short reduction (3 -> 16 on 12 x 12, 27 steps: 1.07). AVX2 code (haswell's features, same
+# machine and method) gains as much: 16 -> 16 on 7 x 7 0.56, 1 x 7 0.54, on 10 x 10 0.88, 32 -> 32 on 10 x 10
+# 0.78, 24 -> 24 0.84-0.96, strided 48 -> 64 from 15 x 15 0.55, batch 8 of 7 x 7 0.64-0.68 (on 12 x 12, 16 -> 96
+# 1.09 and 24 -> 24 1.09)
 CHANNEL_TAPS_SMALL_MAX_PIXELS = 100
 CHANNEL_TAPS_SMALL_MAX_BATCH_PIXELS = 512
 CHANNEL_TAPS_SMALL_MIN_STEPS = 64
@@ -306,7 +309,7 @@ def uses_channel_taps(node: Node, vector_floats: int) -> bool:
                 and plane_bytes <= CHANNEL_TAPS_MAX_PLANE_BYTES)
     strided, narrow = (sh, sw) != (1, 1), vector_floats < CHANNEL_TAPS_STRIDED_MIN_FLOATS
     small = oh * ow <= CHANNEL_TAPS_SMALL_MAX_PIXELS and y.shape[0] * oh * ow <= CHANNEL_TAPS_SMALL_MAX_BATCH_PIXELS
-    if (not narrow and small and c * kh * kw >= CHANNEL_TAPS_SMALL_MIN_STEPS
+    if (small and c * kh * kw >= CHANNEL_TAPS_SMALL_MIN_STEPS
             and _channel_taps_fill(o, vector_floats) >= CHANNEL_TAPS_MIN_FILL):
         return plane_bytes <= CHANNEL_TAPS_MAX_PLANE_BYTES
     if strided and narrow and y.shape[0] == 1 and 4 * math.prod(w.shape) > CHANNEL_TAPS_STRIDED_MAX_WEIGHT_BYTES:

@@ -256,7 +256,7 @@ def _conv_node(shape, o, kernel, stride=(1, 1), padding=(1, 1, 1, 1), groups=1, 
     ((8, 96, 4, 4), 72, (3, 3), (1, 1), 12, 8, False),  # groups of 6 channels: not whole half panels
     ((8, 32, 4, 4), 32, (3, 3), (1, 1), 32, 8, False),  # depthwise: a kernel of its own
     ((1, 512, 7, 7), 512, (1, 1), (1, 1), 1, 16, False),  # 1x1: conv1x1_by_channels or conv2d_packed
-    # AVX-512, planes of 100 pixels at most: any reduction from 64 steps, channels filling their calls
+    # planes of 100 pixels at most: any reduction from 64 steps, channels filling their calls
     ((1, 16, 7, 7), 16, (3, 3), (1, 1), 1, 16, True),  # 144 steps, one vector of channels
     ((1, 16, 10, 10), 48, (3, 3), (1, 1), 1, 16, True),  # 48 of a 64-channel call
     ((1, 16, 10, 10), 24, (3, 3), (1, 1), 1, 16, True),  # 24 of a half call's 32
@@ -267,7 +267,9 @@ def _conv_node(shape, o, kernel, stride=(1, 1), padding=(1, 1, 1, 1), groups=1, 
     ((8, 16, 7, 7), 16, (3, 3), (1, 1), 1, 16, True),  # a batch of 392 pixels
     ((12, 16, 7, 7), 16, (3, 3), (1, 1), 1, 16, False),  # of 588
     ((1, 4, 8, 8), 16, (3, 3), (1, 1), 1, 16, False),  # 36 steps
-    ((1, 16, 7, 7), 16, (3, 3), (1, 1), 1, 8, False),  # not on AVX2
+    ((1, 16, 7, 7), 16, (3, 3), (1, 1), 1, 8, True),  # on AVX2 too
+    ((1, 16, 7, 7), 11, (3, 3), (1, 1), 1, 8, False),  # 11 of AVX2's 16
+    ((1, 16, 7, 7), 12, (3, 3), (1, 1), 1, 16, True),  # 12 of AVX-512's one vector of 16
 ])
 def test_the_rule_takes_small_images_with_long_reductions(shape, o, kernel, stride, groups, width, expected):
     node = _conv_node(shape, o, kernel, stride, (0, 0, 0, 0) if kernel == (1, 1) else (1, 1, 1, 1), groups)
@@ -278,7 +280,8 @@ def test_the_rule_takes_small_images_with_long_reductions(shape, o, kernel, stri
 
 @pytest.mark.parametrize("shape, o, stride, width, padding, expected", [
     ((8, 24, 15, 15), 24, (2, 2), 8, (0, 0, 0, 0), True),  # Inception's 24 -> 24 reduction: 216 steps, unpadded
-    ((8, 24, 15, 15), 24, (2, 2), 8, (1, 1, 1, 1), False),  # the same padded: too short a reduction
+    ((8, 24, 31, 31), 24, (2, 2), 8, (1, 1, 1, 1), False),  # padded, to 16 x 16: too short a reduction
+    ((8, 24, 15, 15), 24, (2, 2), 8, (1, 1, 1, 1), True),  # padded, to 8 x 8: a small plane
     ((1, 16, 30, 30), 16, (1, 1), 8, (0, 0, 0, 0), True),  # 144 steps, unpadded: whatever its rows fill
     ((1, 16, 30, 30), 16, (1, 1), 8, (0, 0, 1, 0), False),  # padded below: the rows' fill decides
     ((1, 8, 30, 30), 16, (1, 1), 8, (0, 0, 0, 0), False),  # 72 steps: conv2d_packed
