@@ -45,7 +45,7 @@ from codegen.kernels.conv import (
     is_pointwise,
     pad5,
 )
-from codegen.kernels.conv_channels import pack_channel_panels
+from codegen.kernels.conv_channels import call_channels, pack_channel_panels
 from codegen.kernels.depthwise import DEPTHWISE_KERNELS, depthwise_path
 from codegen.kernels.epilogue import ACTIVATION_CODES, ONE_PASS
 from codegen.kernels.gemm import PACKED_ROWS, transpose_padded
@@ -277,11 +277,10 @@ CHANNEL_TAPS_SMALL_MIN_STEPS = 64
 def _channel_taps_fill(o: int, vector_floats: int) -> float:
     """The share of the channels conv2d_by_channels computes that are o's own: whole panels of
     taps_channels(vector_floats), the last one's channels in a panel's call, half of one, or one vector
-    (its _taps_task's choice)."""
+    (call_channels, as _taps_task chooses)."""
     panel = taps_channels(vector_floats)
     rest = o % panel
-    last = 0 if rest == 0 else vector_floats if rest <= vector_floats else panel // 2 if rest <= panel // 2 else panel
-    return o / (o - rest + last)
+    return o / (o - rest + (call_channels.py_func(rest, panel, vector_floats) if rest else 0))
 
 
 def uses_channel_taps(node: Node, vector_floats: int) -> bool:

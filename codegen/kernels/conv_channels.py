@@ -212,16 +212,13 @@ def _taps_task(t, xf, wf, bias, rf, of, dims, window, taps, pix, split, acts, pa
     if groups == 1 and not direct:
         _gather_channels(xf, src, n0, n1, 0, c_n, dims, window, True)
     acc = scratch[own + planes:own + planes + accs]
-    half = tw // 2
     for j in range(j0, j1):
         grp, jj = j // per, j % per
         if groups > 1 and not direct and (j == j0 or jj == 0):  # a group's channels before its panels, in L1
             _gather_channels(xf, src, n0, n1, grp * cg, grp * cg + cg, dims, window, j == j0)
         c0 = grp * og + jj * tw
         c1 = min(grp * og + og, c0 + tw)
-        # the microkernel's channels: the panel's, half of them, or one vector (AVX-512's 16, where a half
-        # panel would compute twice the products)
-        width = tw if c1 - c0 > half else half if c1 - c0 > vector_floats() else vector_floats()
+        width = call_channels(c1 - c0, tw, vector_floats())
         a0 = grp * cg * size if direct else 0  # the group's first channel's planes (pix: each image's)
         b0 = (grp * per_cp + jj * tw // cp) * k * cp + jj * tw % cp
         if direct:  # (two calls, not one of either array: a read-only input would not unify with scratch)
@@ -235,6 +232,13 @@ def _taps_task(t, xf, wf, bias, rf, of, dims, window, taps, pix, split, acts, pa
             _channels_out(acc, (v - v0) * ldc, ldc, run, c0, c1, of, ((n0 + m) * o_n + c0) * p_n + pv, p_n, rf, bias,
                           acts, params)
             v += run
+
+
+@numba.njit(**SEQ)
+def call_channels(n, panel, vector):
+    """The channels of the narrowest micro_gemm_taps call that covers n of a panel's: the panel's, half of them,
+    or one vector (AVX-512's 16, where a half call would compute twice the products)."""
+    return panel if n > panel // 2 else panel // 2 if n > vector else vector
 
 
 @numba.njit(**SEQ)
